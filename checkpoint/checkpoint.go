@@ -1,0 +1,126 @@
+// Package checkpoint is the checkpoint log: immutable records, one per
+// committed epoch, and a HEAD that names the current one. Moving HEAD with
+// a conditional write is the commit point of every epoch; writing HEAD
+// with the next generation is how an attempt claims a pipeline and fences
+// any older attempt still running.
+//
+// Layout under the store's root, per pipeline:
+//
+//	{pipeline}/_checkpoints/{epoch:020d}-{generation:020d}.json   records
+//	{pipeline}/_checkpoints/HEAD                                  the pointer
+//	{pipeline}/_quarantine/{stream}/...                           side files
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Generation numbers the attempts of a pipeline. Each attempt claims the
+// next one; 0 means "none".
+type Generation uint64
+
+// Ref names one record: records are immutable and never overwritten, so an
+// epoch rewritten after a rewind gets a record of its own, told apart by
+// the generation that wrote it.
+type Ref struct {
+	Epoch      uint64     `json:"epoch"`
+	Generation Generation `json:"generation"`
+}
+
+// Counts are the rows of one stream in one epoch. Read = Written +
+// Quarantined.
+type Counts struct {
+	Read        int64 `json:"read"`
+	Written     int64 `json:"written"`
+	Quarantined int64 `json:"quarantined"`
+}
+
+// File is a side file an epoch wrote (quarantined records, say), relative
+// to the pipeline's directory in the store.
+type File struct {
+	Kind   string `json:"kind"` // "quarantine"
+	Stream string `json:"stream"`
+	Path   string `json:"path"`
+	Rows   int64  `json:"rows"`
+}
+
+// Record is one checkpoint: everything needed to resume after epoch Epoch
+// and to apply it at the destination.
+type Record struct {
+	Pipeline   string     `json:"pipeline"`
+	Epoch      uint64     `json:"epoch"`
+	Generation Generation `json:"generation"`
+	// Prev is the record this one follows; nil for a pipeline's first.
+	Prev *Ref     `json:"prev,omitempty"`
+	Time time.Time `json:"time"`
+	// Resume holds each split's resume state at the epoch's barrier.
+	Resume map[string][]byte `json:"resume"`
+	// Engine is the engine's exported state (schemas, names).
+	Engine []byte `json:"engine,omitempty"`
+	// Committables are the writer lanes' PreCommit results, index = lane.
+	Committables [][]byte `json:"committables"`
+	// Files lists side files written in this epoch.
+	Files []File `json:"files,omitempty"`
+	// Counts are this epoch's rows per stream.
+	Counts map[string]Counts `json:"counts,omitempty"`
+	// Totals are the rows per stream over every epoch up to this one.
+	Totals map[string]Counts `json:"totals,omitempty"`
+}
+
+// Ref returns the record's reference.
+func (r *Record) Ref() Ref { return Ref{Epoch: r.Epoch, Generation: r.Generation} }
+
+// Store is a checkpoint log. Implementations must be safe for concurrent
+// use by several goroutines and, for stores that several processes can
+// reach, by several processes: the HEAD writes of Claim, Commit and Rewind
+// are compare-and-swap operations with exactly one winner.
+type Store interface {
+	// Claim starts an attempt: it moves the pipeline's HEAD to the next
+	// generation, keeping the record it points at, and returns that
+	// generation and the record (nil for a new pipeline). Every older
+	// generation's next Commit or Rewind fails with ErrFenced.
+	Claim(ctx context.Context, pipeline string) (Generation, *Record, error)
+
+	// Commit writes rec (rec.Pipeline, rec.Generation == gen) as an
+	// immutable record and moves HEAD to it, if HEAD still belongs to gen
+	// and still points at rec.Prev. It returns ErrFenced when a newer
+	// generation has claimed the pipeline, and ErrConflict when HEAD moved
+	// otherwise. When Commit returns nil the epoch is committed; when it
+	// returns an error, HEAD did not move.
+	Commit(ctx context.Context, gen Generation, rec *Record) error
+
+	// Get reads a record by reference; ErrNotFound when there is none.
+	Get(ctx context.Context, pipeline string, ref Ref) (*Record, error)
+
+	// Rewind moves HEAD back to the record to, an ancestor of HEAD, when
+	// HEAD's epoch was lost at the destination. ErrFenced as for Commit.
+	Rewind(ctx context.Context, pipeline string, gen Generation, to Ref) error
+
+	// WriteFile writes a side file (quarantined records) under the
+	// pipeline's directory, replacing any file of that name. name is a
+	// slash-separated relative path.
+	WriteFile(ctx context.Context, pipeline, name string, data []byte) error
+
+	// Close releases the store's resources.
+	Close(ctx context.Context) error
+}
+
+// Errors returned by stores.
+var (
+	// ErrFenced is returned by Commit and Rewind when a newer generation
+	// has claimed the pipeline: the caller is a zombie and must stop
+	// without touching the destination.
+	ErrFenced = errors.New("checkpoint: fenced by a newer generation")
+	// ErrConflict is returned by Commit when HEAD no longer points at the
+	// record's Prev although the generation is unchanged (two writers in
+	// one generation: a bug in the caller).
+	ErrConflict = errors.New("checkpoint: HEAD moved under the writer")
+	// ErrNotFound is returned by Get for a record that does not exist.
+	ErrNotFound = errors.New("checkpoint: record not found")
+	// ErrBadName is returned for a pipeline name that cannot name a
+	// directory: empty, longer than 200 bytes, or with characters other
+	// than letters, digits, '-', '_' and '.'.
+	ErrBadName = errors.New("checkpoint: invalid pipeline name")
+)

@@ -1,0 +1,157 @@
+// Package sink defines the contract every destination implements: the
+// built-in ones (sink/parquet, and later sink/iceberg, sink/clickhouse,
+// sink/postgres) and any a user writes. Built-in destinations use nothing
+// but this package and package checkpoint's types.
+//
+// The runner hands each writer lane's Writer Arrow record batches with
+// Write, asks it at each checkpoint barrier to make the epoch's data durable
+// with PreCommit, records the returned Committables in the checkpoint log,
+// and only then asks lane 0's Writer to make the epoch visible with Commit.
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/openetl/etl/checkpoint"
+)
+
+// Class is how a destination commits, which decides with the source's
+// replay class the stream's delivery guarantee (package delivery).
+type Class uint8
+
+const (
+	// DeliverAck: data is visible as soon as it is written; PreCommit only
+	// flushes. At least once.
+	DeliverAck Class = iota
+	// StageAndApply: PreCommit stages durable but invisible data; Commit
+	// applies it atomically and idempotently (files plus a manifest, an
+	// Iceberg commit).
+	StageAndApply
+	// Transactional: PreCommit prepares a transaction; Commit commits it
+	// with the epoch recorded in the same transaction.
+	Transactional
+)
+
+// String returns "deliver-ack", "stage-and-apply" or "transactional".
+func (c Class) String() string {
+	switch c {
+	case DeliverAck:
+		return "deliver-ack"
+	case StageAndApply:
+		return "stage-and-apply"
+	case Transactional:
+		return "transactional"
+	}
+	return fmt.Sprintf("class(%d)", uint8(c))
+}
+
+// Capabilities describes what a destination can take.
+type Capabilities struct {
+	// Merge: the destination can upsert by primary key.
+	Merge bool
+	// SkipByID: applying skips rows whose _openetl_id is already present.
+	SkipByID bool
+	// MaxIdentifier is the longest table or column name it accepts in
+	// bytes; 0 means no limit.
+	MaxIdentifier int
+}
+
+// Committable is what a Writer's PreCommit returns: an opaque, durable
+// description of the epoch's staged data on one lane. The runner saves it
+// in the checkpoint record and hands it back to Commit, possibly in another
+// process after a crash, so it must be self-contained. Keep it small
+// (references to staged files, not the data).
+type Committable []byte
+
+// Outcome is what Recover found about the epoch in the checkpoint HEAD.
+type Outcome uint8
+
+const (
+	// Applied: the epoch is already visible at the destination.
+	Applied Outcome = iota
+	// Recoverable: the epoch is not visible, but its committables are
+	// intact; the runner calls Commit with them.
+	Recoverable
+	// Lost: the epoch's staged data is gone; the runner rewinds the log to
+	// the record before it.
+	Lost
+)
+
+// String returns "applied", "recoverable" or "lost".
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "applied"
+	case Recoverable:
+		return "recoverable"
+	case Lost:
+		return "lost"
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// Destination is a connector that writes data. Its methods may be called
+// from several goroutines at once.
+type Destination interface {
+	// Class reports how the destination commits. It must not change.
+	Class() Class
+	// Capabilities reports what the destination can take. It must not
+	// change.
+	Capabilities() Capabilities
+	// Writer returns the writer of one lane for one attempt. The runner
+	// calls it once per lane per attempt, lanes numbered from 0, and
+	// closes every writer it got when the attempt ends. pipeline names the
+	// pipeline, so a destination shared by several can keep them apart.
+	Writer(ctx context.Context, pipeline string, lane int) (Writer, error)
+}
+
+// Writer writes one lane's share of the data. Write and PreCommit are
+// called from the lane's goroutine, one at a time, in order. On lane 0,
+// Recover and Commit are called from the commit goroutine, one at a time,
+// possibly while Write and PreCommit of later epochs run: a Writer must
+// allow that.
+type Writer interface {
+	// Write adds a batch of rows to the current epoch. The batch's schema
+	// is the stream's schema as the engine knows it, which may have gained
+	// columns (nullable) or widened types since the previous batch of the
+	// same stream. Write does not retain rec after it returns, unless it
+	// calls rec.Retain (and later Release); the runner releases it.
+	Write(ctx context.Context, stream string, rec arrow.RecordBatch) error
+
+	// PreCommit makes every row written since the previous PreCommit
+	// durable and returns a committable describing it. Unless the class
+	// is DeliverAck, the data stays invisible to readers. Called once per
+	// epoch, epochs increasing; an epoch with no rows still gets a call.
+	PreCommit(ctx context.Context, epoch uint64) (Committable, error)
+
+	// Commit makes the epoch's data visible, given every lane's
+	// committable for it (index = lane). The runner calls it on lane 0 only
+	// after the epoch's checkpoint record is the log's HEAD, in epoch order.
+	// It must be idempotent: calling it again for an applied epoch,
+	// from this process or another, changes nothing and returns nil. It
+	// returns an error wrapping ErrFenced when Recover of a newer
+	// generation has raised the destination's fence.
+	Commit(ctx context.Context, epoch uint64, committables []Committable) error
+
+	// Recover is called on lane 0 once per attempt, after the attempt has
+	// claimed the pipeline with generation gen and before any other call.
+	// It raises the destination's fence to gen, so that a Commit by an
+	// older generation fails from now on, and reports whether head's
+	// epoch (nil for a new pipeline) is applied, recoverable or lost.
+	Recover(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) (Outcome, error)
+
+	// Close releases the writer's resources and discards rows written
+	// since the last PreCommit. It is called once, last.
+	Close(ctx context.Context) error
+}
+
+// Errors returned by writers.
+var (
+	// ErrFenced is wrapped by Commit when a newer generation has raised
+	// the destination's fence: this attempt is a zombie and must stop.
+	ErrFenced = errors.New("sink: fenced by a newer generation")
+)

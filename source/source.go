@@ -1,0 +1,208 @@
+// Package source defines the contract every source connector implements:
+// the built-in ones (source/faker, and later source/postgres, source/mysql,
+// source/kafka) and any a user writes. Built-in connectors use nothing but
+// this package, so a user's connector can do everything they do.
+//
+// A Source describes its streams (Discover), says how exactly it can replay
+// (Replay) and opens splits (Open). The runner calls Split.Read on one
+// goroutine per split; the split emits records and, between them, resume
+// points: opaque states from which it can restart. Checkpoints are placed
+// right after resume points, so a pipeline restarted from a checkpoint
+// calls Open again with the states saved there and the split continues from
+// exactly that place.
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Op is the kind of change a record carries.
+type Op uint8
+
+// The operations a record can carry. Only change-data-capture streams emit
+// OpUpdate and OpDelete; snapshot rows and documents are OpInsert.
+const (
+	OpInsert Op = 1
+	OpUpdate Op = 2
+	OpDelete Op = 3
+)
+
+// String returns the name written to the _openetl_op column.
+func (o Op) String() string {
+	switch o {
+	case OpInsert:
+		return "insert"
+	case OpUpdate:
+		return "update"
+	case OpDelete:
+		return "delete"
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Valid reports whether o is one of the defined operations.
+func (o Op) Valid() bool { return o >= OpInsert && o <= OpDelete }
+
+// Replay is the class of replay a source offers after a restart from a
+// saved resume state. It decides, with the destination, the stream's
+// delivery guarantee (package delivery).
+type Replay uint8
+
+const (
+	// ReplayNone: the source cannot replay; records read but not committed
+	// may be lost after a crash.
+	ReplayNone Replay = iota
+	// ReplaySuperset: a replay yields every record after the resume state,
+	// possibly with some before it again (a cursor on a timestamp, say).
+	ReplaySuperset
+	// ReplayExact: a replay yields exactly the records after the resume
+	// state, in the same order, with the same seq values.
+	ReplayExact
+)
+
+// String returns "none", "superset" or "exact".
+func (r Replay) String() string {
+	switch r {
+	case ReplayNone:
+		return "none"
+	case ReplaySuperset:
+		return "superset"
+	case ReplayExact:
+		return "exact"
+	}
+	return fmt.Sprintf("replay(%d)", uint8(r))
+}
+
+// Format says how a stream's payloads are encoded.
+type Format uint8
+
+const (
+	// FormatJSON: each payload is one JSON object, a document whose schema
+	// the engine infers, only ever widening it.
+	FormatJSON Format = iota
+)
+
+// Stream describes one table or topic.
+type Stream struct {
+	// Name identifies the stream within its source; it becomes the
+	// destination table's name. It must be non-empty and unique in the
+	// catalog, and contain no '/' (it names directories and objects).
+	Name string
+	// Format of the stream's payloads.
+	Format Format
+	// PrimaryKey lists the key's field names, in key order; empty when the
+	// stream has none. A keyed stream's records carry the encoded key.
+	PrimaryKey []string
+	// CDC is true when the stream emits updates and deletes as well as
+	// inserts.
+	CDC bool
+}
+
+// Catalog is what a source reports it can read.
+type Catalog struct {
+	Streams []Stream
+}
+
+// Stream returns the stream named name, or false.
+func (c Catalog) Stream(name string) (Stream, bool) {
+	for _, s := range c.Streams {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Stream{}, false
+}
+
+// SplitID names a split. It must stay the same across restarts for the
+// same unit of reading, because resume states are saved under it. It must be
+// non-empty.
+type SplitID string
+
+// Source is a connector that reads data. Its methods may be called from
+// different goroutines, but never concurrently with each other.
+type Source interface {
+	// Discover reports the streams the source can read. The runner calls
+	// it once per attempt before Open, and Build may call it too; it must
+	// be cheap enough to call on every sync and must not start reading.
+	Discover(ctx context.Context) (Catalog, error)
+
+	// Replay reports the source's replay class. It must not change over the
+	// life of the source.
+	Replay() Replay
+
+	// Open prepares reading the named streams (a subset of the catalog) and
+	// returns the splits to read, once per attempt. resume holds the states
+	// saved at the checkpoint the attempt resumes from, by split ID; a
+	// split without a saved state starts from the beginning. A split ID in
+	// resume that no longer exists may be ignored. The states are only
+	// valid for the duration of the call: copy what you keep.
+	Open(ctx context.Context, streams []string, resume map[SplitID][]byte) ([]Split, error)
+}
+
+// Split is one unit of parallel reading.
+type Split interface {
+	// ID names the split; stable across restarts.
+	ID() SplitID
+
+	// Read emits records and resume points through e until ctx is
+	// cancelled, an error occurs, or, when bounded is true (a scheduled
+	// sync), the split reaches the source's end as it was when Read began;
+	// it then returns nil. The runner calls Read once per attempt, on a
+	// goroutine of its own. Read must return promptly once ctx is done or
+	// an Emitter method returns an error, returning that error (or
+	// ctx.Err()).
+	//
+	// Before returning nil, Read must call e.ResumePoint with the state
+	// after its last record, so the end is a place to resume from.
+	Read(ctx context.Context, e Emitter, bounded bool) error
+}
+
+// Emitter receives what a split reads. It is only valid during Read, and
+// only from the goroutine that called Read.
+type Emitter interface {
+	// Record emits one record of stream (a name from the catalog). seq is
+	// the record's position in the source's order; a later version of the
+	// same row has a higher one. key is the encoded primary key (empty for
+	// a stream without one). The runner copies key and payload before
+	// Record returns, so the split may reuse their memory. Record may
+	// block while downstream queues are full (backpressure); it returns an
+	// error when the pipeline is stopping, which Read must return.
+	Record(stream string, op Op, seq int64, key, payload []byte) error
+
+	// ResumePoint declares that every record emitted so far is reflected
+	// in state, and that a split reopened with state continues right after
+	// them. The runner copies state. Checkpoints are placed only after
+	// resume points, so a split that never calls it never checkpoints. It
+	// returns an error when the pipeline is stopping, which Read must
+	// return.
+	ResumePoint(state []byte) error
+}
+
+// Acker is implemented by sources that acknowledge positions upstream
+// (Kafka group offsets, a Postgres slot's confirmed LSN).
+type Acker interface {
+	// Ack tells the source that the records up to these resume states are
+	// committed at the destination and will never be read again by this
+	// pipeline. The runner calls it once per committed epoch, one
+	// checkpoint behind (after epoch N is applied it acknowledges the
+	// states of epoch N-1), from the commit goroutine, never concurrently
+	// with itself. A failed Ack is logged and retried with the next epoch;
+	// it never fails the sync.
+	Ack(ctx context.Context, states map[SplitID][]byte) error
+}
+
+// Closer is implemented by sources that hold resources between attempts.
+// The runner never calls it: the host that made the source closes it.
+type Closer interface {
+	Close(ctx context.Context) error
+}
+
+// Errors returned by the runner to splits and by helpers in this package.
+var (
+	// ErrStopping is returned by Emitter methods once the runner has all it
+	// needs from the split (the final checkpoint is placed, or the attempt
+	// failed). Read must return it.
+	ErrStopping = errors.New("source: pipeline is stopping")
+)
