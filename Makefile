@@ -1,0 +1,53 @@
+# OpenETL for Go. `make test` is what CI runs (.ci/run); it needs Go, Rust
+# (cargo) and python3, and installs everything else it needs itself.
+SHELL := /bin/bash
+CACHE ?= $(HOME)/.cache/openetl
+export OPENETL_CACHE := $(CACHE)
+export CARGO_TARGET_DIR ?= $(CACHE)/cargo-target
+GO ?= go
+RUST_DIR := engine/rust
+
+.PHONY: all engine engine-check tools lint test test-rust test-go bench quickstart clean-data
+
+all: test
+
+# Build the Rust engine into engine/lib/linux_amd64/libopenetl_engine.a and
+# stamp it with the hash of its sources.
+engine:
+	engine/build.sh
+
+# Fail when the committed engine library is stale (its stamp differs from
+# the hash of engine/rust's sources).
+engine-check:
+	engine/check.sh
+
+# Independent readers for the tests (pyarrow in a virtualenv under CACHE).
+tools:
+	@scripts/test-tools.sh >/dev/null
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go') 2>&1); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	cd $(RUST_DIR) && cargo fmt --check
+	cd $(RUST_DIR) && cargo clippy --release --all-targets -- -D warnings
+
+test-rust:
+	cd $(RUST_DIR) && cargo test --release
+
+# The Go tests, with the race detector on the concurrent packages.
+test-go: tools
+	OPENETL_PYTHON=$$(scripts/test-tools.sh) $(GO) test -count=1 ./...
+	$(GO) test -count=1 -race ./pipeline/... ./checkpoint/... ./sink/... ./source/...
+
+# engine-check first (a stale committed library fails CI), then rebuild
+# the library from source so the tests run against what the sources say.
+test: engine-check engine lint test-rust test-go
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./engine/ ./source/... ./sink/... ./checkpoint/...
+
+quickstart:
+	$(GO) run ./examples/quickstart
+
+clean-data:
+	rm -rf quickstart-data
