@@ -9,6 +9,16 @@
 //	{pipeline}/_checkpoints/{epoch:020d}-{generation:020d}.json   records
 //	{pipeline}/_checkpoints/HEAD                                  the pointer
 //	{pipeline}/_quarantine/{stream}/...                           side files
+//
+// HEAD is a small JSON object: the generation that holds the pipeline,
+// the record it points at (or none), a sequence number and a nonce that
+// make every version's bytes unique. Records are created only if absent
+// and never overwritten.
+//
+// Open a store with Open ("file:///abs/dir", "mem://"), OpenDir or NewMem.
+// Every store runs the same protocol over a small object layer
+// (create-if-absent, read with a version token, replace-if-token, put,
+// list), so the cloud stores to come differ only in that layer.
 package checkpoint
 
 import (
@@ -53,7 +63,10 @@ type Record struct {
 	Epoch      uint64     `json:"epoch"`
 	Generation Generation `json:"generation"`
 	// Prev is the record this one follows; nil for a pipeline's first.
-	Prev *Ref     `json:"prev,omitempty"`
+	Prev *Ref `json:"prev,omitempty"`
+	// Time is when the epoch was committed. It is stored as RFC 3339 with
+	// nanoseconds: it reads back Equal, with a fixed zone and no monotonic
+	// clock reading.
 	Time time.Time `json:"time"`
 	// Resume holds each split's resume state at the epoch's barrier.
 	Resume map[string][]byte `json:"resume"`
@@ -86,21 +99,34 @@ type Store interface {
 	// Commit writes rec (rec.Pipeline, rec.Generation == gen) as an
 	// immutable record and moves HEAD to it, if HEAD still belongs to gen
 	// and still points at rec.Prev. It returns ErrFenced when a newer
-	// generation has claimed the pipeline, and ErrConflict when HEAD moved
-	// otherwise. When Commit returns nil the epoch is committed; when it
-	// returns an error, HEAD did not move.
+	// generation has claimed the pipeline (or gen was never claimed), and
+	// ErrConflict when HEAD moved otherwise or a record with rec's epoch
+	// and generation already exists with other content. When Commit
+	// returns nil the epoch is committed; when it returns an error, HEAD
+	// did not move (though rec's record may have been written: nothing
+	// points at it, and no other record can take its name).
+	//
+	// rec.Prev, when set, must have a lower epoch and a generation no
+	// higher than gen. Retrying a Commit that succeeded, with the same
+	// record, returns nil while HEAD still points at it.
 	Commit(ctx context.Context, gen Generation, rec *Record) error
 
 	// Get reads a record by reference; ErrNotFound when there is none.
 	Get(ctx context.Context, pipeline string, ref Ref) (*Record, error)
 
 	// Rewind moves HEAD back to the record to, an ancestor of HEAD, when
-	// HEAD's epoch was lost at the destination. ErrFenced as for Commit.
+	// HEAD's epoch was lost at the destination; the zero Ref rewinds to
+	// before the first record (Claim then returns a nil record). It fails
+	// with ErrNotFound when to does not exist, with an error when it is not
+	// an ancestor, and with ErrFenced as Commit does. Rewinding to HEAD's
+	// own record does nothing.
 	Rewind(ctx context.Context, pipeline string, gen Generation, to Ref) error
 
 	// WriteFile writes a side file (quarantined records) under the
-	// pipeline's directory, replacing any file of that name. name is a
-	// slash-separated relative path.
+	// pipeline's directory, replacing any file of that name atomically.
+	// name is a slash-separated relative path; ErrBadName when a segment
+	// is empty, starts with '.' (so no ".."), or ends in ".lock", or when
+	// it would land in _checkpoints/.
 	WriteFile(ctx context.Context, pipeline, name string, data []byte) error
 
 	// Close releases the store's resources.
@@ -114,13 +140,16 @@ var (
 	// without touching the destination.
 	ErrFenced = errors.New("checkpoint: fenced by a newer generation")
 	// ErrConflict is returned by Commit when HEAD no longer points at the
-	// record's Prev although the generation is unchanged (two writers in
-	// one generation: a bug in the caller).
+	// record's Prev although the generation is unchanged, or when a record
+	// of the same epoch and generation exists with other content (two
+	// writers in one generation: a bug in the caller).
 	ErrConflict = errors.New("checkpoint: HEAD moved under the writer")
-	// ErrNotFound is returned by Get for a record that does not exist.
+	// ErrNotFound is returned by Get for a record that does not exist, and
+	// by Rewind for a target that does not.
 	ErrNotFound = errors.New("checkpoint: record not found")
 	// ErrBadName is returned for a pipeline name that cannot name a
-	// directory: empty, longer than 200 bytes, or with characters other
-	// than letters, digits, '-', '_' and '.'.
+	// directory: empty, longer than 200 bytes, with characters other than
+	// ASCII letters, digits, '-', '_' and '.', starting with '.' or ending
+	// in ".lock"; and by WriteFile for a side-file name it rejects.
 	ErrBadName = errors.New("checkpoint: invalid pipeline name")
 )
