@@ -1,0 +1,236 @@
+package parquet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"unicode/utf8"
+
+	pq "github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"gocloud.dev/blob"
+
+	"github.com/openetl/etl/sink"
+)
+
+// Compression is the codec of the Parquet files' column chunks.
+type Compression uint8
+
+const (
+	// Zstd is the default: ~3× smaller than Snappy on text-like data.
+	Zstd Compression = iota
+	Snappy
+	Gzip
+	Lz4Raw
+	// Uncompressed writes pages as they are.
+	Uncompressed
+)
+
+// String returns the codec's name.
+func (c Compression) String() string {
+	switch c {
+	case Zstd:
+		return "zstd"
+	case Snappy:
+		return "snappy"
+	case Gzip:
+		return "gzip"
+	case Lz4Raw:
+		return "lz4_raw"
+	case Uncompressed:
+		return "uncompressed"
+	}
+	return fmt.Sprintf("compression(%d)", uint8(c))
+}
+
+func (c Compression) codec() (compress.Compression, bool) {
+	switch c {
+	case Zstd:
+		return compress.Codecs.Zstd, true
+	case Snappy:
+		return compress.Codecs.Snappy, true
+	case Gzip:
+		return compress.Codecs.Gzip, true
+	case Lz4Raw:
+		return compress.Codecs.Lz4Raw, true
+	case Uncompressed:
+		return compress.Codecs.Uncompressed, true
+	}
+	return 0, false
+}
+
+// Defaults of Config.
+const (
+	DefaultRowGroupRows    = 131072
+	DefaultTargetFileBytes = 128 << 20
+)
+
+// Config configures a Destination.
+type Config struct {
+	// Bucket receives the files, manifests and fence markers. Required.
+	// The caller owns it and closes it after the last Writer is closed.
+	Bucket *blob.Bucket
+
+	// Prefix is prepended to every key the destination writes or reads;
+	// a "/" is appended when it is not empty and lacks one. Default ""
+	// (the bucket's root). Readers (ReadManifest, Streams) take the same
+	// prefix.
+	Prefix string
+
+	// Compression is the column chunks' codec. Default Zstd (the zero
+	// value).
+	Compression Compression
+
+	// RowGroupRows is the most rows in one row group. Each open file
+	// (one per stream per lane) buffers a whole row group in memory
+	// before writing it, so this bounds the memory a lane uses per
+	// stream. Default 131072.
+	RowGroupRows int64
+
+	// TargetFileBytes is the size past which a lane closes a stream's
+	// file and starts a new one. It is checked after each Write against
+	// the bytes already flushed, i.e. at row-group boundaries, so a file
+	// can exceed it by up to one row group. On S3, keep files under the
+	// 5 GiB limit of a server-side copy (Commit copies each file once).
+	// Default 128 MiB.
+	TargetFileBytes int64
+
+	// Logger receives lifecycle events (Recover, Commit) at Info and per
+	// file detail at Debug. It never receives row data. Default: discard.
+	Logger *slog.Logger
+}
+
+// Destination writes Parquet files to a bucket. It implements
+// sink.Destination and is safe for concurrent use.
+type Destination struct {
+	bucket      *blob.Bucket
+	prefix      string
+	props       *pq.WriterProperties
+	arrowProps  pqarrow.ArrowWriterProperties
+	targetBytes int64
+	log         *slog.Logger
+	versions    versions
+}
+
+var _ sink.Destination = (*Destination)(nil)
+
+// New returns a Destination writing to cfg.Bucket. It returns an error
+// for a nil bucket, an unknown compression or a negative size.
+func New(cfg Config) (*Destination, error) {
+	if cfg.Bucket == nil {
+		return nil, errors.New("parquet: Config.Bucket is nil")
+	}
+	codec, ok := cfg.Compression.codec()
+	if !ok {
+		return nil, fmt.Errorf("parquet: Config.Compression: unknown codec %d", uint8(cfg.Compression))
+	}
+	if cfg.RowGroupRows < 0 {
+		return nil, fmt.Errorf("parquet: Config.RowGroupRows is negative (%d)", cfg.RowGroupRows)
+	}
+	if cfg.TargetFileBytes < 0 {
+		return nil, fmt.Errorf("parquet: Config.TargetFileBytes is negative (%d)", cfg.TargetFileBytes)
+	}
+	if cfg.RowGroupRows == 0 {
+		cfg.RowGroupRows = DefaultRowGroupRows
+	}
+	if cfg.TargetFileBytes == 0 {
+		cfg.TargetFileBytes = DefaultTargetFileBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Destination{
+		bucket: cfg.Bucket,
+		prefix: normPrefix(cfg.Prefix),
+		props: pq.NewWriterProperties(
+			pq.WithCompression(codec),
+			pq.WithMaxRowGroupLength(cfg.RowGroupRows),
+			pq.WithCreatedBy("openetl sink/parquet"),
+		),
+		arrowProps:  pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()),
+		targetBytes: cfg.TargetFileBytes,
+		log:         cfg.Logger,
+		versions:    blobVersions{cfg.Bucket},
+	}, nil
+}
+
+// Class returns sink.StageAndApply.
+func (d *Destination) Class() sink.Class { return sink.StageAndApply }
+
+// Capabilities returns the zero Capabilities: files are appended, never
+// merged, and identifiers have no length limit.
+func (d *Destination) Capabilities() sink.Capabilities { return sink.Capabilities{} }
+
+// Writer returns the writer of one lane of pipeline. Each Writer gets a
+// random nonce that names its files, so writers of different attempts
+// never collide. ctx is not used beyond the call.
+func (d *Destination) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
+	if err := checkName("pipeline", pipeline); err != nil {
+		return nil, err
+	}
+	if lane < 0 {
+		return nil, fmt.Errorf("parquet: negative lane %d", lane)
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("parquet: writer nonce: %w", err)
+	}
+	return &writer{
+		d:        d,
+		pipeline: pipeline,
+		lane:     lane,
+		nonce:    hex.EncodeToString(b[:]),
+		open:     make(map[string]*openFile),
+		names:    make(map[string]bool),
+		hints:    make(map[string]uint64),
+	}, nil
+}
+
+func normPrefix(p string) string {
+	if p != "" && !strings.HasSuffix(p, "/") {
+		p += "/"
+	}
+	return p
+}
+
+// checkName rejects names that can't be one path segment of a key, and
+// stream names that would collide with the destination's own directories.
+func checkName(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("parquet: empty %s name", what)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("parquet: %s name %q is not valid UTF-8", what, s)
+	case s == "." || s == ".." || strings.ContainsAny(s, "/\\\x00"):
+		return fmt.Errorf("parquet: %s name %q can't be a path segment", what, s)
+	case what == "stream" && (s == stagingDir || s == openetlDir):
+		return fmt.Errorf("parquet: stream name %q is reserved", s)
+	}
+	return nil
+}
+
+const (
+	stagingDir = "_staging"
+	openetlDir = "_openetl"
+)
+
+func (d *Destination) stagingKey(pipeline, stream, nonce string, lane, n int) string {
+	return fmt.Sprintf("%s%s/%s/%s/%s-l%d-%d.parquet", d.prefix, stagingDir, pipeline, stream, nonce, lane, n)
+}
+
+func (d *Destination) finalKey(stream string, epoch uint64, lane, n int, nonce string) string {
+	return fmt.Sprintf("%s%s/data/%020d-l%d-%d-%s.parquet", d.prefix, stream, epoch, lane, n, nonce)
+}
+
+func (d *Destination) fenceDir(pipeline string) string {
+	return d.prefix + openetlDir + "/" + pipeline + "/fence/"
+}
+
+func manifestDir(prefix, stream string) string {
+	return prefix + stream + "/_manifest/"
+}
