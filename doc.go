@@ -1,0 +1,58 @@
+// Package etl moves data from operational systems into analytical ones
+// with a delivery guarantee per stream: exactly once where the source can
+// replay exactly and the destination can stage and apply.
+//
+// A pipeline is built from typed values: a source (package source and its
+// connectors), a destination (package sink and its connectors) and a
+// checkpoint store (package checkpoint). Build checks everything once and
+// returns an immutable *Pipeline:
+//
+//	src, _ := faker.New(faker.Config{Rows: 100_000})
+//	bucket, _ := fileblob.OpenBucket("/data/tables", nil)
+//	dst, _ := parquet.New(parquet.Config{Bucket: bucket})
+//	store, _ := checkpoint.OpenDir("/data/checkpoints")
+//
+//	p, err := etl.NewPipeline("orders").
+//		From(src).
+//		To(dst).
+//		Checkpoints(store).
+//		Build()
+//	if err != nil {
+//		return err // names every part at fault
+//	}
+//	res, err := p.Sync(ctx) // or: err = p.Run(ctx)
+//
+// # How a sync commits
+//
+// The source's splits emit records and resume points. The runner hands
+// records in batches to the engine (a Rust library reached through cgo,
+// one call per batch), which infers each stream's schema, turns the
+// records into Arrow and sets malformed ones aside (quarantine, with a
+// reason). Writer lanes hand the Arrow batches to the destination.
+//
+// Data is committed in epochs. A barrier placed right after every split's
+// resume point closes an epoch: each writer makes its data durable but
+// invisible (PreCommit), the runner writes a checkpoint record with the
+// splits' resume states and the writers' committables, and moves the
+// checkpoint HEAD to it with a compare-and-swap — the commit point. Only
+// then does the destination make the epoch visible (Commit, idempotent).
+// A crash at any point is repaired by the next attempt: it claims the
+// pipeline, asks the destination whether HEAD's epoch was applied, applies
+// it if not, and resumes reading from HEAD's resume states.
+//
+// # Attempts and fencing
+//
+// Each Sync or Run is an attempt that claims the pipeline with the next
+// generation number. An older attempt still running — a second copy
+// started by mistake, a process that was presumed dead — gets
+// checkpoint.ErrFenced at its next commit and stops without committing;
+// IsFenced tells a host not to restart it.
+//
+// # Metadata columns
+//
+// Every row written carries _openetl_id (a hash of stream, key or payload,
+// and seq: the same version of a record always has the same ID),
+// _openetl_op (insert, update, delete), _openetl_seq (the version's
+// position in the source) and _openetl_synced_at (when it was processed,
+// UTC). See package engine for the ID's definition and test vectors.
+package etl

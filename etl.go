@@ -1,0 +1,175 @@
+package etl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/engine"
+	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/source"
+)
+
+// Builder collects a pipeline's parts. Each method records its argument
+// and returns the builder; nothing is checked until Build. A Builder is
+// not safe for concurrent use; build once and share the *Pipeline.
+type Builder struct {
+	cfg pipeline.Config
+}
+
+// NewPipeline starts building the pipeline called name. The name keys the
+// pipeline's checkpoints: two pipelines with the same name and store are
+// the same pipeline (and fence each other). It must be 1-200 letters,
+// digits, '-', '_' or '.', not starting with '.'.
+func NewPipeline(name string) *Builder {
+	return &Builder{cfg: pipeline.Config{Name: name}}
+}
+
+// From sets the source. Required.
+func (b *Builder) From(src source.Source) *Builder { b.cfg.Source = src; return b }
+
+// To sets the destination. Required.
+func (b *Builder) To(dst sink.Destination) *Builder { b.cfg.Destination = dst; return b }
+
+// Checkpoints sets the checkpoint store. Required; checkpoint.Open makes
+// one from a URL (file:///dir, mem://).
+func (b *Builder) Checkpoints(store checkpoint.Store) *Builder { b.cfg.Store = store; return b }
+
+// Streams selects the streams to read by name; default every stream of
+// the source's catalog. Each sync checks they exist.
+func (b *Builder) Streams(names ...string) *Builder {
+	b.cfg.Streams = append([]string(nil), names...)
+	return b
+}
+
+// Lanes sets the number of writer lanes, each with its own destination
+// Writer; rows are routed to lanes by a hash of their key. Default 1.
+func (b *Builder) Lanes(n int) *Builder { b.cfg.Lanes = n; return b }
+
+// EpochEvery sets when barriers are placed: every interval (default 10s)
+// and whenever bytes of payload were read since the last one (default
+// 256 MiB), whichever comes first. Each barrier commits an epoch. Zero
+// keeps a default.
+func (b *Builder) EpochEvery(interval time.Duration, bytes int64) *Builder {
+	b.cfg.EpochInterval, b.cfg.EpochBytes = interval, bytes
+	return b
+}
+
+// BatchSize bounds the raw batches handed to the engine: rows (default
+// 8192) and bytes (default 4 MiB). Zero keeps a default.
+func (b *Builder) BatchSize(rows, bytes int) *Builder {
+	b.cfg.BatchRows, b.cfg.BatchBytes = rows, bytes
+	return b
+}
+
+// CommitRetries sets how often a failed destination commit is retried
+// (default 5) and the first backoff (default 200ms, doubling). When
+// retries run out the attempt fails; the next one applies the epoch.
+func (b *Builder) CommitRetries(n int, backoff time.Duration) *Builder {
+	b.cfg.CommitRetries, b.cfg.CommitBackoff = n, backoff
+	return b
+}
+
+// StopTimeout bounds Run's final checkpoint after its context is
+// cancelled; default 30s.
+func (b *Builder) StopTimeout(d time.Duration) *Builder { b.cfg.StopTimeout = d; return b }
+
+// MaxDocumentBytes sets the largest record payload accepted; larger ones
+// are quarantined as too_large. Default 16 MiB.
+func (b *Builder) MaxDocumentBytes(n int) *Builder { b.cfg.MaxDocumentBytes = n; return b }
+
+// Logger sets the logger: lifecycle at Info, retries at Warn, per-epoch
+// detail at Debug; never row data. Default: discard.
+func (b *Builder) Logger(l *slog.Logger) *Builder { b.cfg.Logger = l; return b }
+
+// OnProgress sets a callback called after every committed epoch and about
+// once a second while a sync runs, from one goroutine of the runner at a
+// time. It must return quickly.
+func (b *Builder) OnProgress(f func(Progress)) *Builder { b.cfg.OnProgress = f; return b }
+
+// Build checks the configuration once and returns an immutable Pipeline.
+// Its error joins one error per problem, each naming the part or option
+// at fault. It never panics.
+func (b *Builder) Build() (p *Pipeline, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			p, err = nil, fmt.Errorf("etl: pipeline %q: build: %v", b.cfg.Name, v)
+		}
+	}()
+	cfg := b.cfg
+	cfg.Streams = append([]string(nil), cfg.Streams...)
+	errs := []error{cfg.Validate()}
+	eng, engErr := engine.New(engine.Config{})
+	if engErr != nil {
+		errs = append(errs, fmt.Errorf("engine: %w", engErr))
+	} else {
+		eng.Close()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, &BuildError{Pipeline: cfg.Name, Err: err}
+	}
+	return &Pipeline{cfg: cfg}, nil
+}
+
+// BuildError is returned by Build. Err joins one error per problem;
+// errors.Is finds sentinels such as engine.ErrUnavailable in it.
+type BuildError struct {
+	Pipeline string
+	Err      error
+}
+
+func (e *BuildError) Error() string {
+	return fmt.Sprintf("etl: pipeline %q: %v", e.Pipeline, e.Err)
+}
+
+func (e *BuildError) Unwrap() error { return e.Err }
+
+// Pipeline is a built pipeline. It is immutable and safe for concurrent
+// use; each Sync or Run is one attempt, which claims the pipeline in its
+// checkpoint store and fences any older attempt still running, in this
+// process or another.
+type Pipeline struct {
+	cfg pipeline.Config
+}
+
+// Name returns the pipeline's name.
+func (p *Pipeline) Name() string { return p.cfg.Name }
+
+// Result is what a Sync did: per-stream counts (read = written +
+// quarantined), the epochs it committed and the last epoch.
+type Result = pipeline.Result
+
+// Progress is a snapshot passed to the OnProgress callback.
+type Progress = pipeline.Progress
+
+// Sync reads every stream to the source's end as of the start, commits
+// what it read in one or more epochs, and returns the counts. It resumes
+// from the pipeline's last checkpoint, so calling it again reads only
+// what is new. Cancelling ctx abandons the sync: what was committed
+// stays, the rest is read again next time. If a newer attempt claims the
+// pipeline meanwhile, Sync stops with an error wrapping
+// checkpoint.ErrFenced without committing anything more.
+func (p *Pipeline) Sync(ctx context.Context) (Result, error) {
+	return pipeline.Sync(ctx, p.cfg)
+}
+
+// Run reads continuously, committing an epoch at each barrier (see
+// EpochEvery), until ctx is cancelled; it then places a final barrier,
+// commits it (within StopTimeout) and returns nil. It returns an error if
+// the attempt fails, wrapping checkpoint.ErrFenced when a newer attempt
+// took the pipeline over. A host restarts Run after an error at its own
+// pace; each start recovers from the last checkpoint.
+func (p *Pipeline) Run(ctx context.Context) error {
+	return pipeline.Run(ctx, p.cfg)
+}
+
+// IsFenced reports whether err means a newer attempt of the same pipeline
+// took over: the attempt that returned it is a zombie and should not be
+// retried by the host.
+func IsFenced(err error) bool {
+	return errors.Is(err, checkpoint.ErrFenced) || errors.Is(err, sink.ErrFenced)
+}

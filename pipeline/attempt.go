@@ -1,0 +1,301 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/engine"
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/source"
+)
+
+// Errors returned by attempts.
+var (
+	// ErrLost is returned when the destination reports the checkpoint
+	// HEAD's epoch lost and the log has no earlier record to rewind to.
+	ErrLost = errors.New("pipeline: the last committed epoch is lost at the destination and cannot be rewound")
+)
+
+type runner struct {
+	cfg     Config
+	bounded bool
+	start   time.Time
+
+	gen        checkpoint.Generation
+	head       *checkpoint.Record
+	firstEpoch uint64
+
+	streamSet map[string]bool
+	splits    []source.Split
+	pumps     []*pump
+	eng       engine.Engine
+	writers   []sink.Writer
+
+	toEngine  chan pumpMsg
+	toLanes   []chan laneMsg
+	toCommit  chan commitMsg
+	alignedCh chan uint64
+	commitCh  chan committed
+	budget    chan struct{}
+	barriers  barrierControl
+
+	readRecords atomic.Int64
+	epochBytes  atomic.Int64
+	batchPool   sync.Pool
+}
+
+type committed struct {
+	epoch  uint64
+	counts map[string]checkpoint.Counts // this attempt, cumulative
+	totals map[string]checkpoint.Counts
+}
+
+func (r *runner) getBatch(stream string) *engine.RawBatch {
+	b, _ := r.batchPool.Get().(*engine.RawBatch)
+	if b == nil {
+		b = new(engine.RawBatch)
+	}
+	b.Reset()
+	b.Stream = stream
+	return b
+}
+
+func (r *runner) putBatch(b *engine.RawBatch) { r.batchPool.Put(b) }
+
+func (r *runner) signalBudget() {
+	select {
+	case r.budget <- struct{}{}:
+	default:
+	}
+}
+
+// Sync runs one bounded attempt: it reads every split to the source's end
+// as of the start, commits and returns. Cancelling ctx abandons the
+// attempt: nothing after the last committed epoch is kept.
+func Sync(ctx context.Context, cfg Config) (Result, error) {
+	return attempt(ctx, cfg, true)
+}
+
+// Run runs one continuous attempt until ctx is cancelled, then places a
+// final barrier, commits it within StopTimeout and returns nil. It returns
+// an error when the attempt fails, including checkpoint.ErrFenced when a
+// newer attempt took the pipeline over.
+func Run(ctx context.Context, cfg Config) error {
+	_, err := attempt(ctx, cfg, false)
+	return err
+}
+
+func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	cfg = cfg.withDefaults()
+	r := &runner{cfg: cfg, bounded: bounded, start: cfg.Now()}
+	log := cfg.Logger.With("pipeline", cfg.Name)
+
+	// Work that must finish a clean stop outlives the caller's context in
+	// Run; a Sync is abandoned with it.
+	workParent := ctx
+	if !bounded {
+		workParent = context.WithoutCancel(ctx)
+	}
+	work, cancelWork := context.WithCancelCause(workParent)
+	defer cancelWork(nil)
+
+	r.gen, r.head, err = cfg.Store.Claim(work, cfg.Name)
+	if err != nil {
+		return Result{}, fmt.Errorf("checkpoints: claim %q: %w", cfg.Name, err)
+	}
+	log = log.With("generation", uint64(r.gen))
+	log.Info("attempt started", "bounded", bounded, "resume_epoch", headEpoch(r.head))
+
+	catalog, err := cfg.Source.Discover(work)
+	if err != nil {
+		return Result{}, fmt.Errorf("source: discover: %w", err)
+	}
+	streams, err := selectStreams(catalog, cfg.Streams)
+	if err != nil {
+		return Result{}, err
+	}
+	r.streamSet = map[string]bool{}
+	for _, s := range streams {
+		r.streamSet[s] = true
+	}
+
+	defer func() { r.closeWriters(log) }()
+	for lane := 0; lane < cfg.Lanes; lane++ {
+		w, err := cfg.Destination.Writer(work, cfg.Name, lane)
+		if err != nil {
+			return Result{}, fmt.Errorf("destination: writer for lane %d: %w", lane, err)
+		}
+		r.writers = append(r.writers, w)
+	}
+	if err := r.recover(work, log); err != nil {
+		return Result{}, err
+	}
+	r.firstEpoch = headEpoch(r.head) + 1
+
+	var state []byte
+	if r.head != nil {
+		state = r.head.Engine
+	}
+	r.eng, err = cfg.NewEngine(engine.Config{Lanes: cfg.Lanes, MaxDocumentBytes: cfg.MaxDocumentBytes, State: state})
+	if err != nil {
+		return Result{}, fmt.Errorf("engine: %w", err)
+	}
+	defer r.eng.Close()
+
+	resume := map[source.SplitID][]byte{}
+	if r.head != nil {
+		for id, st := range r.head.Resume {
+			resume[source.SplitID(id)] = st
+		}
+	}
+	r.splits, err = cfg.Source.Open(work, streams, resume)
+	if err != nil {
+		return Result{}, fmt.Errorf("source: open: %w", err)
+	}
+	if len(r.splits) == 0 {
+		return Result{}, fmt.Errorf("source: open returned no splits for streams %v", streams)
+	}
+	return r.pipeline(ctx, work, cancelWork, resume, log)
+}
+
+func headEpoch(h *checkpoint.Record) uint64 {
+	if h == nil {
+		return 0
+	}
+	return h.Epoch
+}
+
+func selectStreams(c source.Catalog, want []string) ([]string, error) {
+	if len(c.Streams) == 0 {
+		return nil, errors.New("source: catalog has no streams")
+	}
+	var errs []error
+	seen := map[string]bool{}
+	all := make([]string, 0, len(c.Streams))
+	for _, s := range c.Streams {
+		if !validStreamName(s.Name) || seen[s.Name] {
+			errs = append(errs, fmt.Errorf("source: catalog stream name %q is empty, repeated, longer than 200 bytes, or has '/', '\\', a leading '.' or '_', or a control character", s.Name))
+		}
+		seen[s.Name] = true
+		all = append(all, s.Name)
+	}
+	if len(want) == 0 {
+		return all, errors.Join(errs...)
+	}
+	for _, w := range want {
+		if !seen[w] {
+			errs = append(errs, fmt.Errorf("streams: %q is not in the source's catalog", w))
+		}
+	}
+	return want, errors.Join(errs...)
+}
+
+// validStreamName reports whether a stream name can name directories and
+// objects at destinations and in the checkpoint store.
+func validStreamName(n string) bool {
+	if n == "" || len(n) > 200 || n[0] == '.' || n[0] == '_' {
+		return false
+	}
+	for _, c := range n {
+		if c == '/' || c == '\\' || c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// recover raises the destination's fence and makes sure HEAD's epoch is
+// applied, rewinding the log past epochs the destination lost.
+func (r *runner) recover(ctx context.Context, log *slog.Logger) error {
+	for {
+		out, err := r.writers[0].Recover(ctx, r.gen, r.head)
+		if err != nil {
+			return fmt.Errorf("destination: recover: %w", err)
+		}
+		switch out {
+		case sink.Applied:
+			return nil
+		case sink.Recoverable:
+			log.Info("applying the last committed epoch", "epoch", r.head.Epoch)
+			return r.commitDest(ctx, r.head.Epoch, r.head.Committables, log)
+		case sink.Lost:
+			if r.head.Prev == nil {
+				return fmt.Errorf("%w (epoch %d)", ErrLost, r.head.Epoch)
+			}
+			log.Warn("rewinding past a lost epoch", "epoch", r.head.Epoch, "to", r.head.Prev.Epoch)
+			if err := r.cfg.Store.Rewind(ctx, r.cfg.Name, r.gen, *r.head.Prev); err != nil {
+				return fmt.Errorf("checkpoints: rewind: %w", err)
+			}
+			if r.head, err = r.cfg.Store.Get(ctx, r.cfg.Name, *r.head.Prev); err != nil {
+				return fmt.Errorf("checkpoints: read record after rewind: %w", err)
+			}
+		default:
+			return fmt.Errorf("destination: recover returned unknown outcome %v", out)
+		}
+	}
+}
+
+// commitDest calls Commit on lane 0 with retries and backoff.
+func (r *runner) commitDest(ctx context.Context, epoch uint64, cs [][]byte, log *slog.Logger) error {
+	committables := make([]sink.Committable, len(cs))
+	for i, c := range cs {
+		committables[i] = c
+	}
+	backoff := r.cfg.CommitBackoff
+	var err error
+	for try := 0; ; try++ {
+		err = r.writers[0].Commit(ctx, epoch, committables)
+		if err == nil || errors.Is(err, sink.ErrFenced) || try >= r.cfg.CommitRetries {
+			break
+		}
+		log.Warn("destination commit failed; retrying", "epoch", epoch, "try", try+1, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		backoff *= 2
+	}
+	if err != nil {
+		return fmt.Errorf("destination: commit epoch %d: %w", epoch, err)
+	}
+	return nil
+}
+
+func (r *runner) closeWriters(log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.StopTimeout)
+	defer cancel()
+	for i, w := range r.writers {
+		if err := w.Close(ctx); err != nil {
+			log.Warn("closing writer", "lane", i, "err", err)
+		}
+	}
+}
+
+// resumeMap builds a record's resume states: the head's, overlaid with
+// this epoch's per split.
+func (r *runner) resumeMap(base map[string][]byte, states [][]byte) map[string][]byte {
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string][]byte{}
+	}
+	for i, st := range states {
+		id := string(r.pumps[i].id)
+		if st == nil {
+			delete(out, id)
+		} else {
+			out[id] = st
+		}
+	}
+	return out
+}

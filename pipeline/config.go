@@ -1,0 +1,207 @@
+// Package pipeline is the runner: it reads a source's splits, turns their
+// records into Arrow through the engine, writes them through a
+// destination's writer lanes and commits them in epochs through the
+// checkpoint log. Package etl wraps it in a builder; most users never
+// import this package.
+//
+// One attempt (Sync or Run) runs these goroutines:
+//
+//	pump (one per split) ──raw batches, barriers──▶ engine ──Arrow──▶ writer lanes
+//	                                                  │                   │ PreCommit(N)
+//	                                                  ▼                   ▼
+//	                                  coordinator ◀── commit goroutine: record N, CAS HEAD,
+//	                                                                   Commit(N) on lane 0, Ack(N-1)
+//
+// Barriers are aligned: a split that has placed barrier N emits nothing more
+// until every split has placed it, so each epoch holds exactly the records
+// between two sets of resume points.
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/engine"
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/source"
+)
+
+// Config is everything an attempt needs. The zero values of the optional
+// fields select the documented defaults.
+type Config struct {
+	Name        string
+	Source      source.Source
+	Destination sink.Destination
+	Store       checkpoint.Store
+	// Streams selects streams by name; nil reads every stream in the
+	// catalog.
+	Streams []string
+	// Lanes is the number of writer lanes; default 1.
+	Lanes int
+	// BatchRows and BatchBytes bound a raw batch handed to the engine;
+	// defaults 8192 rows and 4 MiB.
+	BatchRows  int
+	BatchBytes int
+	// EpochInterval places a barrier this long after the previous one;
+	// default 10s.
+	EpochInterval time.Duration
+	// EpochBytes places a barrier once this many payload bytes were read
+	// since the previous one; default 256 MiB.
+	EpochBytes int64
+	// CommitRetries is how often a failed destination Commit is retried,
+	// with exponential backoff from CommitBackoff, before the attempt fails
+	// (the next attempt recovers the epoch); defaults 5 and 200ms.
+	CommitRetries int
+	CommitBackoff time.Duration
+	// StopTimeout bounds the final checkpoint of Run after its context is
+	// cancelled; default 30s.
+	StopTimeout time.Duration
+	// MaxDocumentBytes is passed to the engine; default 16 MiB.
+	MaxDocumentBytes int
+	// Logger receives lifecycle (Info), retries (Warn) and per-epoch
+	// (Debug) logs; default discard.
+	Logger *slog.Logger
+	// OnProgress is called after every committed epoch and about once a
+	// second while reading, from a goroutine of the runner; it must not
+	// block for long.
+	OnProgress func(Progress)
+	// NewEngine makes the engine; default engine.New.
+	NewEngine func(engine.Config) (engine.Engine, error)
+	// Now is the clock for _openetl_synced_at and record times; default
+	// time.Now.
+	Now func() time.Time
+}
+
+// Progress is a snapshot of a running attempt.
+type Progress struct {
+	Generation checkpoint.Generation
+	// Epoch is the last committed epoch (0 before the first).
+	Epoch uint64
+	// Read counts records read in this attempt so far, committed or not.
+	Read int64
+	// Committed counts this attempt's committed rows per stream.
+	Committed map[string]checkpoint.Counts
+	// Elapsed since the attempt started.
+	Elapsed time.Duration
+}
+
+// Result is what an attempt did.
+type Result struct {
+	Generation checkpoint.Generation
+	// Epoch is the last committed epoch, from this attempt or, when it
+	// committed nothing, the one it resumed from.
+	Epoch uint64
+	// Epochs is how many epochs this attempt committed.
+	Epochs int
+	// Streams counts this attempt's committed rows per stream.
+	Streams map[string]checkpoint.Counts
+	// Totals counts committed rows per stream over the pipeline's life.
+	Totals map[string]checkpoint.Counts
+}
+
+const (
+	defaultBatchRows     = 8192
+	defaultBatchBytes    = 4 << 20
+	defaultEpochInterval = 10 * time.Second
+	defaultEpochBytes    = 256 << 20
+	defaultCommitRetries = 5
+	defaultCommitBackoff = 200 * time.Millisecond
+	defaultStopTimeout   = 30 * time.Second
+	maxLanes             = 256
+)
+
+// Validate reports every problem with c, each naming the field at fault,
+// joined into one error.
+func (c *Config) Validate() error {
+	var errs []error
+	if !ValidName(c.Name) {
+		errs = append(errs, fmt.Errorf("name %q: use 1-200 letters, digits, '-', '_' or '.', not starting with '.'", c.Name))
+	}
+	if c.Source == nil {
+		errs = append(errs, errors.New("source: missing (call From)"))
+	}
+	if c.Destination == nil {
+		errs = append(errs, errors.New("destination: missing (call To)"))
+	}
+	if c.Store == nil {
+		errs = append(errs, errors.New("checkpoints: missing store (call Checkpoints)"))
+	}
+	if c.Lanes < 0 || c.Lanes > maxLanes {
+		errs = append(errs, fmt.Errorf("lanes: %d out of range 1..%d", c.Lanes, maxLanes))
+	}
+	if c.BatchRows < 0 || c.BatchBytes < 0 {
+		errs = append(errs, errors.New("batch size: negative"))
+	}
+	if c.EpochInterval < 0 {
+		errs = append(errs, fmt.Errorf("epoch interval: negative (%v)", c.EpochInterval))
+	}
+	if c.EpochBytes < 0 {
+		errs = append(errs, fmt.Errorf("epoch bytes: negative (%d)", c.EpochBytes))
+	}
+	if c.CommitRetries < 0 || c.CommitBackoff < 0 || c.StopTimeout < 0 {
+		errs = append(errs, errors.New("commit retries, backoff and stop timeout: negative"))
+	}
+	seen := map[string]bool{}
+	for _, s := range c.Streams {
+		if s == "" || seen[s] {
+			errs = append(errs, fmt.Errorf("streams: %q empty or repeated", s))
+		}
+		seen[s] = true
+	}
+	return errors.Join(errs...)
+}
+
+// ValidName reports whether name can name a pipeline: 1-200 bytes of
+// letters, digits, '-', '_' and '.', not starting with '.'.
+func ValidName(name string) bool {
+	if name == "" || len(name) > 200 || name[0] == '.' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func (c Config) withDefaults() Config {
+	if c.Lanes == 0 {
+		c.Lanes = 1
+	}
+	if c.BatchRows == 0 {
+		c.BatchRows = defaultBatchRows
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = defaultBatchBytes
+	}
+	if c.EpochInterval == 0 {
+		c.EpochInterval = defaultEpochInterval
+	}
+	if c.EpochBytes == 0 {
+		c.EpochBytes = defaultEpochBytes
+	}
+	if c.CommitRetries == 0 {
+		c.CommitRetries = defaultCommitRetries
+	}
+	if c.CommitBackoff == 0 {
+		c.CommitBackoff = defaultCommitBackoff
+	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = defaultStopTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.NewEngine == nil {
+		c.NewEngine = engine.New
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}

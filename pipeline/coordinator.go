@@ -1,0 +1,332 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/source"
+)
+
+// pipeline starts the stages and coordinates barriers until the attempt
+// ends. ctx is the caller's; work is the attempt's.
+func (r *runner) pipeline(ctx, work context.Context, cancelWork context.CancelCauseFunc, resume map[source.SplitID][]byte, log *slog.Logger) (Result, error) {
+	cfg := r.cfg
+	r.toEngine = make(chan pumpMsg, 4)
+	r.toLanes = make([]chan laneMsg, cfg.Lanes)
+	for i := range r.toLanes {
+		r.toLanes[i] = make(chan laneMsg, 4)
+	}
+	r.toCommit = make(chan commitMsg, 2*cfg.Lanes+4)
+	r.alignedCh = make(chan uint64, 1)
+	r.commitCh = make(chan committed, 1)
+	r.budget = make(chan struct{}, 1)
+
+	splitCtx, cancelSplits := context.WithCancelCause(work)
+	defer cancelSplits(nil)
+	errCh := make(chan error, len(r.splits)+cfg.Lanes+2)
+	var wg sync.WaitGroup
+	fail := func(err error) {
+		if err != nil {
+			errCh <- err
+		}
+	}
+
+	seen := map[source.SplitID]bool{}
+	for i, sp := range r.splits {
+		id := sp.ID()
+		if id == "" || seen[id] {
+			return Result{}, fmt.Errorf("source: split ID %q empty or repeated", id)
+		}
+		seen[id] = true
+		r.pumps = append(r.pumps, newPump(r, i, id, resume[id], splitCtx))
+	}
+	splitsDone := make(chan struct{})
+	var doneWG sync.WaitGroup
+	for i, sp := range r.splits {
+		p := r.pumps[i]
+		wg.Add(1)
+		doneWG.Add(1)
+		go func() {
+			defer wg.Done()
+			err := sp.Read(splitCtx, p, r.bounded)
+			switch {
+			case err == nil:
+				fail(p.finish())
+				doneWG.Done()
+			case errors.Is(err, source.ErrStopping), splitCtx.Err() != nil:
+				// Stopping: the split's records after its last barrier
+				// are read again by the next attempt.
+			default:
+				fail(fmt.Errorf("source: split %q: %w", p.id, err))
+			}
+		}()
+	}
+	go func() { doneWG.Wait(); close(splitsDone) }()
+
+	wg.Add(2 + cfg.Lanes)
+	go func() { defer wg.Done(); fail(r.runEngine(work)) }()
+	for lane := range cfg.Lanes {
+		go func() { defer wg.Done(); fail(r.runLane(work, lane)) }()
+	}
+	commitDone := make(chan struct{})
+	go func() { defer wg.Done(); defer close(commitDone); fail(r.runCommit(work, log)) }()
+
+	res, err := r.coordinate(ctx, errCh, splitsDone, log)
+	if err != nil {
+		cancelWork(err)
+	} else {
+		cancelWork(nil)
+	}
+	cancelSplits(nil)
+	wg.Wait()
+	if err != nil {
+		if errors.Is(err, checkpoint.ErrFenced) || errors.Is(err, sink.ErrFenced) {
+			log.Warn("attempt fenced by a newer generation", "err", err)
+		} else {
+			log.Warn("attempt failed", "err", err)
+		}
+		return res, err
+	}
+	log.Info("attempt finished", "epoch", res.Epoch, "epochs", res.Epochs)
+	return res, nil
+}
+
+// coordinate requests barriers and decides when the attempt ends.
+func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone chan struct{}, log *slog.Logger) (Result, error) {
+	cfg := r.cfg
+	res := Result{Generation: r.gen, Epoch: r.firstEpoch - 1, Streams: map[string]checkpoint.Counts{}}
+	if r.head != nil {
+		res.Totals = maps.Clone(r.head.Totals)
+	}
+	next := r.firstEpoch
+	inflight := false // a barrier is requested and not yet aligned
+	stopping := false // the attempt ends after the final barrier
+	var final uint64  // last epoch of the attempt, once known
+	finalKnown := false
+	lastBarrierRead := int64(0)
+	interval := time.NewTicker(cfg.EpochInterval)
+	defer interval.Stop()
+	idle := time.NewTicker(50 * time.Millisecond)
+	defer idle.Stop()
+	progress := time.NewTicker(time.Second)
+	defer progress.Stop()
+	// Cancelling Run's context stops it cleanly; cancelling Sync's
+	// abandons it.
+	stopCh, abortCh := ctx.Done(), (<-chan struct{})(nil)
+	if r.bounded {
+		stopCh, abortCh = nil, ctx.Done()
+	}
+	var stopTimer <-chan time.Time
+
+	request := func(isFinal bool) {
+		lastBarrierRead = r.readRecords.Load()
+		r.epochBytes.Store(0)
+		r.barriers.request(next, isFinal)
+		inflight = true
+		log.Debug("barrier requested", "epoch", next, "final", isFinal)
+		if isFinal {
+			final, finalKnown = next, true
+		}
+		r.placeIdle(errCh)
+	}
+	// beginStop asks for the final barrier, or settles for the epochs
+	// already requested when nothing was read since.
+	beginStop := func() {
+		stopping = true
+		if inflight {
+			return // decided when the in-flight barrier aligns
+		}
+		if r.readRecords.Load() > lastBarrierRead {
+			request(true)
+		} else {
+			final, finalKnown = next-1, true
+			r.stopSplits()
+		}
+	}
+	report := func() {
+		if cfg.OnProgress != nil {
+			cfg.OnProgress(Progress{Generation: r.gen, Epoch: res.Epoch, Read: r.readRecords.Load(),
+				Committed: maps.Clone(res.Streams), Elapsed: cfg.Now().Sub(r.start)})
+		}
+	}
+	for {
+		if finalKnown && res.Epoch >= final {
+			report()
+			return res, nil
+		}
+		select {
+		case err := <-errCh:
+			return res, err
+		case <-abortCh:
+			return res, context.Cause(ctx)
+		case <-stopCh:
+			stopCh = nil
+			stopTimer = time.After(cfg.StopTimeout)
+			log.Info("stopping: placing the final checkpoint")
+			if !stopping {
+				beginStop()
+			}
+		case <-stopTimer:
+			return res, fmt.Errorf("pipeline: final checkpoint not committed within %v", cfg.StopTimeout)
+		case <-splitsDone:
+			splitsDone = nil
+			if !stopping {
+				beginStop()
+			}
+		case <-interval.C:
+			if !inflight && !stopping && r.readRecords.Load() > lastBarrierRead {
+				request(false)
+			}
+		case <-r.budget:
+			if !inflight && !stopping {
+				request(false)
+			}
+		case <-idle.C:
+			if inflight {
+				r.placeIdle(errCh)
+			}
+		case <-progress.C:
+			report()
+		case epoch := <-r.alignedCh:
+			inflight = false
+			next = epoch + 1
+			if stopping && !finalKnown {
+				beginStop()
+			}
+		case c := <-r.commitCh:
+			res.Epoch, res.Streams, res.Totals = c.epoch, c.counts, c.totals
+			res.Epochs++
+			report()
+		}
+	}
+}
+
+func (r *runner) placeIdle(errCh chan error) {
+	for _, p := range r.pumps {
+		if err := p.placeIdle(); err != nil {
+			select {
+			case errCh <- err:
+			default:
+			}
+			return
+		}
+	}
+}
+
+// stopSplits makes every split's next emit return source.ErrStopping.
+func (r *runner) stopSplits() {
+	for _, p := range r.pumps {
+		p.mu.Lock()
+		p.stopped = true
+		p.mu.Unlock()
+	}
+}
+
+// runCommit commits epochs in order: it writes the checkpoint record and
+// moves HEAD (the commit point), applies the epoch at the destination on
+// lane 0 and acknowledges the previous epoch's positions to the source.
+func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
+	infos := map[uint64]*epochInfo{}
+	lanes := map[uint64][][]byte{}
+	got := map[uint64]int{}
+	next := r.firstEpoch
+	prev := r.head
+	var prevRef *checkpoint.Ref
+	var resume map[string][]byte
+	var totals map[string]checkpoint.Counts
+	if prev != nil {
+		ref := prev.Ref()
+		prevRef, resume, totals = &ref, prev.Resume, prev.Totals
+	}
+	ackStates := resume
+	counts := map[string]checkpoint.Counts{}
+	acker, _ := r.cfg.Source.(source.Acker)
+	for {
+		var m commitMsg
+		select {
+		case m = <-r.toCommit:
+		case <-ctx.Done():
+			return nil
+		}
+		if m.info != nil {
+			infos[m.epoch] = m.info
+		} else {
+			if lanes[m.epoch] == nil {
+				lanes[m.epoch] = make([][]byte, r.cfg.Lanes)
+			}
+			lanes[m.epoch][m.lane] = m.c
+			got[m.epoch]++
+		}
+		for infos[next] != nil && got[next] == r.cfg.Lanes {
+			info, cs := infos[next], lanes[next]
+			delete(infos, next)
+			delete(lanes, next)
+			delete(got, next)
+			rec := &checkpoint.Record{
+				Pipeline: r.cfg.Name, Epoch: next, Generation: r.gen, Prev: prevRef,
+				Time: r.cfg.Now().UTC(), Resume: r.resumeMap(resume, info.states),
+				Engine: info.engine, Committables: cs, Counts: info.counts,
+				Totals: addCounts(totals, info.counts),
+			}
+			for stream, lines := range info.quarantine {
+				name := fmt.Sprintf("_quarantine/%s/%020d-%020d.jsonl", stream, next, r.gen)
+				if err := r.cfg.Store.WriteFile(ctx, r.cfg.Name, name, lines); err != nil {
+					return fmt.Errorf("checkpoints: write quarantine file: %w", err)
+				}
+				rec.Files = append(rec.Files, checkpoint.File{Kind: "quarantine", Stream: stream, Path: name, Rows: info.counts[stream].Quarantined})
+			}
+			if err := r.cfg.Store.Commit(ctx, r.gen, rec); err != nil {
+				return fmt.Errorf("checkpoints: commit epoch %d: %w", next, err)
+			}
+			log.Debug("epoch committed", "epoch", next)
+			if err := r.commitDest(ctx, next, cs, log); err != nil {
+				return err
+			}
+			if acker != nil && len(ackStates) > 0 {
+				if err := acker.Ack(ctx, splitIDs(ackStates)); err != nil {
+					log.Warn("source ack failed; retried with the next epoch", "epoch", next-1, "err", err)
+				}
+			}
+			ackStates = rec.Resume
+			ref := rec.Ref()
+			prevRef, resume, totals = &ref, rec.Resume, rec.Totals
+			counts = addCounts(counts, info.counts)
+			select {
+			case r.commitCh <- committed{epoch: next, counts: maps.Clone(counts), totals: maps.Clone(totals)}:
+			case <-ctx.Done():
+				return nil
+			}
+			next++
+		}
+	}
+}
+
+func addCounts(a, b map[string]checkpoint.Counts) map[string]checkpoint.Counts {
+	out := maps.Clone(a)
+	if out == nil {
+		out = map[string]checkpoint.Counts{}
+	}
+	for k, v := range b {
+		c := out[k]
+		c.Read += v.Read
+		c.Written += v.Written
+		c.Quarantined += v.Quarantined
+		out[k] = c
+	}
+	return out
+}
+
+func splitIDs(m map[string][]byte) map[source.SplitID][]byte {
+	out := make(map[source.SplitID][]byte, len(m))
+	for k, v := range m {
+		out[source.SplitID(k)] = v
+	}
+	return out
+}

@@ -1,0 +1,229 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/sink"
+)
+
+type fixture struct {
+	src   *fakeSource
+	dst   *memDest
+	store checkpoint.Store
+}
+
+func newFixture(t *testing.T, streams, rows int) *fixture {
+	t.Helper()
+	return &fixture{
+		src:   &fakeSource{streams: streams, rows: rows, rpEvery: 7, badEvery: 0},
+		dst:   newMemDest(),
+		store: checkpoint.NewMem(),
+	}
+}
+
+func (f *fixture) config(lanes int) pipeline.Config {
+	return pipeline.Config{
+		Name: "p", Source: f.src, Destination: f.dst, Store: f.store,
+		Lanes: lanes, BatchRows: 16, EpochInterval: 5 * time.Millisecond,
+		CommitBackoff: time.Millisecond, NewEngine: newFakeEngine,
+	}
+}
+
+// checkExactlyOnce asserts that every non-quarantined record of every
+// stream is visible exactly once, and nothing else.
+func (f *fixture) checkExactlyOnce(t *testing.T) {
+	t.Helper()
+	rows, dup := f.dst.rows()
+	if dup {
+		for k, v := range rows {
+			if v > 1 {
+				t.Errorf("row %s visible %d times", k, v)
+			}
+		}
+	}
+	want := 0
+	for s := range f.src.streams {
+		for i := range f.src.rows {
+			if f.src.badEvery > 0 && i%f.src.badEvery == f.src.badEvery-1 {
+				continue
+			}
+			want++
+			k := fmt.Sprintf("s%d/%d/%d", s, i, i+1)
+			if rows[k] != 1 {
+				t.Fatalf("row %s visible %d times, want 1", k, rows[k])
+			}
+		}
+	}
+	if len(rows) != want {
+		t.Fatalf("%d distinct rows visible, want %d", len(rows), want)
+	}
+}
+
+func TestSyncExactlyOnce(t *testing.T) {
+	for _, lanes := range []int{1, 3} {
+		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) {
+			f := newFixture(t, 3, 500)
+			f.src.badEvery = 10
+			res, err := pipeline.Sync(context.Background(), f.config(lanes))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.checkExactlyOnce(t)
+			if res.Epochs < 1 || res.Epoch != uint64(res.Epochs) || res.Generation != 1 {
+				t.Fatalf("result %+v", res)
+			}
+			for s := range 3 {
+				c := res.Streams[fmt.Sprintf("s%d", s)]
+				if c.Read != 500 || c.Quarantined != 50 || c.Written != 450 {
+					t.Fatalf("stream s%d counts %+v", s, c)
+				}
+			}
+			// A second sync finds nothing new and commits no epoch.
+			res2, err := pipeline.Sync(context.Background(), f.config(lanes))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res2.Epochs != 0 || res2.Epoch != res.Epoch || res2.Totals["s0"].Read != 500 {
+				t.Fatalf("second sync %+v", res2)
+			}
+			f.checkExactlyOnce(t)
+		})
+	}
+}
+
+func TestSyncResumesAfterMoreData(t *testing.T) {
+	f := newFixture(t, 2, 100)
+	if _, err := pipeline.Sync(context.Background(), f.config(1)); err != nil {
+		t.Fatal(err)
+	}
+	f.src.rows = 250
+	res, err := pipeline.Sync(context.Background(), f.config(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Streams["s0"].Read != 150 || res.Totals["s0"].Read != 250 {
+		t.Fatalf("counts %+v totals %+v", res.Streams, res.Totals)
+	}
+	f.checkExactlyOnce(t)
+}
+
+func TestCommitFailureIsRecoveredByNextAttempt(t *testing.T) {
+	f := newFixture(t, 2, 300)
+	cfg := f.config(2)
+	cfg.CommitRetries = 2
+	f.dst.commitErr = errors.New("destination down")
+	_, err := pipeline.Sync(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "destination down") {
+		t.Fatalf("want the commit error, got %v", err)
+	}
+	// HEAD moved (the commit point) but the epoch is not visible yet.
+	if rows, _ := f.dst.rows(); len(rows) != 0 {
+		t.Fatalf("%d rows visible before recovery", len(rows))
+	}
+	f.dst.mu.Lock()
+	f.dst.commitErr = nil
+	f.dst.mu.Unlock()
+	if _, err := pipeline.Sync(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	f.checkExactlyOnce(t)
+}
+
+func TestCommitRetriedWithinAttempt(t *testing.T) {
+	f := newFixture(t, 1, 50)
+	f.dst.failOnce[1] = errors.New("transient")
+	if _, err := pipeline.Sync(context.Background(), f.config(1)); err != nil {
+		t.Fatal(err)
+	}
+	f.checkExactlyOnce(t)
+}
+
+func TestRunStopsWithCleanFinalCheckpoint(t *testing.T) {
+	f := newFixture(t, 2, 1_000_000)
+	f.src.delay = 20 * time.Microsecond
+	cfg := f.config(2)
+	cfg.EpochInterval = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pipeline.Run(ctx, cfg) }()
+	time.Sleep(150 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	// Everything read before the final barrier is visible; the rest is
+	// read by the next attempt.
+	rows, dup := f.dst.rows()
+	if dup || len(rows) == 0 {
+		t.Fatalf("after Run: %d rows, dup=%v", len(rows), dup)
+	}
+	f.src.rows = len(rows) + 1000 // beyond what any split has read
+	f.src.delay = 0
+	if _, err := pipeline.Sync(context.Background(), f.config(2)); err != nil {
+		t.Fatal(err)
+	}
+	f.checkExactlyOnce(t)
+	if len(f.src.acks) == 0 {
+		t.Fatal("source never acknowledged")
+	}
+}
+
+func TestZombieIsFenced(t *testing.T) {
+	f := newFixture(t, 2, 1_000_000)
+	f.src.delay = 10 * time.Microsecond
+	cfgA := f.config(1)
+	cfgA.EpochInterval = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errA := make(chan error, 1)
+	go func() { errA <- pipeline.Run(ctx, cfgA) }()
+	time.Sleep(100 * time.Millisecond)
+
+	// B claims the pipeline while A runs; A must stop with ErrFenced.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	ctxB, cancelB := context.WithCancel(context.Background())
+	go func() {
+		defer wg.Done()
+		time.Sleep(200 * time.Millisecond)
+		cancelB()
+	}()
+	cfgB := f.config(1)
+	cfgB.EpochInterval = 10 * time.Millisecond
+	if err := pipeline.Run(ctxB, cfgB); err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	wg.Wait()
+	select {
+	case err := <-errA:
+		if !errors.Is(err, checkpoint.ErrFenced) && !errors.Is(err, sink.ErrFenced) {
+			t.Fatalf("A: want ErrFenced, got %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("A still running after being fenced")
+	}
+	rows, _ := f.dst.rows()
+	f.src.rows = len(rows) + 1000 // beyond what any split has read
+	f.src.delay = 0
+	if _, err := pipeline.Sync(context.Background(), f.config(1)); err != nil {
+		t.Fatal(err)
+	}
+	f.checkExactlyOnce(t)
+}
+
+func TestValidate(t *testing.T) {
+	err := (&pipeline.Config{Name: "bad name", Lanes: -1}).Validate()
+	for _, want := range []string{"name", "source: missing", "destination: missing", "checkpoints: missing", "lanes"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate: %v; want it to mention %q", err, want)
+		}
+	}
+}

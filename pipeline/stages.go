@@ -1,0 +1,231 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/engine"
+	"github.com/openetl/etl/sink"
+)
+
+type laneMsg struct {
+	barrier bool
+	epoch   uint64
+	stream  string
+	rec     arrow.RecordBatch
+}
+
+// epochInfo is what the engine stage knows of an epoch once its barrier
+// is aligned: the splits' resume states, the engine's state and counts.
+type epochInfo struct {
+	epoch      uint64
+	states     [][]byte // by split index; nil = from the beginning
+	engine     []byte
+	counts     map[string]checkpoint.Counts
+	quarantine map[string][]byte // stream → JSON lines
+}
+
+type commitMsg struct {
+	info  *epochInfo // set by the engine stage
+	lane  int        // set by a writer lane, with c
+	epoch uint64
+	c     sink.Committable
+}
+
+// quarantineLine is one line of a quarantine file.
+type quarantineLine struct {
+	Stream        string `json:"stream"`
+	Split         string `json:"split"`
+	Epoch         uint64 `json:"epoch"`
+	Generation    uint64 `json:"generation"`
+	Seq           int64  `json:"seq"`
+	Op            string `json:"op"`
+	Reason        string `json:"reason"`
+	Detail        string `json:"detail"`
+	Key           string `json:"key,omitempty"`
+	Payload       string `json:"payload,omitempty"`
+	PayloadBase64 string `json:"payload_base64,omitempty"`
+}
+
+// runEngine is the engine stage: it pushes raw batches through the engine,
+// routes the Arrow rows to the writer lanes and aligns barriers.
+func (r *runner) runEngine(ctx context.Context) error {
+	n := len(r.pumps)
+	states := make([][]byte, n)
+	arrived := make([]bool, n)
+	var cur uint64
+	open := r.firstEpoch // the epoch records are now read into
+	got := 0
+	counts := map[string]checkpoint.Counts{}
+	quarantine := map[string][]byte{}
+	for {
+		var m pumpMsg
+		select {
+		case m = <-r.toEngine:
+		case <-ctx.Done():
+			return nil
+		}
+		switch m.kind {
+		case msgBatch:
+			if err := r.push(ctx, m, counts, quarantine, open); err != nil {
+				return err
+			}
+		case msgBarrier:
+			if got == 0 {
+				cur = m.epoch
+			}
+			if m.epoch != cur || arrived[m.split] {
+				return fmt.Errorf("pipeline: internal error: barrier %d from split %q while aligning %d", m.epoch, r.pumps[m.split].id, cur)
+			}
+			arrived[m.split] = true
+			states[m.split] = m.state
+			got++
+			if got < n {
+				continue
+			}
+			st, err := r.eng.State()
+			if err != nil {
+				return fmt.Errorf("engine state at epoch %d: %w", cur, err)
+			}
+			info := &epochInfo{epoch: cur, states: states, engine: st, counts: counts, quarantine: quarantine}
+			if !r.sendCommit(ctx, commitMsg{info: info, epoch: cur}) {
+				return nil
+			}
+			for i := range r.toLanes {
+				select {
+				case r.toLanes[i] <- laneMsg{barrier: true, epoch: cur}:
+				case <-ctx.Done():
+					return nil
+				}
+			}
+			states, arrived, got = make([][]byte, n), make([]bool, n), 0
+			counts, quarantine = map[string]checkpoint.Counts{}, map[string][]byte{}
+			open = cur + 1
+			r.barriers.markAligned(cur)
+			select {
+			case r.alignedCh <- cur:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}
+
+func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoint.Counts, quarantine map[string][]byte, epoch uint64) error {
+	b := m.batch
+	defer r.putBatch(b)
+	out, err := r.eng.Push(b, r.cfg.Now())
+	if err != nil {
+		return fmt.Errorf("engine: stream %q: %w", b.Stream, err)
+	}
+	c := counts[b.Stream]
+	c.Read += int64(b.Len())
+	c.Quarantined += int64(len(out.Quarantined))
+	if out.Record != nil {
+		c.Written += out.Record.NumRows()
+	}
+	counts[b.Stream] = c
+	if c.Read != c.Written+c.Quarantined {
+		if out.Record != nil {
+			out.Record.Release()
+		}
+		return fmt.Errorf("engine: stream %q: %d rows in, %d written + %d quarantined out", b.Stream, b.Len(), c.Written, c.Quarantined)
+	}
+	if len(out.Quarantined) > 0 {
+		buf := quarantine[b.Stream]
+		for _, q := range out.Quarantined {
+			buf = r.appendQuarantine(buf, m, q, epoch)
+		}
+		quarantine[b.Stream] = buf
+	}
+	if out.Record == nil {
+		return nil
+	}
+	if len(r.toLanes) == 1 {
+		return r.sendLane(ctx, 0, laneMsg{stream: b.Stream, rec: out.Record})
+	}
+	defer out.Record.Release()
+	for lane := range r.toLanes {
+		lo, hi := out.LaneOffsets[lane], out.LaneOffsets[lane+1]
+		if hi <= lo {
+			continue
+		}
+		if err := r.sendLane(ctx, lane, laneMsg{stream: b.Stream, rec: out.Record.NewSlice(int64(lo), int64(hi))}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *runner) sendLane(ctx context.Context, lane int, m laneMsg) error {
+	select {
+	case r.toLanes[lane] <- m:
+		return nil
+	case <-ctx.Done():
+		m.rec.Release()
+		return nil
+	}
+}
+
+func (r *runner) sendCommit(ctx context.Context, m commitMsg) bool {
+	select {
+	case r.toCommit <- m:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (r *runner) appendQuarantine(buf []byte, m pumpMsg, q engine.Quarantined, epoch uint64) []byte {
+	op, seq, key, payload := m.batch.Row(q.Row)
+	l := quarantineLine{
+		Stream: m.batch.Stream, Split: string(r.pumps[m.split].id),
+		Epoch: epoch, Generation: uint64(r.gen),
+		Seq: seq, Op: op.String(), Reason: string(q.Reason), Detail: q.Detail,
+	}
+	if utf8.Valid(key) {
+		l.Key = string(key)
+	}
+	if utf8.Valid(payload) {
+		l.Payload = string(payload)
+	} else {
+		l.PayloadBase64 = base64.StdEncoding.EncodeToString(payload)
+	}
+	line, _ := json.Marshal(l) // only strings and numbers: cannot fail
+	buf = append(buf, line...)
+	return append(buf, '\n')
+}
+
+// runLane feeds one writer lane.
+func (r *runner) runLane(ctx context.Context, lane int) error {
+	w := r.writers[lane]
+	for {
+		var m laneMsg
+		select {
+		case m = <-r.toLanes[lane]:
+		case <-ctx.Done():
+			return nil
+		}
+		if !m.barrier {
+			err := w.Write(ctx, m.stream, m.rec)
+			m.rec.Release()
+			if err != nil {
+				return fmt.Errorf("destination: lane %d: write stream %q: %w", lane, m.stream, err)
+			}
+			continue
+		}
+		c, err := w.PreCommit(ctx, m.epoch)
+		if err != nil {
+			return fmt.Errorf("destination: lane %d: precommit epoch %d: %w", lane, m.epoch, err)
+		}
+		if !r.sendCommit(ctx, commitMsg{lane: lane, epoch: m.epoch, c: c}) {
+			return nil
+		}
+	}
+}
