@@ -1,7 +1,59 @@
 // Package engine turns raw batches of source records into Arrow record
 // batches. The work is done by a Rust crate (engine/rust) reached through
 // cgo; this file is the Go-facing contract, and the cgo layer lives in
-// cgo.go (linux/amd64 with cgo) with a stub for other builds.
+// cgo.go (linux/amd64 with cgo) with a stub for other builds (nocgo.go),
+// whose New returns ErrUnavailable.
+//
+// # Documents
+//
+// Each payload must be one JSON object; anything else is quarantined with
+// ReasonParse. Its top-level fields become columns, typed by inference
+// that only ever widens, per stream and across pushes:
+//
+//	null → bool → int64 → float64 → utf8
+//
+// A bool meeting a number makes the column utf8; so do integers beyond
+// int64 and numbers beyond float64, which keep their exact JSON text, as
+// every number written to a utf8 column does. Nested objects and arrays
+// are utf8 columns holding their JSON text (structs and lists come with
+// the full engine). New columns are nullable and appended after the
+// existing ones; a column absent from a batch is still in its output, all
+// null. Payloads over MaxDocumentBytes are quarantined ReasonTooLarge,
+// nesting over 64 levels ReasonTooDeep, and a document with a duplicate
+// field or a field named with the reserved prefix "_openetl_" ReasonParse.
+// A delete with an empty payload is taken, with all source columns null.
+//
+// # Metadata columns
+//
+// After the stream's columns every row has
+//
+//	_openetl_id        utf8, the record version's ID (below)
+//	_openetl_op        utf8, "insert", "update" or "delete" (op codes 1, 2, 3;
+//	                   other codes are quarantined ReasonParse)
+//	_openetl_seq       int64, the record's seq
+//	_openetl_synced_at timestamp[us, UTC], the syncedAt given to Push
+//
+// _openetl_id is fixed forever: the 32 lowercase hex digits of the
+// big-endian XXH3-128 (seed 0) of
+//
+//	u32le(len(stream)) ‖ stream ‖ 0x01 ‖ u32le(len(key)) ‖ key ‖ i64le(seq)      when key is non-empty
+//	u32le(len(stream)) ‖ stream ‖ 0x02 ‖ u32le(len(payload)) ‖ payload ‖ i64le(seq)  when key is empty
+//
+// Test vectors (stream, key, payload, seq → ID):
+//
+//	"orders", "42", `{"id":42}`, 7  → 79f31045bf5ab5655cdd3b5607862643
+//	"orders", "",   `{"id":42}`, 7  → 0a203a32206444d5c896477c05649d92
+//	"orders", "42", `{"id":42,"note":"other payload, same key"}`, 7
+//	                                → 79f31045bf5ab5655cdd3b5607862643
+//	"orders", "42", `{"id":42}`, 8  → 612569515ae994aa12ef4bd465665389
+//	"", "", "", 0                   → 0a92a762d88e9a8dd845fcbc05d3a4b7
+//	"événements", "k", "", -1       → d449e4e163ce8019a82a6595809c16af
+//
+// # Lanes
+//
+// A row's lane is xxh3_64(key) % Lanes, or xxh3_64(payload) % Lanes when
+// the key is empty. Output rows are grouped by lane, keeping input order
+// within a lane (Output.LaneOffsets).
 package engine
 
 import (

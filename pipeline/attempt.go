@@ -46,6 +46,7 @@ type runner struct {
 	budget    chan struct{}
 	barriers  barrierControl
 
+	placing     atomic.Bool // a placeIdle goroutine runs
 	readRecords atomic.Int64
 	epochBytes  atomic.Int64
 	batchPool   sync.Pool

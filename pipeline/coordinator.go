@@ -208,7 +208,20 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 	}
 }
 
+// placeIdle places the requested barrier for idle splits. It runs on a
+// goroutine of its own, one at a time, because placing may block on a full
+// engine queue and the coordinator must keep draining commits meanwhile.
 func (r *runner) placeIdle(errCh chan error) {
+	if !r.placing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer r.placing.Store(false)
+		r.placeIdleNow(errCh)
+	}()
+}
+
+func (r *runner) placeIdleNow(errCh chan error) {
 	for _, p := range r.pumps {
 		if err := p.placeIdle(); err != nil {
 			select {

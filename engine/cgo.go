@@ -1,0 +1,323 @@
+//go:build cgo && linux && amd64
+
+package engine
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/include
+#cgo LDFLAGS: ${SRCDIR}/lib/linux_amd64/libopenetl_engine.a -lm -ldl -lpthread -lrt -lutil -lgcc_s -lc
+#include <stdlib.h>
+#include "openetl_engine.h"
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/cdata"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// abiVersion is the engine library ABI this file is written against. The
+// call to openetl_engine_abi_v1 makes a library of another ABI a link error.
+const abiVersion = 1
+
+// statusErrors maps the Rust engine's status codes onto the package's
+// sentinels: the one table the STYLE guide asks for. Status 0 is success.
+var statusErrors = [...]error{
+	1: ErrInvalidInput,
+	2: ErrState,
+	3: ErrPanic,
+	4: ErrInternal,
+	5: ErrClosed,
+}
+
+// statusError turns a non-zero status and its message (which it frees)
+// into an error wrapping the status's sentinel.
+func statusError(st C.int32_t, msg *C.char) error {
+	text := "no message"
+	if msg != nil {
+		text = C.GoString(msg)
+		C.openetl_string_free(msg)
+	}
+	return errorForStatus(int(st), text)
+}
+
+// errorForStatus wraps the sentinel of status st (ErrInternal for codes
+// it does not know) with the engine's message.
+func errorForStatus(st int, text string) error {
+	sentinel := ErrInternal
+	if st > 0 && st < len(statusErrors) && statusErrors[st] != nil {
+		sentinel = statusErrors[st]
+	}
+	return fmt.Errorf("%w: %s", sentinel, text)
+}
+
+// inputType is the struct type of the batch handed to the engine; the Rust
+// side assumes it (the schema is not exported per call).
+var inputType = arrow.StructOf(
+	arrow.Field{Name: "op", Type: arrow.PrimitiveTypes.Uint8},
+	arrow.Field{Name: "seq", Type: arrow.PrimitiveTypes.Int64},
+	arrow.Field{Name: "key", Type: arrow.BinaryTypes.Binary, Nullable: true},
+	arrow.Field{Name: "payload", Type: arrow.BinaryTypes.Binary, Nullable: true},
+)
+
+// cHandle owns everything allocated in C for one engine. It holds no Go
+// pointers to the engine value, so a cleanup can free it.
+type cHandle struct {
+	eng    unsafe.Pointer
+	inArr  *C.struct_ArrowArray
+	outArr *C.struct_ArrowArray
+	outSch *C.struct_ArrowSchema
+	qArr   *C.struct_ArrowArray
+	qSch   *C.struct_ArrowSchema
+}
+
+func (h *cHandle) free() {
+	C.openetl_engine_free(h.eng)
+	// The out-structs are released after every push; release defensively
+	// anyway (a no-op on released structs).
+	cdata.ReleaseCArrowArray((*cdata.CArrowArray)(unsafe.Pointer(h.outArr)))
+	cdata.ReleaseCArrowSchema((*cdata.CArrowSchema)(unsafe.Pointer(h.outSch)))
+	cdata.ReleaseCArrowArray((*cdata.CArrowArray)(unsafe.Pointer(h.qArr)))
+	cdata.ReleaseCArrowSchema((*cdata.CArrowSchema)(unsafe.Pointer(h.qSch)))
+	for _, p := range []unsafe.Pointer{
+		unsafe.Pointer(h.inArr), unsafe.Pointer(h.outArr), unsafe.Pointer(h.outSch),
+		unsafe.Pointer(h.qArr), unsafe.Pointer(h.qSch),
+	} {
+		C.free(p)
+	}
+}
+
+// cEngine is the Engine backed by the Rust library.
+type cEngine struct {
+	h       *cHandle // nil once closed
+	lanes   int
+	offs    []int64 // lane offsets scratch, lanes+1 entries
+	pinner  runtime.Pinner
+	cleanup runtime.Cleanup
+}
+
+// New creates an engine. Lanes defaults to 1 and MaxDocumentBytes to
+// 16 MiB; a State that cannot be loaded is an error wrapping ErrState. The
+// engine must be closed with Close; an engine that is garbage collected
+// unclosed is freed by a cleanup, as a backstop only.
+func New(cfg Config) (Engine, error) {
+	if v := C.openetl_engine_abi_v1(); v != abiVersion {
+		return nil, fmt.Errorf("%w: engine library has ABI %d, want %d: rebuild it with make engine", ErrUnavailable, uint32(v), abiVersion)
+	}
+	lanes := cfg.Lanes
+	if lanes == 0 {
+		lanes = 1
+	}
+	if lanes < 0 {
+		return nil, fmt.Errorf("%w: lanes is %d, want at least 1", ErrInvalidInput, cfg.Lanes)
+	}
+	maxDoc := cfg.MaxDocumentBytes
+	if maxDoc == 0 {
+		maxDoc = 16 << 20
+	}
+	if maxDoc < 0 {
+		return nil, fmt.Errorf("%w: MaxDocumentBytes is %d, want at least 1", ErrInvalidInput, cfg.MaxDocumentBytes)
+	}
+	var state any
+	switch {
+	case cfg.State == nil:
+	case json.Valid(cfg.State):
+		state = json.RawMessage(cfg.State)
+	default:
+		// Not JSON: pass it as a string so the engine reports it as a
+		// corrupt state (ErrState), not as a malformed config.
+		state = string(cfg.State)
+	}
+	js, err := json.Marshal(struct {
+		Lanes    int `json:"lanes"`
+		MaxBytes int `json:"max_document_bytes"`
+		State    any `json:"state"`
+	}{lanes, maxDoc, state})
+	if err != nil {
+		return nil, fmt.Errorf("%w: encoding the engine config: %v", ErrInvalidInput, err)
+	}
+	var eng unsafe.Pointer
+	var cerr *C.char
+	st := C.openetl_engine_new((*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(js))), C.size_t(len(js)), &eng, &cerr)
+	if st != 0 {
+		return nil, statusError(st, cerr)
+	}
+	// The C Data Interface structs must be zeroed C memory: Go memory may
+	// not hold the C pointers the engine writes into them.
+	h := &cHandle{
+		eng:    eng,
+		inArr:  (*C.struct_ArrowArray)(C.calloc(1, C.sizeof_struct_ArrowArray)),
+		outArr: (*C.struct_ArrowArray)(C.calloc(1, C.sizeof_struct_ArrowArray)),
+		outSch: (*C.struct_ArrowSchema)(C.calloc(1, C.sizeof_struct_ArrowSchema)),
+		qArr:   (*C.struct_ArrowArray)(C.calloc(1, C.sizeof_struct_ArrowArray)),
+		qSch:   (*C.struct_ArrowSchema)(C.calloc(1, C.sizeof_struct_ArrowSchema)),
+	}
+	e := &cEngine{h: h, lanes: lanes, offs: make([]int64, lanes+1)}
+	e.cleanup = runtime.AddCleanup(e, func(h *cHandle) { h.free() }, h)
+	return e, nil
+}
+
+// inputArray views b as the engine's input struct array without copying:
+// the buffers are b's slices. b must not change until the array is
+// released.
+func inputArray(b *RawBatch) *array.Struct {
+	n := b.Len()
+	op := array.NewData(arrow.PrimitiveTypes.Uint8, n,
+		[]*memory.Buffer{nil, memory.NewBufferBytes(b.ops)}, nil, 0, 0)
+	seq := array.NewData(arrow.PrimitiveTypes.Int64, n,
+		[]*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int64Traits.CastToBytes(b.seqs))}, nil, 0, 0)
+	key := array.NewData(arrow.BinaryTypes.Binary, n,
+		[]*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(b.keyOffs)), memory.NewBufferBytes(b.keys)}, nil, 0, 0)
+	pay := array.NewData(arrow.BinaryTypes.Binary, n,
+		[]*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(b.payOffs)), memory.NewBufferBytes(b.payload)}, nil, 0, 0)
+	st := array.NewData(inputType, n, []*memory.Buffer{nil}, []arrow.ArrayData{op, seq, key, pay}, 0, 0)
+	for _, d := range []arrow.ArrayData{op, seq, key, pay} {
+		d.Release()
+	}
+	defer st.Release()
+	return array.NewStructData(st)
+}
+
+// Push hands b to the engine in one call. b's memory crosses to Rust
+// without copying, only for the duration of the call: the engine releases
+// its view before returning.
+func (e *cEngine) Push(b *RawBatch, syncedAt time.Time) (Output, error) {
+	if e.h == nil {
+		return Output{}, ErrClosed
+	}
+	out := Output{LaneOffsets: make([]int, e.lanes+1)}
+	if b.Len() == 0 {
+		return out, nil
+	}
+	h := e.h
+	// The export writes pointers to b's buffers into C memory, which the
+	// cgo rules allow only for pinned Go memory; Rust releases the input
+	// before the call returns, so they are unpinned right after it.
+	for _, buf := range [][]byte{b.ops, b.keys, b.payload} {
+		if len(buf) > 0 {
+			e.pinner.Pin(unsafe.SliceData(buf))
+		}
+	}
+	e.pinner.Pin(unsafe.SliceData(b.seqs))
+	e.pinner.Pin(unsafe.SliceData(b.keyOffs))
+	e.pinner.Pin(unsafe.SliceData(b.payOffs))
+	defer e.pinner.Unpin()
+	in := inputArray(b)
+	cdata.ExportArrowArray(in, (*cdata.CArrowArray)(unsafe.Pointer(h.inArr)), nil)
+	in.Release() // the export holds its own reference until Rust releases it
+
+	var outRows, qRows C.int64_t
+	var cerr *C.char
+	st := C.openetl_engine_push(h.eng,
+		(*C.uint8_t)(unsafe.Pointer(unsafe.StringData(b.Stream))), C.size_t(len(b.Stream)),
+		h.inArr, nil, C.int64_t(syncedAt.UnixMicro()),
+		h.outArr, h.outSch, h.qArr, h.qSch,
+		(*C.int64_t)(unsafe.Pointer(unsafe.SliceData(e.offs))), C.size_t(len(e.offs)),
+		&outRows, &qRows, &cerr)
+	runtime.KeepAlive(b)
+	if st != 0 {
+		// The engine took the input on every path; release defensively in
+		// case a future library does not.
+		cdata.ReleaseCArrowArray((*cdata.CArrowArray)(unsafe.Pointer(h.inArr)))
+		return Output{}, statusError(st, cerr)
+	}
+	for i, v := range e.offs {
+		out.LaneOffsets[i] = int(v)
+	}
+	var err error
+	if outRows > 0 {
+		out.Record, err = cdata.ImportCRecordBatch((*cdata.CArrowArray)(unsafe.Pointer(h.outArr)), (*cdata.CArrowSchema)(unsafe.Pointer(h.outSch)))
+		if err != nil {
+			cdata.ReleaseCArrowArray((*cdata.CArrowArray)(unsafe.Pointer(h.outArr)))
+			err = fmt.Errorf("%w: importing the engine's rows: %v", ErrInternal, err)
+		}
+	}
+	if qRows > 0 {
+		q, qerr := cdata.ImportCRecordBatch((*cdata.CArrowArray)(unsafe.Pointer(h.qArr)), (*cdata.CArrowSchema)(unsafe.Pointer(h.qSch)))
+		if qerr != nil {
+			cdata.ReleaseCArrowArray((*cdata.CArrowArray)(unsafe.Pointer(h.qArr)))
+			if err == nil {
+				err = fmt.Errorf("%w: importing the engine's quarantine: %v", ErrInternal, qerr)
+			}
+		} else {
+			out.Quarantined, qerr = quarantined(q)
+			q.Release()
+			if err == nil {
+				err = qerr
+			}
+		}
+	}
+	if err != nil {
+		if out.Record != nil {
+			out.Record.Release()
+		}
+		return Output{}, err
+	}
+	return out, nil
+}
+
+// quarantined converts the engine's quarantine batch
+// (row uint32, reason utf8, detail utf8).
+func quarantined(q arrow.RecordBatch) ([]Quarantined, error) {
+	rows, ok1 := q.Column(0).(*array.Uint32)
+	reasons, ok2 := q.Column(1).(*array.String)
+	details, ok3 := q.Column(2).(*array.String)
+	if q.NumCols() != 3 || !ok1 || !ok2 || !ok3 {
+		return nil, fmt.Errorf("%w: unexpected quarantine schema %s", ErrInternal, q.Schema())
+	}
+	out := make([]Quarantined, q.NumRows())
+	for i := range out {
+		out[i] = Quarantined{
+			Row: int(rows.Value(i)),
+			// Value aliases the Rust-owned buffer, freed when q is
+			// released: copy.
+			Reason: Reason(strings.Clone(reasons.Value(i))),
+			Detail: strings.Clone(details.Value(i)),
+		}
+	}
+	return out, nil
+}
+
+// State exports each stream's schema as JSON bytes.
+func (e *cEngine) State() ([]byte, error) {
+	if e.h == nil {
+		return nil, ErrClosed
+	}
+	var p *C.uint8_t
+	var n C.size_t
+	var cerr *C.char
+	if st := C.openetl_engine_state(e.h.eng, &p, &n, &cerr); st != 0 {
+		return nil, statusError(st, cerr)
+	}
+	defer C.openetl_bytes_free(p, n)
+	return C.GoBytes(unsafe.Pointer(p), C.int(n)), nil
+}
+
+// Close frees the engine. A second Close returns ErrClosed.
+func (e *cEngine) Close() error {
+	if e.h == nil {
+		return ErrClosed
+	}
+	e.cleanup.Stop()
+	e.h.free()
+	e.h = nil
+	return nil
+}
+
+// debugPanic calls the engine's test hook, which panics inside Rust; the
+// panic must come back as an error wrapping ErrPanic.
+func debugPanic() error {
+	var cerr *C.char
+	if st := C.openetl_engine_debug_panic(&cerr); st != 0 {
+		return statusError(st, cerr)
+	}
+	return nil
+}

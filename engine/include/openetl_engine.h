@@ -1,0 +1,104 @@
+/*
+ * openetl_engine.h: the C ABI of the OpenETL Rust engine (engine/rust),
+ * version 1. The authoritative description of each function is in
+ * engine/rust/src/lib.rs; this header must match it.
+ *
+ * Every function returning int32_t returns a status: 0 ok, 1 invalid
+ * input, 2 invalid state, 3 panic (caught; the engine is poisoned), 4
+ * internal, 5 closed. On any status but 0, *err (when err is not NULL)
+ * receives a message to free with openetl_string_free.
+ *
+ * Arrow crosses through the C Data Interface with move semantics.
+ */
+#ifndef OPENETL_ENGINE_H
+#define OPENETL_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef ARROW_C_DATA_INTERFACE
+#define ARROW_C_DATA_INTERFACE
+
+#define ARROW_FLAG_DICTIONARY_ORDERED 1
+#define ARROW_FLAG_NULLABLE 2
+#define ARROW_FLAG_MAP_KEYS_SORTED 4
+
+struct ArrowSchema {
+  const char* format;
+  const char* name;
+  const char* metadata;
+  int64_t flags;
+  int64_t n_children;
+  struct ArrowSchema** children;
+  struct ArrowSchema* dictionary;
+  void (*release)(struct ArrowSchema*);
+  void* private_data;
+};
+
+struct ArrowArray {
+  int64_t length;
+  int64_t null_count;
+  int64_t offset;
+  int64_t n_buffers;
+  int64_t n_children;
+  const void** buffers;
+  struct ArrowArray** children;
+  struct ArrowArray* dictionary;
+  void (*release)(struct ArrowArray*);
+  void* private_data;
+};
+
+#endif /* ARROW_C_DATA_INTERFACE */
+
+/* Returns 1. Linking against it makes a library of another ABI a link error. */
+uint32_t openetl_engine_abi_v1(void);
+
+/* Creates an engine. cfg is JSON:
+ *   {"lanes":N,"max_document_bytes":N,"state":<saved state, as a JSON value
+ *    or a JSON string holding it, or null>}
+ * On success *out holds a handle for openetl_engine_free. A corrupt state is
+ * status 2. */
+int32_t openetl_engine_new(const uint8_t* cfg, size_t cfg_len, void** out, char** err);
+
+/* Pushes one batch of one stream (stream: UTF-8 bytes).
+ *
+ * in_array: struct array {op uint8, seq int64, key binary, payload binary};
+ * in_schema may be NULL (that type is assumed). The engine ALWAYS takes both
+ * (leaving them released) and releases them before returning.
+ *
+ * The four out-structs must be released (zeroed) on entry. On status 0:
+ * *out_rows = rows taken, and when > 0 out_array/out_schema hold the record
+ * batch (a struct array: the stream's columns, then _openetl_id,
+ * _openetl_op, _openetl_seq, _openetl_synced_at), owned by the caller;
+ * *q_rows = rows quarantined, and when > 0 q_array/q_schema hold
+ * {row uint32, reason utf8, detail utf8}, owned by the caller.
+ * lane_offsets (lane_offsets_len = lanes + 1 entries) receives the lane
+ * boundaries of the record's rows. */
+int32_t openetl_engine_push(void* eng, const uint8_t* stream, size_t stream_len,
+                            struct ArrowArray* in_array, struct ArrowSchema* in_schema,
+                            int64_t synced_at_micros,
+                            struct ArrowArray* out_array, struct ArrowSchema* out_schema,
+                            struct ArrowArray* q_array, struct ArrowSchema* q_schema,
+                            int64_t* lane_offsets, size_t lane_offsets_len,
+                            int64_t* out_rows, int64_t* q_rows, char** err);
+
+/* Exports the engine state (JSON bytes) into *out/*out_len, freed with
+ * openetl_bytes_free. */
+int32_t openetl_engine_state(void* eng, uint8_t** out, size_t* out_len, char** err);
+
+void openetl_bytes_free(uint8_t* ptr, size_t len);
+void openetl_engine_free(void* eng);
+void openetl_string_free(char* s);
+
+/* Test hook: panics inside the engine's guard; returns 3 with a message. */
+int32_t openetl_engine_debug_panic(char** err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OPENETL_ENGINE_H */

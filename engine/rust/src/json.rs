@@ -1,0 +1,709 @@
+//! The document scanner: one pass over one JSON document that validates it
+//! completely (RFC 8259) and hands each top-level field to a [`FieldSink`]
+//! as a borrowed key and a classified value.
+//!
+//! Nothing here allocates unless a key or string has escapes, and then only
+//! into buffers the caller owns and reuses. Errors carry a byte position
+//! and a fixed message, never row data.
+
+use crate::infer::Kind;
+use crate::quarantine::{Reason, Reject};
+
+/// The deepest nesting accepted: the document object is level 1. Deeper
+/// documents are quarantined as `too_deep`. The scanner recurses once per
+/// level, so this also bounds its stack use.
+pub const MAX_DEPTH: usize = 64;
+
+/// One top-level field's value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Value {
+    pub kind: Kind,
+    /// For [`Kind::Text`] without escapes: the bytes between the quotes, as
+    /// offsets into the document. With escapes (`in_arena`): the unescaped
+    /// bytes, as offsets into the arena. For every other kind: the value's
+    /// JSON text in the document.
+    pub start: usize,
+    pub end: usize,
+    pub in_arena: bool,
+    /// [`Kind::Int`]: the value as i64 bits; [`Kind::Float`]: f64 bits;
+    /// [`Kind::Bool`]: 0 or 1.
+    pub num: u64,
+}
+
+/// Receives the fields of a document, in document order.
+pub trait FieldSink {
+    /// Called once per top-level field. An error rejects the document.
+    fn field(&mut self, key: &str, value: Value) -> Result<(), Reject>;
+}
+
+/// Scans `doc`, which must be exactly one JSON object (surrounding
+/// whitespace allowed), calling `sink` for each field. `key_buf` holds
+/// unescaped keys; unescaped string values are appended to `arena`.
+pub fn scan_object<S: FieldSink>(
+    doc: &[u8],
+    key_buf: &mut Vec<u8>,
+    arena: &mut Vec<u8>,
+    sink: &mut S,
+) -> Result<(), Reject> {
+    // UTF-8: outside strings only ASCII is valid JSON (any other byte is a
+    // syntax error), and Scanner::string validates the strings that are not
+    // ASCII. So a scanned document is valid UTF-8, and every span cut at a
+    // quote or at a value's first and last byte is on char boundaries.
+    let mut s = Scanner { doc, pos: 0 };
+    s.ws();
+    match s.peek() {
+        Some(b'{') => {}
+        other => {
+            return Err(Reject::parse(format!(
+                "document is not a JSON object: found {}",
+                describe(other)
+            )));
+        }
+    }
+    s.pos += 1;
+    s.ws();
+    if s.peek() == Some(b'}') {
+        s.pos += 1;
+    } else {
+        loop {
+            if s.peek() != Some(b'"') {
+                return Err(s.err("expected a field name"));
+            }
+            s.pos += 1;
+            let (ks, ke, kesc) = s.string()?;
+            s.ws();
+            if s.peek() != Some(b':') {
+                return Err(s.err("expected ':' after a field name"));
+            }
+            s.pos += 1;
+            s.ws();
+            let value = s.field_value(arena)?;
+            let key = if kesc {
+                key_buf.clear();
+                unescape(&doc[ks..ke], key_buf).map_err(|m| s.err_at(ks, m))?;
+                std::str::from_utf8(key_buf).map_err(|_| s.err_at(ks, "invalid escape"))?
+            } else {
+                let raw = &doc[ks..ke];
+                debug_assert!(std::str::from_utf8(raw).is_ok());
+                // SAFETY: Scanner::string validated ks..ke as UTF-8 (it is a
+                // string's content, cut at quote bytes).
+                unsafe { std::str::from_utf8_unchecked(raw) }
+            };
+            sink.field(key, value)?;
+            s.ws();
+            match s.peek() {
+                Some(b',') => {
+                    s.pos += 1;
+                    s.ws();
+                }
+                Some(b'}') => {
+                    s.pos += 1;
+                    break;
+                }
+                _ => return Err(s.err("expected ',' or '}' after a field value")),
+            }
+        }
+    }
+    s.ws();
+    if s.pos != doc.len() {
+        return Err(s.err("trailing characters after the document"));
+    }
+    Ok(())
+}
+
+fn describe(b: Option<u8>) -> &'static str {
+    match b {
+        None => "an empty document",
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        Some(b'-' | b'0'..=b'9') => "a number",
+        Some(_) => "invalid JSON",
+    }
+}
+
+/// Bytes that end the fast loop inside a string: controls, '"', '\\' and
+/// non-ASCII bytes.
+static STRING_STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = i < 0x20 || i >= 0x80;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+struct Scanner<'a> {
+    doc: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Scanner<'a> {
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.doc.get(self.pos).copied()
+    }
+
+    #[inline]
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    #[cold]
+    fn err(&self, msg: &str) -> Reject {
+        self.err_at(self.pos, msg)
+    }
+
+    #[cold]
+    fn err_at(&self, pos: usize, msg: &str) -> Reject {
+        if pos >= self.doc.len() {
+            Reject::parse(format!("invalid JSON: unexpected end of document: {msg}"))
+        } else {
+            Reject::parse(format!("invalid JSON at byte {pos}: {msg}"))
+        }
+    }
+
+    /// Scans a string whose opening quote is consumed. Returns the content
+    /// span and whether it has escapes; the closing quote is consumed.
+    /// Validates UTF-8; escapes are only skipped here and [`unescape`]
+    /// validates them.
+    #[inline]
+    fn string(&mut self) -> Result<(usize, usize, bool), Reject> {
+        let start = self.pos;
+        let doc = self.doc;
+        let mut escaped = false;
+        let mut non_ascii = false;
+        let mut i = self.pos;
+        loop {
+            while i < doc.len() && !STRING_STOP[doc[i] as usize] {
+                i += 1;
+            }
+            match doc.get(i) {
+                None => {
+                    self.pos = i;
+                    return Err(self.err("unterminated string"));
+                }
+                Some(b'"') => break,
+                Some(b'\\') => {
+                    escaped = true;
+                    // Skip the escaped byte so `\"` does not end the string.
+                    i += 2;
+                }
+                Some(&b) if b >= 0x80 => {
+                    non_ascii = true;
+                    i += 1;
+                }
+                Some(_) => {
+                    self.pos = i;
+                    return Err(self.err("control character in a string"));
+                }
+            }
+        }
+        if non_ascii && let Err(e) = std::str::from_utf8(&doc[start..i]) {
+            self.pos = start + e.valid_up_to();
+            return Err(self.err("invalid UTF-8 in a string"));
+        }
+        self.pos = i + 1;
+        Ok((start, i, escaped))
+    }
+
+    /// A string that is not kept (inside nested values): escapes are still
+    /// validated, through `arena`, which is left as it was.
+    fn skip_string(&mut self, arena: &mut Vec<u8>) -> Result<(), Reject> {
+        let (s, e, esc) = self.string()?;
+        if esc {
+            let mark = arena.len();
+            let r = unescape(&self.doc[s..e], arena);
+            arena.truncate(mark);
+            r.map_err(|m| self.err_at(s, m))?;
+        }
+        Ok(())
+    }
+
+    /// A top-level field's value (level 2).
+    fn field_value(&mut self, arena: &mut Vec<u8>) -> Result<Value, Reject> {
+        let start = self.pos;
+        let mut v = Value {
+            kind: Kind::Null,
+            start,
+            end: start,
+            in_arena: false,
+            num: 0,
+        };
+        match self.peek() {
+            Some(b'"') => {
+                self.pos += 1;
+                let (s, e, esc) = self.string()?;
+                v.kind = Kind::Text;
+                if esc {
+                    let mark = arena.len();
+                    if let Err(m) = unescape(&self.doc[s..e], arena) {
+                        arena.truncate(mark);
+                        return Err(self.err_at(s, m));
+                    }
+                    v.in_arena = true;
+                    v.start = mark;
+                    v.end = arena.len();
+                } else {
+                    v.start = s;
+                    v.end = e;
+                }
+                return Ok(v);
+            }
+            Some(b'-' | b'0'..=b'9') => {
+                let (kind, num) = self.number()?;
+                v.kind = kind;
+                v.num = num;
+            }
+            Some(b't') => {
+                self.literal(b"true")?;
+                v.kind = Kind::Bool;
+                v.num = 1;
+            }
+            Some(b'f') => {
+                self.literal(b"false")?;
+                v.kind = Kind::Bool;
+            }
+            Some(b'n') => {
+                self.literal(b"null")?;
+            }
+            Some(b'{' | b'[') => {
+                self.skip_value(2, arena)?;
+                v.kind = Kind::Nested;
+            }
+            _ => return Err(self.err("expected a value")),
+        }
+        v.end = self.pos;
+        Ok(v)
+    }
+
+    fn literal(&mut self, lit: &[u8]) -> Result<(), Reject> {
+        if self.doc[self.pos..].starts_with(lit) {
+            self.pos += lit.len();
+            Ok(())
+        } else {
+            Err(self.err("invalid literal"))
+        }
+    }
+
+    /// Scans a number, returning its kind and bits (see [`Value::num`]).
+    #[inline]
+    fn number(&mut self) -> Result<(Kind, u64), Reject> {
+        let doc = self.doc;
+        let start = self.pos;
+        let mut i = start;
+        let neg = doc[i] == b'-';
+        if neg {
+            i += 1;
+        }
+        let mut mag: u64 = 0;
+        let mut overflow = false;
+        match doc.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => {
+                while let Some(&d @ b'0'..=b'9') = doc.get(i) {
+                    match mag
+                        .checked_mul(10)
+                        .and_then(|m| m.checked_add(u64::from(d - b'0')))
+                    {
+                        Some(m) => mag = m,
+                        None => overflow = true,
+                    }
+                    i += 1;
+                }
+            }
+            _ => {
+                self.pos = i;
+                return Err(self.err("invalid number"));
+            }
+        }
+        let mut float = false;
+        if doc.get(i) == Some(&b'.') {
+            float = true;
+            i += 1;
+            let digits = i;
+            while let Some(b'0'..=b'9') = doc.get(i) {
+                i += 1;
+            }
+            if i == digits {
+                self.pos = i;
+                return Err(self.err("invalid number: no digits after '.'"));
+            }
+        }
+        if let Some(b'e' | b'E') = doc.get(i) {
+            float = true;
+            i += 1;
+            if let Some(b'+' | b'-') = doc.get(i) {
+                i += 1;
+            }
+            let digits = i;
+            while let Some(b'0'..=b'9') = doc.get(i) {
+                i += 1;
+            }
+            if i == digits {
+                self.pos = i;
+                return Err(self.err("invalid number: no digits in the exponent"));
+            }
+        }
+        self.pos = i;
+        if !float {
+            if overflow {
+                return Ok((Kind::BigNum, 0));
+            }
+            let v = if neg {
+                if mag > 1 << 63 {
+                    return Ok((Kind::BigNum, 0));
+                }
+                (mag as i64).wrapping_neg()
+            } else {
+                match i64::try_from(mag) {
+                    Ok(v) => v,
+                    Err(_) => return Ok((Kind::BigNum, 0)),
+                }
+            };
+            return Ok((Kind::Int, v as u64));
+        }
+        let raw = &doc[start..i];
+        debug_assert!(raw.is_ascii());
+        // SAFETY: the span holds only ASCII digits, signs, '.' and 'e'/'E',
+        // as matched above.
+        let text = unsafe { std::str::from_utf8_unchecked(raw) };
+        match text.parse::<f64>() {
+            Ok(f) if f.is_finite() => Ok((Kind::Float, f.to_bits())),
+            Ok(_) => Ok((Kind::BigNum, 0)),
+            Err(_) => Err(self.err("invalid number")),
+        }
+    }
+
+    /// Validates and skips any value; containers open level `depth`.
+    fn skip_value(&mut self, depth: usize, arena: &mut Vec<u8>) -> Result<(), Reject> {
+        match self.peek() {
+            Some(b'"') => {
+                self.pos += 1;
+                self.skip_string(arena)
+            }
+            Some(b'-' | b'0'..=b'9') => self.number().map(|_| ()),
+            Some(b't') => self.literal(b"true"),
+            Some(b'f') => self.literal(b"false"),
+            Some(b'n') => self.literal(b"null"),
+            Some(open @ (b'{' | b'[')) => {
+                if depth > MAX_DEPTH {
+                    return Err(Reject::new(
+                        Reason::TooDeep,
+                        format!(
+                            "nesting deeper than {MAX_DEPTH} levels at byte {}",
+                            self.pos
+                        ),
+                    ));
+                }
+                let object = open == b'{';
+                let close = if object { b'}' } else { b']' };
+                self.pos += 1;
+                self.ws();
+                if self.peek() == Some(close) {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                loop {
+                    if object {
+                        if self.peek() != Some(b'"') {
+                            return Err(self.err("expected a field name"));
+                        }
+                        self.pos += 1;
+                        self.skip_string(arena)?;
+                        self.ws();
+                        if self.peek() != Some(b':') {
+                            return Err(self.err("expected ':' after a field name"));
+                        }
+                        self.pos += 1;
+                        self.ws();
+                    }
+                    self.skip_value(depth + 1, arena)?;
+                    self.ws();
+                    match self.peek() {
+                        Some(b',') => {
+                            self.pos += 1;
+                            self.ws();
+                        }
+                        Some(c) if c == close => {
+                            self.pos += 1;
+                            return Ok(());
+                        }
+                        _ => {
+                            return Err(self.err(if object {
+                                "expected ',' or '}' in an object"
+                            } else {
+                                "expected ',' or ']' in an array"
+                            }));
+                        }
+                    }
+                }
+            }
+            _ => Err(self.err("expected a value")),
+        }
+    }
+}
+
+fn hex4(b: &[u8]) -> Option<u32> {
+    if b.len() < 4 {
+        return None;
+    }
+    let mut v = 0u32;
+    for &c in &b[..4] {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => return None,
+        };
+        v = v << 4 | u32::from(d);
+    }
+    Some(v)
+}
+
+/// Appends the unescaped form of a string's content (between the quotes,
+/// already scanned by [`Scanner::string`]) to `out`. Rejects invalid escapes
+/// and unpaired surrogates, as serde_json does.
+pub fn unescape(src: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
+    let mut i = 0;
+    while i < src.len() {
+        let run = src[i..]
+            .iter()
+            .position(|&b| b == b'\\')
+            .map_or(src.len(), |p| i + p);
+        out.extend_from_slice(&src[i..run]);
+        i = run;
+        if i >= src.len() {
+            break;
+        }
+        let Some(&e) = src.get(i + 1) else {
+            return Err("invalid escape");
+        };
+        i += 2;
+        let c = match e {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'/' => b'/',
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => {
+                let hi = hex4(&src[i..]).ok_or("invalid \\u escape")?;
+                i += 4;
+                let cp = match hi {
+                    0xD800..=0xDBFF => {
+                        if src.get(i) != Some(&b'\\') || src.get(i + 1) != Some(&b'u') {
+                            return Err("lone leading surrogate in a \\u escape");
+                        }
+                        let lo = hex4(&src[i + 2..]).ok_or("invalid \\u escape")?;
+                        if !(0xDC00..=0xDFFF).contains(&lo) {
+                            return Err("lone leading surrogate in a \\u escape");
+                        }
+                        i += 6;
+                        0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                    }
+                    0xDC00..=0xDFFF => return Err("lone trailing surrogate in a \\u escape"),
+                    cp => cp,
+                };
+                let ch = char::from_u32(cp).ok_or("invalid \\u escape")?;
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                continue;
+            }
+            _ => return Err("invalid escape"),
+        };
+        out.push(c);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Collect(Vec<(String, Value)>);
+
+    impl FieldSink for Collect {
+        fn field(&mut self, key: &str, value: Value) -> Result<(), Reject> {
+            self.0.push((key.to_string(), value));
+            Ok(())
+        }
+    }
+
+    type Fields = Vec<(String, Value)>;
+
+    fn scan(doc: &str) -> Result<(Fields, Vec<u8>), Reject> {
+        let mut c = Collect::default();
+        let mut arena = Vec::new();
+        scan_object(doc.as_bytes(), &mut Vec::new(), &mut arena, &mut c)?;
+        Ok((c.0, arena))
+    }
+
+    #[test]
+    fn classifies_values() {
+        let doc = r#" {"a":1,"b":-2.5,"c":"x\ny","d":true,"e":null,"f":[1,{"g":2}],"h":99999999999999999999,"i":1e999,"j":"plain","\u0041":false} "#;
+        let (fields, arena) = scan(doc).unwrap();
+        let kinds: Vec<(&str, Kind)> = fields.iter().map(|(k, v)| (k.as_str(), v.kind)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("a", Kind::Int),
+                ("b", Kind::Float),
+                ("c", Kind::Text),
+                ("d", Kind::Bool),
+                ("e", Kind::Null),
+                ("f", Kind::Nested),
+                ("h", Kind::BigNum),
+                ("i", Kind::BigNum),
+                ("j", Kind::Text),
+                ("A", Kind::Bool),
+            ]
+        );
+        assert_eq!(fields[0].1.num as i64, 1);
+        assert_eq!(f64::from_bits(fields[1].1.num), -2.5);
+        let c = fields[2].1;
+        assert!(c.in_arena);
+        assert_eq!(&arena[c.start..c.end], b"x\ny");
+        let f = fields[5].1;
+        assert_eq!(&doc[f.start..f.end], r#"[1,{"g":2}]"#);
+        let h = fields[6].1;
+        assert_eq!(&doc[h.start..h.end], "99999999999999999999");
+        let j = fields[8].1;
+        assert!(!j.in_arena);
+        assert_eq!(&doc[j.start..j.end], "plain");
+    }
+
+    #[test]
+    fn integer_limits() {
+        let (f, _) = scan(r#"{"a":9223372036854775807,"b":-9223372036854775808,"c":9223372036854775808,"d":-9223372036854775809,"e":-0}"#).unwrap();
+        assert_eq!(f[0].1.kind, Kind::Int);
+        assert_eq!(f[0].1.num as i64, i64::MAX);
+        assert_eq!(f[1].1.kind, Kind::Int);
+        assert_eq!(f[1].1.num as i64, i64::MIN);
+        assert_eq!(f[2].1.kind, Kind::BigNum);
+        assert_eq!(f[3].1.kind, Kind::BigNum);
+        assert_eq!(f[4].1.kind, Kind::Int);
+    }
+
+    #[test]
+    fn unicode_escapes() {
+        let (f, arena) = scan(r#"{"a":"\u00e9\ud83d\ude00\/"}"#).unwrap();
+        let v = f[0].1;
+        assert_eq!(std::str::from_utf8(&arena[v.start..v.end]).unwrap(), "é😀/");
+    }
+
+    #[test]
+    fn rejects_invalid_documents() {
+        let cases = [
+            ("", "empty document"),
+            ("[1]", "an array"),
+            ("\"s\"", "a string"),
+            ("5", "a number"),
+            ("null", "null"),
+            ("{", "end of document"),
+            ("{\"a\"}", "expected ':'"),
+            ("{\"a\":}", "expected a value"),
+            ("{\"a\":1,}", "expected a field name"),
+            ("{\"a\":1}x", "trailing characters"),
+            ("{\"a\":01}", "expected ',' or '}'"),
+            ("{\"a\":1.}", "no digits after"),
+            ("{\"a\":1e}", "no digits in the exponent"),
+            ("{\"a\":-}", "invalid number"),
+            ("{\"a\":tru}", "invalid literal"),
+            ("{\"a\":\"\\x\"}", "invalid escape"),
+            ("{\"a\":\"\\ud800\"}", "lone leading surrogate"),
+            ("{\"a\":\"\\udc00\"}", "lone trailing surrogate"),
+            ("{\"a\":[\"\\ud800\"]}", "lone leading surrogate"),
+            ("{\"a\":\"x\ny\"}", "control character"),
+            ("{\"a\":\"x", "unterminated string"),
+            ("{\"a\":\"x\\", "unterminated string"),
+            ("{\"a\":[1 2]}", "expected ',' or ']'"),
+            ("{\"a\":{\"b\" 1}}", "expected ':'"),
+            ("{\"a\":{1:2}}", "expected a field name"),
+        ];
+        for (doc, want) in cases {
+            let err = scan(doc).expect_err(doc);
+            assert_eq!(err.reason, Reason::Parse, "{doc}");
+            assert!(
+                err.detail.contains(want),
+                "{doc:?}: {:?} lacks {want:?}",
+                err.detail
+            );
+        }
+        let mut c = Collect::default();
+        let err = scan_object(
+            b"{\"a\":\"\xff\"}",
+            &mut Vec::new(),
+            &mut Vec::new(),
+            &mut c,
+        )
+        .unwrap_err();
+        assert!(
+            err.detail.contains("invalid UTF-8 in a string"),
+            "{}",
+            err.detail
+        );
+        for doc in [
+            &b"{\"a\":1\xff}"[..],
+            b"\xef\xbb\xbf{}",
+            b"{\"\xc3\":1}",
+            b"{\"a\":[\"\xed\xa0\x80\"]}",
+        ] {
+            assert!(
+                scan_object(doc, &mut Vec::new(), &mut Vec::new(), &mut c).is_err(),
+                "{doc:?}"
+            );
+        }
+        let (f, _) = scan("{\"é\":\"ü😀\"}").unwrap();
+        assert_eq!(f[0].0, "é");
+    }
+
+    #[test]
+    fn depth_limit() {
+        let ok = format!(
+            "{{\"a\":{}{}}}",
+            "[".repeat(MAX_DEPTH - 1),
+            "]".repeat(MAX_DEPTH - 1)
+        );
+        scan(&ok).unwrap();
+        let deep = format!(
+            "{{\"a\":{}{}}}",
+            "[".repeat(MAX_DEPTH),
+            "]".repeat(MAX_DEPTH)
+        );
+        assert_eq!(scan(&deep).unwrap_err().reason, Reason::TooDeep);
+        let very = format!("{{\"a\":{}", "[".repeat(100_000));
+        assert_eq!(scan(&very).unwrap_err().reason, Reason::TooDeep);
+    }
+
+    #[test]
+    fn agrees_with_serde_json_on_validity() {
+        let docs = [
+            r#"{"a":[1,2,{"b":null}],"c":"\u00e9"}"#,
+            r#"{"a":1 , "b" : [ ] , "c":{ } }"#,
+            r#"{"a":1e5,"b":-0.0e-3,"c":0}"#,
+            r#"{"a":"\t"}"#,
+            r#"{"a":"	"}"#,
+            r#"{"a":[1,]}"#,
+            r#"{"a":.5}"#,
+            r#"{"a":+1}"#,
+            r#"{"a":NaN}"#,
+            r#"{"a":1}{"b":2}"#,
+        ];
+        for doc in docs {
+            let ours = scan(doc).is_ok();
+            let theirs =
+                serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(doc).is_ok();
+            assert_eq!(ours, theirs, "{doc}");
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Metadata columns: `_openetl_id`, `_openetl_op`, `_openetl_seq`,
+//! `_openetl_synced_at`, appended after the stream's columns.
+//!
+//! `_openetl_id` is fixed forever (destinations deduplicate on it): the
+//! lowercase hex, 32 characters, of the big-endian XXH3-128 (seed 0) of
+//!
+//! ```text
+//! u32le(len(stream)) ‖ stream
+//! ‖ 0x01 ‖ u32le(len(key)) ‖ key             when key is non-empty
+//! ‖ 0x02 ‖ u32le(len(payload)) ‖ payload     when key is empty
+//! ‖ i64le(seq)
+//! ```
+//!
+//! The vectors in the tests below are published in the Go package doc.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Int64Array, StringArray, TimestampMicrosecondArray};
+use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, Field, TimeUnit};
+use xxhash_rust::xxh3::xxh3_128;
+
+use crate::error::Error;
+use crate::input::RawRows;
+
+/// Names every metadata column starts with; source fields may not.
+pub const RESERVED_PREFIX: &str = "_openetl_";
+
+pub const ID: &str = "_openetl_id";
+pub const OP: &str = "_openetl_op";
+pub const SEQ: &str = "_openetl_seq";
+pub const SYNCED_AT: &str = "_openetl_synced_at";
+
+/// The name of an op code, or `None` for an unknown one.
+pub fn op_name(op: u8) -> Option<&'static str> {
+    match op {
+        1 => Some("insert"),
+        2 => Some("update"),
+        3 => Some("delete"),
+        _ => None,
+    }
+}
+
+/// The op code of deletes.
+pub const OP_DELETE: u8 = 3;
+
+/// The `_openetl_id` hash of one record version. `scratch` is reused.
+pub fn record_id(
+    stream: &[u8],
+    key: &[u8],
+    payload: &[u8],
+    seq: i64,
+    scratch: &mut Vec<u8>,
+) -> u128 {
+    let (tag, body) = if key.is_empty() {
+        (2u8, payload)
+    } else {
+        (1u8, key)
+    };
+    scratch.clear();
+    scratch.reserve(4 + stream.len() + 1 + 4 + body.len() + 8);
+    scratch.extend_from_slice(&(stream.len() as u32).to_le_bytes());
+    scratch.extend_from_slice(stream);
+    scratch.push(tag);
+    scratch.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    scratch.extend_from_slice(body);
+    scratch.extend_from_slice(&seq.to_le_bytes());
+    xxh3_128(scratch)
+}
+
+/// Writes `v` as 32 lowercase hex digits, most significant first.
+pub fn hex128(v: u128, out: &mut [u8; 32]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, b) in v.to_be_bytes().iter().enumerate() {
+        out[2 * i] = HEX[usize::from(b >> 4)];
+        out[2 * i + 1] = HEX[usize::from(b & 0xf)];
+    }
+}
+
+/// The `_openetl_id` of one record version as a string.
+pub fn record_id_hex(stream: &[u8], key: &[u8], payload: &[u8], seq: i64) -> String {
+    let mut out = [0u8; 32];
+    hex128(
+        record_id(stream, key, payload, seq, &mut Vec::new()),
+        &mut out,
+    );
+    out.iter().map(|&b| b as char).collect()
+}
+
+/// The metadata fields, in order.
+pub fn fields() -> [Field; 4] {
+    [
+        Field::new(ID, DataType::Utf8, false),
+        Field::new(OP, DataType::Utf8, false),
+        Field::new(SEQ, DataType::Int64, false),
+        Field::new(
+            SYNCED_AT,
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+    ]
+}
+
+/// Builds the metadata columns for the input rows `order`, in that order.
+pub fn columns(
+    stream: &[u8],
+    rows: &RawRows<'_>,
+    order: &[u32],
+    synced_at_micros: i64,
+    scratch: &mut Vec<u8>,
+) -> Result<[ArrayRef; 4], Error> {
+    let n = order.len();
+    let mut ids = Vec::with_capacity(n * 32);
+    let mut ops_data = Vec::with_capacity(n * 6);
+    let mut ops_offs = Vec::with_capacity(n + 1);
+    let mut seqs = Vec::with_capacity(n);
+    ops_offs.push(0i32);
+    let mut hex = [0u8; 32];
+    for &r in order {
+        let r = r as usize;
+        let seq = rows.seq(r);
+        hex128(
+            record_id(stream, rows.key(r), rows.payload(r), seq, scratch),
+            &mut hex,
+        );
+        ids.extend_from_slice(&hex);
+        let op = op_name(rows.op(r))
+            .ok_or_else(|| Error::internal("an unknown op reached the output"))?;
+        ops_data.extend_from_slice(op.as_bytes());
+        ops_offs
+            .push(i32::try_from(ops_data.len()).map_err(|_| Error::internal("batch too large"))?);
+        seqs.push(seq);
+    }
+    let id_offs: Vec<i32> = (0..=n)
+        .map(|i| i32::try_from(i * 32))
+        .collect::<Result<_, _>>()
+        .map_err(|_| Error::internal("batch too large"))?;
+    // SAFETY: ids holds only ASCII hex digits and op names are ASCII; the
+    // offsets are monotonic and end at each buffer's length.
+    let id = unsafe {
+        StringArray::new_unchecked(
+            OffsetBuffer::new(ScalarBuffer::from(id_offs)),
+            Buffer::from_vec(ids),
+            None,
+        )
+    };
+    // SAFETY: as above.
+    let op = unsafe {
+        StringArray::new_unchecked(
+            OffsetBuffer::new(ScalarBuffer::from(ops_offs)),
+            Buffer::from_vec(ops_data),
+            None,
+        )
+    };
+    let seq = Int64Array::new(ScalarBuffer::from(seqs), None);
+    let synced =
+        TimestampMicrosecondArray::new(ScalarBuffer::from(vec![synced_at_micros; n]), None)
+            .with_timezone("UTC");
+    Ok([Arc::new(id), Arc::new(op), Arc::new(seq), Arc::new(synced)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The published `_openetl_id` test vectors: (stream, key, payload,
+    /// seq, id), checked against the Python `xxhash` package's
+    /// `xxh3_128_hexdigest`. Keep in step with the Go package doc
+    /// (engine/engine.go) and engine/engine_test.go.
+    pub const VECTORS: &[(&str, &str, &str, i64, &str)] = &[
+        (
+            "orders",
+            "42",
+            r#"{"id":42}"#,
+            7,
+            "79f31045bf5ab5655cdd3b5607862643",
+        ),
+        (
+            "orders",
+            "",
+            r#"{"id":42}"#,
+            7,
+            "0a203a32206444d5c896477c05649d92",
+        ),
+        (
+            "orders",
+            "42",
+            r#"{"id":42,"note":"other payload, same key"}"#,
+            7,
+            "79f31045bf5ab5655cdd3b5607862643",
+        ),
+        (
+            "orders",
+            "42",
+            r#"{"id":42}"#,
+            8,
+            "612569515ae994aa12ef4bd465665389",
+        ),
+        ("", "", "", 0, "0a92a762d88e9a8dd845fcbc05d3a4b7"),
+        (
+            "événements",
+            "k",
+            "",
+            -1,
+            "d449e4e163ce8019a82a6595809c16af",
+        ),
+    ];
+
+    #[test]
+    fn id_layout() {
+        let mut s = Vec::new();
+        let id = record_id(b"ab", b"k", b"ignored", 1, &mut s);
+        let mut want = Vec::new();
+        want.extend_from_slice(&2u32.to_le_bytes());
+        want.extend_from_slice(b"ab");
+        want.push(1);
+        want.extend_from_slice(&1u32.to_le_bytes());
+        want.extend_from_slice(b"k");
+        want.extend_from_slice(&1i64.to_le_bytes());
+        assert_eq!(s, want);
+        assert_eq!(id, xxh3_128(&want));
+        record_id(b"ab", b"", b"p", -2, &mut s);
+        let mut want = Vec::new();
+        want.extend_from_slice(&2u32.to_le_bytes());
+        want.extend_from_slice(b"ab");
+        want.push(2);
+        want.extend_from_slice(&1u32.to_le_bytes());
+        want.extend_from_slice(b"p");
+        want.extend_from_slice(&(-2i64).to_le_bytes());
+        assert_eq!(s, want);
+    }
+
+    #[test]
+    fn hex_is_big_endian() {
+        let mut out = [0u8; 32];
+        hex128(0x0123456789abcdef_fedcba9876543210, &mut out);
+        assert_eq!(&out, b"0123456789abcdeffedcba9876543210");
+    }
+
+    #[test]
+    fn id_vectors() {
+        for &(stream, key, payload, seq, want) in VECTORS {
+            let got = record_id_hex(stream.as_bytes(), key.as_bytes(), payload.as_bytes(), seq);
+            assert_eq!(
+                got, want,
+                "stream={stream:?} key={key:?} payload={payload:?} seq={seq}"
+            );
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! What an engine must carry across attempts: each stream's columns (name
+//! and type, in order). Saved as JSON in the checkpoint record:
+//!
+//! ```json
+//! {"version":1,"streams":[{"name":"orders","columns":[{"name":"id","type":"int64"}]}]}
+//! ```
+//!
+//! Streams are written sorted by name so equal states are equal bytes.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value, json};
+
+use crate::error::Error;
+use crate::infer::ColumnType;
+use crate::meta::RESERVED_PREFIX;
+
+/// The version written; loading refuses any other.
+pub const VERSION: u64 = 1;
+
+/// One column of a stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    pub name: String,
+    pub ty: ColumnType,
+}
+
+/// A stream's inferred schema. Columns only ever get added at the end and
+/// widened, except that a document being rejected undoes its own additions.
+#[derive(Clone, Debug, Default)]
+pub struct StreamSchema {
+    pub columns: Vec<Column>,
+    index: HashMap<String, u32>,
+}
+
+impl StreamSchema {
+    pub fn len(&self) -> usize {
+        self.columns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.columns.is_empty()
+    }
+
+    /// The index of the column named `name`.
+    #[inline]
+    pub fn lookup(&self, name: &str) -> Option<usize> {
+        self.index.get(name).map(|&i| i as usize)
+    }
+
+    /// Appends a column; the caller has checked the name is new.
+    pub fn add(&mut self, name: &str, ty: ColumnType) -> usize {
+        let i = self.columns.len();
+        self.columns.push(Column {
+            name: name.to_string(),
+            ty,
+        });
+        self.index.insert(name.to_string(), i as u32);
+        i
+    }
+
+    /// Drops the columns from `n` on (undoing a rejected document).
+    pub fn truncate(&mut self, n: usize) {
+        for c in self.columns.drain(n..) {
+            self.index.remove(&c.name);
+        }
+    }
+}
+
+/// Serializes the streams' schemas.
+pub fn export(streams: &HashMap<String, StreamSchema>) -> Vec<u8> {
+    let mut names: Vec<&String> = streams.keys().collect();
+    names.sort();
+    let list: Vec<Value> = names
+        .into_iter()
+        .map(|name| {
+            let cols: Vec<Value> = streams[name]
+                .columns
+                .iter()
+                .map(|c| json!({"name": c.name, "type": c.ty.name()}))
+                .collect();
+            json!({"name": name, "columns": cols})
+        })
+        .collect();
+    let v = json!({"version": VERSION, "streams": list});
+    v.to_string().into_bytes()
+}
+
+fn bad(msg: impl Into<String>) -> Error {
+    Error::invalid_state(format!("engine state: {}", msg.into()))
+}
+
+fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>, Error> {
+    v.as_object()
+        .ok_or_else(|| bad(format!("{what} is not an object")))
+}
+
+fn string<'a>(m: &'a Map<String, Value>, key: &str, what: &str) -> Result<&'a str, Error> {
+    m.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad(format!("{what} has no string {key:?}")))
+}
+
+/// Loads streams' schemas from a value written by [`export`]. Any flaw is
+/// an [`crate::error::Status::InvalidState`] error.
+pub fn import(v: &Value) -> Result<HashMap<String, StreamSchema>, Error> {
+    let top = object(v, "the state")?;
+    match top.get("version").and_then(Value::as_u64) {
+        Some(VERSION) => {}
+        Some(other) => {
+            return Err(bad(format!(
+                "version {other} is not supported (want {VERSION})"
+            )));
+        }
+        None => return Err(bad("no version")),
+    }
+    let list = top
+        .get("streams")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("no streams list"))?;
+    let mut streams = HashMap::with_capacity(list.len());
+    for s in list {
+        let s = object(s, "a stream")?;
+        let name = string(s, "name", "a stream")?;
+        if name.is_empty() {
+            return Err(bad("a stream has an empty name"));
+        }
+        let cols = s
+            .get("columns")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad(format!("stream {name:?} has no columns list")))?;
+        let mut schema = StreamSchema::default();
+        for c in cols {
+            let c = object(c, "a column")?;
+            let cname = string(c, "name", "a column")?;
+            let ty = string(c, "type", "a column")?;
+            let ty = ColumnType::from_name(ty).ok_or_else(|| {
+                bad(format!(
+                    "stream {name:?} column {cname:?} has unknown type {ty:?}"
+                ))
+            })?;
+            if cname.starts_with(RESERVED_PREFIX) {
+                return Err(bad(format!(
+                    "stream {name:?} column {cname:?} uses the reserved prefix"
+                )));
+            }
+            if schema.lookup(cname).is_some() {
+                return Err(bad(format!("stream {name:?} has column {cname:?} twice")));
+            }
+            schema.add(cname, ty);
+        }
+        if streams.insert(name.to_string(), schema).is_some() {
+            return Err(bad(format!("stream {name:?} appears twice")));
+        }
+    }
+    Ok(streams)
+}
+
+/// Loads a state from bytes.
+pub fn import_bytes(b: &[u8]) -> Result<HashMap<String, StreamSchema>, Error> {
+    let v: Value = serde_json::from_slice(b).map_err(|e| bad(format!("not JSON: {e}")))?;
+    import(&v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let mut streams = HashMap::new();
+        let mut a = StreamSchema::default();
+        a.add("id", ColumnType::Int64);
+        a.add("name", ColumnType::Utf8);
+        a.add("z", ColumnType::Null);
+        streams.insert("b".to_string(), a);
+        let mut b = StreamSchema::default();
+        b.add("x", ColumnType::Float64);
+        b.add("ok", ColumnType::Bool);
+        streams.insert("a".to_string(), b);
+        let bytes = export(&streams);
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"streams":[{"columns":[{"name":"x","type":"float64"},{"name":"ok","type":"bool"}],"name":"a"},{"columns":[{"name":"id","type":"int64"},{"name":"name","type":"utf8"},{"name":"z","type":"null"}],"name":"b"}],"version":1}"#
+        );
+        let back = import_bytes(&bytes).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back["b"].columns, streams["b"].columns);
+        assert_eq!(back["a"].columns, streams["a"].columns);
+        assert_eq!(export(&back), bytes);
+    }
+
+    #[test]
+    fn rejects_corrupt_states() {
+        let cases = [
+            "",
+            "{",
+            "[]",
+            r#"{"streams":[]}"#,
+            r#"{"version":2,"streams":[]}"#,
+            r#"{"version":1}"#,
+            r#"{"version":1,"streams":[{"name":"a"}]}"#,
+            r#"{"version":1,"streams":[{"name":"","columns":[]}]}"#,
+            r#"{"version":1,"streams":[{"name":"a","columns":[{"name":"x","type":"int32"}]}]}"#,
+            r#"{"version":1,"streams":[{"name":"a","columns":[{"name":"x","type":"int64"},{"name":"x","type":"utf8"}]}]}"#,
+            r#"{"version":1,"streams":[{"name":"a","columns":[{"name":"_openetl_id","type":"utf8"}]}]}"#,
+            r#"{"version":1,"streams":[{"name":"a","columns":[]},{"name":"a","columns":[]}]}"#,
+        ];
+        for c in cases {
+            let err = import_bytes(c.as_bytes()).expect_err(c);
+            assert_eq!(err.status, crate::error::Status::InvalidState, "{c}");
+        }
+    }
+
+    #[test]
+    fn truncate_undoes_adds() {
+        let mut s = StreamSchema::default();
+        s.add("a", ColumnType::Int64);
+        s.add("b", ColumnType::Int64);
+        s.truncate(1);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.lookup("b"), None);
+        assert_eq!(s.lookup("a"), Some(0));
+    }
+}
