@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR ?= $(CACHE)/cargo-target
 GO ?= go
 RUST_DIR := engine/rust
 
-.PHONY: all engine engine-check tools lint test test-rust test-go bench quickstart clean-data
+.PHONY: all engine engine-check tools lint test test-rust test-go fresh-clone bench quickstart clean-data
 
 all: test
 
@@ -39,9 +39,14 @@ test-go: tools
 	OPENETL_PYTHON=$$(scripts/test-tools.sh) $(GO) test -count=1 ./...
 	$(GO) test -count=1 -race ./pipeline/... ./checkpoint/... ./sink/... ./source/...
 
+# The README's first command on a fresh clone of the committed tree, with
+# no cargo on PATH.
+fresh-clone:
+	scripts/fresh-clone-check.sh
+
 # engine-check first (a stale committed library fails CI), then rebuild
 # the library from source so the tests run against what the sources say.
-test: engine-check engine lint test-rust test-go
+test: engine-check engine lint test-rust test-go fresh-clone
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/ ./source/... ./sink/... ./checkpoint/...
