@@ -151,6 +151,10 @@ func New(cfg Config) (*Destination, error) {
 			pq.WithCompression(codec),
 			pq.WithMaxRowGroupLength(cfg.RowGroupRows),
 			pq.WithCreatedBy("openetl sink/parquet"),
+			// Unique per row: a dictionary only costs hashing and is
+			// thrown away at the first page.
+			pq.WithDictionaryFor("_openetl_id", false),
+			pq.WithDictionaryFor("_openetl_seq", false),
 		),
 		arrowProps:  pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()),
 		targetBytes: cfg.TargetFileBytes,
