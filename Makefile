@@ -38,6 +38,7 @@ test-rust:
 test-go: tools
 	OPENETL_PYTHON=$$(scripts/test-tools.sh) $(GO) test -count=1 ./...
 	$(GO) test -count=1 -race ./pipeline/... ./checkpoint/... ./sink/... ./source/...
+	CGO_ENABLED=0 $(GO) test -count=1 -run TestBuildWithoutCgo .
 
 # The README's first command on a fresh clone of the committed tree, with
 # no cargo on PATH.
