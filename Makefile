@@ -50,7 +50,7 @@ fresh-clone:
 test: engine-check engine lint test-rust test-go fresh-clone
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./engine/ ./source/... ./sink/... ./checkpoint/...
+	$(GO) test -run '^$$' -bench . -benchmem . ./engine/ ./source/... ./sink/... ./checkpoint/...
 
 quickstart:
 	$(GO) run ./examples/quickstart
