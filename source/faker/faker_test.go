@@ -609,8 +609,10 @@ func TestRate(t *testing.T) {
 	el := time.Since(start)
 	got := len(r.recs())
 	max := int(el.Seconds()*2000) + 25 // rate × time + a burst
-	if got > max || got < max/4 {
-		t.Errorf("%d records in %v at 2000/s, want at most %d and not far below", got, el, max)
+	// The upper bound is the limiter's promise; below it, a loaded CI
+	// machine may starve the reader, so only "some" is required.
+	if got > max || got == 0 {
+		t.Errorf("%d records in %v at 2000/s, want between 1 and %d", got, el, max)
 	}
 }
 
