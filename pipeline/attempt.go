@@ -223,6 +223,10 @@ func (r *runner) recover(ctx context.Context, log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("destination: recover: %w", err)
 		}
+		if r.head == nil && out != sink.Applied {
+			// Nothing was committed, so there is nothing to apply or lose.
+			return fmt.Errorf("destination: recover reported %v for a pipeline with no checkpoint: only applied makes sense", out)
+		}
 		switch out {
 		case sink.Applied:
 			return nil

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/openetl/etl/checkpoint"
@@ -47,19 +48,24 @@ func (r *runner) pipeline(ctx, work context.Context, cancelWork context.CancelCa
 		seen[id] = true
 		r.pumps = append(r.pumps, newPump(r, i, id, resume[id], splitCtx))
 	}
+	// splitsDone is closed when every split's Read returned nil. Splits
+	// that stop with an error never count, so it is closed by the last
+	// one to finish rather than by a goroutine that could wait forever.
 	splitsDone := make(chan struct{})
-	var doneWG sync.WaitGroup
+	var reading atomic.Int64
+	reading.Store(int64(len(r.splits)))
 	for i, sp := range r.splits {
 		p := r.pumps[i]
 		wg.Add(1)
-		doneWG.Add(1)
 		go func() {
 			defer wg.Done()
 			err := sp.Read(splitCtx, p, r.bounded)
 			switch {
 			case err == nil:
 				fail(p.finish())
-				doneWG.Done()
+				if reading.Add(-1) == 0 {
+					close(splitsDone)
+				}
 			case errors.Is(err, source.ErrStopping), splitCtx.Err() != nil:
 				// Stopping: the split's records after its last barrier
 				// are read again by the next attempt.
@@ -68,7 +74,6 @@ func (r *runner) pipeline(ctx, work context.Context, cancelWork context.CancelCa
 			}
 		}()
 	}
-	go func() { doneWG.Wait(); close(splitsDone) }()
 
 	wg.Add(2 + cfg.Lanes)
 	go func() { defer wg.Done(); fail(r.runEngine(work)) }()
@@ -86,6 +91,15 @@ func (r *runner) pipeline(ctx, work context.Context, cancelWork context.CancelCa
 	}
 	cancelSplits(nil)
 	wg.Wait()
+	// Lanes that stopped early leave records queued: release them (the
+	// engine's records may hold memory only Release frees).
+	for _, ch := range r.toLanes {
+		for len(ch) > 0 {
+			if m := <-ch; m.rec != nil {
+				m.rec.Release()
+			}
+		}
+	}
 	if err != nil {
 		if errors.Is(err, checkpoint.ErrFenced) || errors.Is(err, sink.ErrFenced) {
 			log.Warn("attempt fenced by a newer generation", "err", err)

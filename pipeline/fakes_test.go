@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -28,6 +29,12 @@ type fakeSource struct {
 	delay                            time.Duration // per record, to slow reading
 	mu                               sync.Mutex
 	acks                             []map[source.SplitID][]byte
+	idle                             atomic.Int32 // unbounded splits waiting at their end
+	openErr                          error        // Open fails with it
+	failStream                       string       // this stream's split fails...
+	failAt                           int          // ...before emitting this record...
+	failErr                          error        // ...with this error
+	noFinalRP                        bool         // splits return nil without a resume point at their end
 }
 
 func (s *fakeSource) Discover(context.Context) (source.Catalog, error) {
@@ -41,6 +48,9 @@ func (s *fakeSource) Discover(context.Context) (source.Catalog, error) {
 func (s *fakeSource) Replay() source.Replay { return source.ReplayExact }
 
 func (s *fakeSource) Open(_ context.Context, streams []string, resume map[source.SplitID][]byte) ([]source.Split, error) {
+	if s.openErr != nil {
+		return nil, s.openErr
+	}
 	var out []source.Split
 	for _, st := range streams {
 		sp := &fakeSplit{src: s, stream: st}
@@ -77,6 +87,7 @@ func (sp *fakeSplit) Read(ctx context.Context, e source.Emitter, bounded bool) e
 			if bounded {
 				return nil
 			}
+			sp.src.idle.Add(1)
 			<-ctx.Done()
 			return ctx.Err()
 		}
@@ -87,6 +98,9 @@ func (sp *fakeSplit) Read(ctx context.Context, e source.Emitter, bounded bool) e
 			time.Sleep(sp.src.delay)
 		}
 		i := sp.next
+		if sp.src.failErr != nil && sp.stream == sp.src.failStream && i == sp.src.failAt {
+			return sp.src.failErr
+		}
 		payload := []byte("ok")
 		if sp.src.badEvery > 0 && i%sp.src.badEvery == sp.src.badEvery-1 {
 			payload = []byte("bad")
@@ -95,7 +109,7 @@ func (sp *fakeSplit) Read(ctx context.Context, e source.Emitter, bounded bool) e
 			return err
 		}
 		sp.next++
-		if sp.next%sp.src.rpEvery == 0 || sp.next == sp.src.rows {
+		if sp.next%sp.src.rpEvery == 0 || sp.next == sp.src.rows && !sp.src.noFinalRP {
 			binary.BigEndian.PutUint64(st[:], uint64(sp.next))
 			if err := e.ResumePoint(st[:]); err != nil {
 				return err
@@ -106,13 +120,24 @@ func (sp *fakeSplit) Read(ctx context.Context, e source.Emitter, bounded bool) e
 
 // fakeEngine turns each record into a row (key utf8, seq int64) and
 // quarantines payload "bad". Lanes route by key modulo.
-type fakeEngine struct{ lanes int }
+// Its records are allocated from mem (default memory.DefaultAllocator),
+// so a test can check that the runner releases every one.
+type fakeEngine struct {
+	lanes int
+	mem   memory.Allocator
+}
 
 func newFakeEngine(cfg engine.Config) (engine.Engine, error) {
-	if cfg.Lanes == 0 {
-		cfg.Lanes = 1
+	return newFakeEngineWith(memory.DefaultAllocator)(cfg)
+}
+
+func newFakeEngineWith(mem memory.Allocator) func(engine.Config) (engine.Engine, error) {
+	return func(cfg engine.Config) (engine.Engine, error) {
+		if cfg.Lanes == 0 {
+			cfg.Lanes = 1
+		}
+		return &fakeEngine{lanes: cfg.Lanes, mem: mem}, nil
 	}
-	return &fakeEngine{lanes: cfg.Lanes}, nil
 }
 
 var fakeSchema = arrow.NewSchema([]arrow.Field{{Name: "key", Type: arrow.BinaryTypes.String}, {Name: "seq", Type: arrow.PrimitiveTypes.Int64}}, nil)
@@ -134,8 +159,8 @@ func (f *fakeEngine) Push(b *engine.RawBatch, _ time.Time) (engine.Output, error
 		l := k % f.lanes
 		byLane[l] = append(byLane[l], row{string(key), seq})
 	}
-	kb := array.NewStringBuilder(memory.DefaultAllocator)
-	sb := array.NewInt64Builder(memory.DefaultAllocator)
+	kb := array.NewStringBuilder(f.mem)
+	sb := array.NewInt64Builder(f.mem)
 	defer kb.Release()
 	defer sb.Release()
 	n := 0
@@ -171,6 +196,9 @@ type memDest struct {
 	nextID    int
 	failOnce  map[uint64]error // Commit of that epoch fails once
 	commitErr error            // every Commit fails with it while set
+	writeErr  error            // every Write fails with it while set
+	writers   int              // writers made
+	closed    int              // writers closed
 }
 
 func newMemDest() *memDest {
@@ -180,6 +208,9 @@ func newMemDest() *memDest {
 func (d *memDest) Class() sink.Class               { return sink.StageAndApply }
 func (d *memDest) Capabilities() sink.Capabilities { return sink.Capabilities{} }
 func (d *memDest) Writer(_ context.Context, _ string, lane int) (sink.Writer, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writers++
 	return &memWriter{d: d, lane: lane}, nil
 }
 
@@ -206,6 +237,12 @@ type memWriter struct {
 }
 
 func (w *memWriter) Write(_ context.Context, stream string, rec arrow.RecordBatch) error {
+	w.d.mu.Lock()
+	err := w.d.writeErr
+	w.d.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	keys := rec.Column(0).(*array.String)
 	seqs := rec.Column(1).(*array.Int64)
 	for i := 0; i < int(rec.NumRows()); i++ {
@@ -279,4 +316,9 @@ func (w *memWriter) Recover(_ context.Context, gen checkpoint.Generation, head *
 	return sink.Recoverable, nil
 }
 
-func (w *memWriter) Close(context.Context) error { return nil }
+func (w *memWriter) Close(context.Context) error {
+	w.d.mu.Lock()
+	defer w.d.mu.Unlock()
+	w.d.closed++
+	return nil
+}

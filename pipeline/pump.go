@@ -84,9 +84,12 @@ func newPump(r *runner, idx int, id source.SplitID, resume []byte, ctx context.C
 // Record implements source.Emitter.
 func (p *pump) Record(stream string, op source.Op, seq int64, key, payload []byte) error {
 	p.mu.Lock()
-	if w := p.wait; w != nil {
+	for p.wait != nil {
 		// Aligned barriers: after placing barrier N the split waits until
 		// every split has placed it, so no later record slips into epoch N.
+		// Loop: while it waited, placeIdle may have placed barrier N+1 on
+		// its behalf, and this record must wait for that one too.
+		w := p.wait
 		p.wait = nil
 		p.mu.Unlock()
 		select {
@@ -194,9 +197,10 @@ func (p *pump) placeLocked() error {
 	if err := p.flushAllLocked(); err != nil {
 		return err
 	}
-	var st []byte
+	var st []byte // nil: no state, read from the beginning
 	if p.hasState {
-		st = append([]byte(nil), p.state...)
+		// Never nil, even when empty: an empty state is a state.
+		st = append(make([]byte, 0, len(p.state)), p.state...)
 	}
 	if err := p.send(pumpMsg{kind: msgBarrier, split: p.idx, epoch: epoch, state: st}); err != nil {
 		return err
