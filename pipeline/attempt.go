@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,13 +15,6 @@ import (
 	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
-)
-
-// Errors returned by attempts.
-var (
-	// ErrLost is returned when the destination reports the checkpoint
-	// HEAD's epoch lost and the log has no earlier record to rewind to.
-	ErrLost = errors.New("pipeline: the last committed epoch is lost at the destination and cannot be rewound")
 )
 
 type runner struct {
@@ -46,10 +40,9 @@ type runner struct {
 	budget    chan struct{}
 	barriers  barrierControl
 
-	placing     atomic.Bool // a placeIdle goroutine runs
-	readRecords atomic.Int64
-	epochBytes  atomic.Int64
-	batchPool   sync.Pool
+	placing    atomic.Bool // a placeIdle goroutine runs
+	epochBytes atomic.Int64
+	batchPool  sync.Pool
 }
 
 type committed struct {
@@ -101,8 +94,9 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 	r := &runner{cfg: cfg, bounded: bounded, start: cfg.Now()}
 	log := cfg.Logger.With("pipeline", cfg.Name)
 
-	// Work that must finish a clean stop outlives the caller's context in
-	// Run; a Sync is abandoned with it.
+	// Setting up (claim, discover, writers, recovery, open) follows the
+	// caller's context. Once reading, work that must finish a clean stop
+	// outlives it in Run; a Sync is abandoned with it.
 	workParent := ctx
 	if !bounded {
 		workParent = context.WithoutCancel(ctx)
@@ -110,14 +104,14 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 	work, cancelWork := context.WithCancelCause(workParent)
 	defer cancelWork(nil)
 
-	r.gen, r.head, err = cfg.Store.Claim(work, cfg.Name)
+	r.gen, r.head, err = cfg.Store.Claim(ctx, cfg.Name)
 	if err != nil {
 		return Result{}, fmt.Errorf("checkpoints: claim %q: %w", cfg.Name, err)
 	}
 	log = log.With("generation", uint64(r.gen))
 	log.Info("attempt started", "bounded", bounded, "resume_epoch", headEpoch(r.head))
 
-	catalog, err := cfg.Source.Discover(work)
+	catalog, err := cfg.Source.Discover(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("source: discover: %w", err)
 	}
@@ -132,13 +126,13 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 
 	defer func() { r.closeWriters(log) }()
 	for lane := 0; lane < cfg.Lanes; lane++ {
-		w, err := cfg.Destination.Writer(work, cfg.Name, lane)
+		w, err := cfg.Destination.Writer(ctx, cfg.Name, lane)
 		if err != nil {
 			return Result{}, fmt.Errorf("destination: writer for lane %d: %w", lane, err)
 		}
 		r.writers = append(r.writers, w)
 	}
-	if err := r.recover(work, log); err != nil {
+	if err := r.recover(ctx, log); err != nil {
 		return Result{}, err
 	}
 	r.firstEpoch = headEpoch(r.head) + 1
@@ -159,7 +153,7 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 			resume[source.SplitID(id)] = st
 		}
 	}
-	r.splits, err = cfg.Source.Open(work, streams, resume)
+	r.splits, err = cfg.Source.Open(ctx, streams, resume)
 	if err != nil {
 		return Result{}, fmt.Errorf("source: open: %w", err)
 	}
@@ -185,7 +179,7 @@ func selectStreams(c source.Catalog, want []string) ([]string, error) {
 	all := make([]string, 0, len(c.Streams))
 	for _, s := range c.Streams {
 		if !validStreamName(s.Name) || seen[s.Name] {
-			errs = append(errs, fmt.Errorf("source: catalog stream name %q is empty, repeated, longer than 200 bytes, or has '/', '\\', a leading '.' or '_', or a control character", s.Name))
+			errs = append(errs, fmt.Errorf("source: catalog stream name %q is empty, repeated, longer than 200 bytes, ends in .lock, or has '/', '\\', a leading '.' or '_', or a control character", s.Name))
 		}
 		seen[s.Name] = true
 		all = append(all, s.Name)
@@ -204,7 +198,7 @@ func selectStreams(c source.Catalog, want []string) ([]string, error) {
 // validStreamName reports whether a stream name can name directories and
 // objects at destinations and in the checkpoint store.
 func validStreamName(n string) bool {
-	if n == "" || len(n) > 200 || n[0] == '.' || n[0] == '_' {
+	if n == "" || len(n) > 200 || n[0] == '.' || n[0] == '_' || strings.HasSuffix(n, ".lock") {
 		return false
 	}
 	for _, c := range n {
@@ -234,14 +228,21 @@ func (r *runner) recover(ctx context.Context, log *slog.Logger) error {
 			log.Info("applying the last committed epoch", "epoch", r.head.Epoch)
 			return r.commitDest(ctx, r.head.Epoch, r.head.Committables, log)
 		case sink.Lost:
+			// The zero Ref rewinds to before the first record: the
+			// pipeline starts over.
+			var to checkpoint.Ref
+			if r.head.Prev != nil {
+				to = *r.head.Prev
+			}
+			log.Warn("rewinding past a lost epoch", "epoch", r.head.Epoch, "to", to.Epoch)
+			if err := r.cfg.Store.Rewind(ctx, r.cfg.Name, r.gen, to); err != nil {
+				return fmt.Errorf("checkpoints: rewind past lost epoch %d: %w", r.head.Epoch, err)
+			}
 			if r.head.Prev == nil {
-				return fmt.Errorf("%w (epoch %d)", ErrLost, r.head.Epoch)
+				r.head = nil
+				continue
 			}
-			log.Warn("rewinding past a lost epoch", "epoch", r.head.Epoch, "to", r.head.Prev.Epoch)
-			if err := r.cfg.Store.Rewind(ctx, r.cfg.Name, r.gen, *r.head.Prev); err != nil {
-				return fmt.Errorf("checkpoints: rewind: %w", err)
-			}
-			if r.head, err = r.cfg.Store.Get(ctx, r.cfg.Name, *r.head.Prev); err != nil {
+			if r.head, err = r.cfg.Store.Get(ctx, r.cfg.Name, to); err != nil {
 				return fmt.Errorf("checkpoints: read record after rewind: %w", err)
 			}
 		default:

@@ -124,7 +124,7 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 	stopping := false // the attempt ends after the final barrier
 	var final uint64  // last epoch of the attempt, once known
 	finalKnown := false
-	lastBarrierRead := int64(0)
+	lastBarrier := int64(0) // r.progress() at the last barrier
 	interval := time.NewTicker(cfg.EpochInterval)
 	defer interval.Stop()
 	idle := time.NewTicker(50 * time.Millisecond)
@@ -140,7 +140,7 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 	var stopTimer <-chan time.Time
 
 	request := func(isFinal bool) {
-		lastBarrierRead = r.readRecords.Load()
+		lastBarrier = r.progress()
 		r.epochBytes.Store(0)
 		r.barriers.request(next, isFinal)
 		inflight = true
@@ -157,7 +157,7 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 		if inflight {
 			return // decided when the in-flight barrier aligns
 		}
-		if r.readRecords.Load() > lastBarrierRead {
+		if r.progress() > lastBarrier {
 			request(true)
 		} else {
 			final, finalKnown = next-1, true
@@ -166,7 +166,7 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 	}
 	report := func() {
 		if cfg.OnProgress != nil {
-			cfg.OnProgress(Progress{Generation: r.gen, Epoch: res.Epoch, Read: r.readRecords.Load(),
+			cfg.OnProgress(Progress{Generation: r.gen, Epoch: res.Epoch, Read: r.recordsRead(),
 				Committed: maps.Clone(res.Streams), Elapsed: cfg.Now().Sub(r.start)})
 		}
 	}
@@ -195,7 +195,10 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 				beginStop()
 			}
 		case <-interval.C:
-			if !inflight && !stopping && r.readRecords.Load() > lastBarrierRead {
+			// Resume points that moved without records (a quiet table
+			// on a busy database) are progress too: checkpointing them
+			// lets the source acknowledge upstream.
+			if !inflight && !stopping && r.progress() > lastBarrier {
 				request(false)
 			}
 		case <-r.budget:
@@ -220,6 +223,24 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 			report()
 		}
 	}
+}
+
+// progress counts records and resume points so far, over all splits.
+func (r *runner) progress() int64 {
+	var n int64
+	for _, p := range r.pumps {
+		n += p.records.Load() + p.moves.Load()
+	}
+	return n
+}
+
+// recordsRead counts records read so far in this attempt.
+func (r *runner) recordsRead() int64 {
+	var n int64
+	for _, p := range r.pumps {
+		n += p.records.Load()
+	}
+	return n
 }
 
 // placeIdle places the requested barrier for idle splits. It runs on a

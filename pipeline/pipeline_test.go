@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/pipeline"
 	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/source"
 )
 
 type fixture struct {
@@ -225,5 +227,82 @@ func TestValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v; want it to mention %q", err, want)
 		}
+	}
+}
+
+// TestLostFirstEpochStartsOver: the destination lost the staged data of
+// HEAD's epoch, the pipeline's first; the next sync rewinds the log to
+// before it and reads everything again, exactly once.
+func TestLostFirstEpochStartsOver(t *testing.T) {
+	f := newFixture(t, 2, 60)
+	cfg := f.config(1)
+	cfg.EpochInterval = time.Hour // one final epoch
+	cfg.CommitRetries = 1
+	f.dst.commitErr = errors.New("destination down")
+	if _, err := pipeline.Sync(context.Background(), cfg); err == nil {
+		t.Fatal("first sync succeeded despite the failing commit")
+	}
+	f.dst.mu.Lock()
+	f.dst.commitErr = nil
+	clear(f.dst.staged) // the staged data is gone
+	f.dst.mu.Unlock()
+	res, err := pipeline.Sync(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Epoch != 1 || res.Streams["s0"].Read != 60 || res.Totals["s0"].Read != 60 {
+		t.Fatalf("after the rewind: %+v", res)
+	}
+	f.checkExactlyOnce(t)
+}
+
+// quietSource's one split emits no records, only resume points that move
+// (a replication slot on a quiet table while the database is busy).
+type quietSource struct{ fakeSource }
+
+func (s *quietSource) Open(context.Context, []string, map[source.SplitID][]byte) ([]source.Split, error) {
+	return []source.Split{quietSplit{}}, nil
+}
+
+type quietSplit struct{}
+
+func (quietSplit) ID() source.SplitID { return "s0" }
+
+func (quietSplit) Read(ctx context.Context, e source.Emitter, _ bool) error {
+	var st [8]byte
+	for i := uint64(1); ; i++ {
+		binary.BigEndian.PutUint64(st[:], i)
+		if err := e.ResumePoint(st[:]); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// TestResumePointsWithoutRecordsAreCheckpointed: moving resume points
+// alone close epochs, so the source can acknowledge its position.
+func TestResumePointsWithoutRecordsAreCheckpointed(t *testing.T) {
+	src := &quietSource{fakeSource{streams: 1}}
+	store := checkpoint.NewMem()
+	cfg := pipeline.Config{Name: "quiet", Source: src, Destination: newMemDest(), Store: store,
+		EpochInterval: 5 * time.Millisecond, NewEngine: newFakeEngine}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(150 * time.Millisecond); cancel() }()
+	if err := pipeline.Run(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, head, err := store.Claim(context.Background(), "quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head == nil || head.Epoch < 2 || binary.BigEndian.Uint64(head.Resume["s0"]) < 2 {
+		t.Fatalf("HEAD after a quiet run: %+v", head)
+	}
+	if len(src.acks) == 0 {
+		t.Fatal("the quiet source's positions were never acknowledged")
 	}
 }

@@ -70,6 +70,11 @@ type pump struct {
 	wait     chan struct{}
 	stopped  bool // the final barrier is placed: emit nothing more
 	done     bool // Read returned
+	// records and moves count records and resume points, for the
+	// coordinator's "anything since the last barrier?" (per split, so
+	// splits don't contend on one counter).
+	records atomic.Int64
+	moves   atomic.Int64
 }
 
 func newPump(r *runner, idx int, id source.SplitID, resume []byte, ctx context.Context) *pump {
@@ -120,7 +125,7 @@ func (p *pump) Record(stream string, op source.Op, seq int64, key, payload []byt
 	}
 	b.Append(op, seq, key, payload)
 	p.dirty = true
-	p.r.readRecords.Add(1)
+	p.records.Add(1)
 	if n := p.r.epochBytes.Add(int64(len(payload) + len(key))); n >= p.r.cfg.EpochBytes {
 		p.r.signalBudget()
 	}
@@ -180,6 +185,7 @@ func (p *pump) ResumePoint(state []byte) error {
 	}
 	p.state = append(p.state[:0], state...)
 	p.hasState = true
+	p.moves.Add(1)
 	p.dirty = false
 	if p.r.barriers.reqAtomic.Load() > p.placed {
 		return p.placeLocked()

@@ -138,7 +138,10 @@ type Writer interface {
 	Commit(ctx context.Context, epoch uint64, committables []Committable) error
 
 	// Recover is called on lane 0 once per attempt, after the attempt has
-	// claimed the pipeline with generation gen and before any other call.
+	// claimed the pipeline with generation gen and before any other call;
+	// when it reports Lost, the runner rewinds the log to the record
+	// before head and calls it again with that record (nil when the lost
+	// epoch was the first).
 	// It raises the destination's fence to gen, so that a Commit by an
 	// older generation fails from now on, and reports whether head's
 	// epoch (nil for a new pipeline) is applied, recoverable or lost.

@@ -88,7 +88,9 @@ const (
 type Stream struct {
 	// Name identifies the stream within its source; it becomes the
 	// destination table's name. It must be non-empty and unique in the
-	// catalog, and contain no '/' (it names directories and objects).
+	// catalog, at most 200 bytes, without '/', '\\' or control characters,
+	// not starting with '.' or '_' and not ending in ".lock" (it names
+	// directories and objects).
 	Name string
 	// Format of the stream's payloads.
 	Format Format
