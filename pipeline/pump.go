@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -183,9 +184,11 @@ func (p *pump) ResumePoint(state []byte) error {
 	if p.stopped {
 		return source.ErrStopping
 	}
-	p.state = append(p.state[:0], state...)
-	p.hasState = true
-	p.moves.Add(1)
+	if !p.hasState || !bytes.Equal(p.state, state) {
+		p.moves.Add(1) // only a position that moved is progress
+		p.state = append(p.state[:0], state...)
+		p.hasState = true
+	}
 	p.dirty = false
 	if p.r.barriers.reqAtomic.Load() > p.placed {
 		return p.placeLocked()
