@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/pipeline"
 	"github.com/openetl/etl/sink"
@@ -43,6 +46,25 @@ func (b *Builder) Checkpoints(store checkpoint.Store) *Builder { b.cfg.Store = s
 // the source's catalog. Each sync checks they exist.
 func (b *Builder) Streams(names ...string) *Builder {
 	b.cfg.Streams = append([]string(nil), names...)
+	return b
+}
+
+// Require sets the delivery level every stream must reach (see package
+// delivery); Build and every sync fail, naming each stream that falls
+// short and why. Default delivery.BestEffort: no requirement, and each
+// stream gets what its source and destination allow (Guarantees).
+func (b *Builder) Require(level delivery.Level) *Builder { b.cfg.Required = level; return b }
+
+// Mode sets the write mode of the named streams (default
+// delivery.Append). Merge needs a primary key and a destination that can
+// merge.
+func (b *Builder) Mode(mode delivery.Mode, streams ...string) *Builder {
+	if b.cfg.Modes == nil {
+		b.cfg.Modes = map[string]delivery.Mode{}
+	}
+	for _, s := range streams {
+		b.cfg.Modes[s] = mode
+	}
 	return b
 }
 
@@ -91,17 +113,23 @@ func (b *Builder) Logger(l *slog.Logger) *Builder { b.cfg.Logger = l; return b }
 // time. It must return quickly.
 func (b *Builder) OnProgress(f func(Progress)) *Builder { b.cfg.OnProgress = f; return b }
 
-// Build checks the configuration once and returns an immutable Pipeline.
-// Its error joins one error per problem, each naming the part or option
-// at fault. It never panics.
-func (b *Builder) Build() (p *Pipeline, err error) {
+// Build is BuildContext with a background context.
+func (b *Builder) Build() (*Pipeline, error) { return b.BuildContext(context.Background()) }
+
+// BuildContext checks the configuration once and returns an immutable
+// Pipeline. It asks the source for its catalog (Discover, under ctx) to
+// check the selected streams and each stream's delivery guarantee against
+// the required level. Its error joins one error per problem, each naming
+// the part, option or stream at fault and why. It never panics.
+func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			p, err = nil, fmt.Errorf("etl: pipeline %q: build: %v", b.cfg.Name, v)
+			p, err = nil, &BuildError{Pipeline: b.cfg.Name, Err: fmt.Errorf("build panicked (a part's method?): %v", v)}
 		}
 	}()
 	cfg := b.cfg
 	cfg.Streams = append([]string(nil), cfg.Streams...)
+	cfg.Modes = maps.Clone(cfg.Modes)
 	errs := []error{cfg.Validate()}
 	eng, engErr := engine.New(engine.Config{})
 	if engErr != nil {
@@ -109,10 +137,20 @@ func (b *Builder) Build() (p *Pipeline, err error) {
 	} else {
 		eng.Close()
 	}
+	var guarantees []delivery.Guarantee
+	if cfg.Source != nil && cfg.Destination != nil {
+		catalog, err := cfg.Source.Discover(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("source: discover: %w", err))
+		} else {
+			guarantees, err = pipeline.Guarantees(cfg, catalog, nil)
+			errs = append(errs, err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, &BuildError{Pipeline: cfg.Name, Err: err}
 	}
-	return &Pipeline{cfg: cfg}, nil
+	return &Pipeline{cfg: cfg, guarantees: guarantees}, nil
 }
 
 // BuildError is returned by Build. Err joins one error per problem;
@@ -133,7 +171,15 @@ func (e *BuildError) Unwrap() error { return e.Err }
 // checkpoint store and fences any older attempt still running, in this
 // process or another.
 type Pipeline struct {
-	cfg pipeline.Config
+	cfg        pipeline.Config
+	guarantees []delivery.Guarantee
+}
+
+// Guarantees returns each selected stream's delivery guarantee, with the
+// reason, as worked out by Build from the source's catalog then. Each sync
+// checks again against the catalog the source reports at its start.
+func (p *Pipeline) Guarantees() []delivery.Guarantee {
+	return slices.Clone(p.guarantees)
 }
 
 // Name returns the pipeline's name.

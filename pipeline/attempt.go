@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
@@ -104,13 +105,8 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 	work, cancelWork := context.WithCancelCause(workParent)
 	defer cancelWork(nil)
 
-	r.gen, r.head, err = cfg.Store.Claim(ctx, cfg.Name)
-	if err != nil {
-		return Result{}, fmt.Errorf("checkpoints: claim %q: %w", cfg.Name, err)
-	}
-	log = log.With("generation", uint64(r.gen))
-	log.Info("attempt started", "bounded", bounded, "resume_epoch", headEpoch(r.head))
-
+	// Check the catalog before claiming: an attempt that cannot run must
+	// not fence one that can.
 	catalog, err := cfg.Source.Discover(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("source: discover: %w", err)
@@ -119,10 +115,20 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 	if err != nil {
 		return Result{}, err
 	}
+	if _, err := Guarantees(cfg, catalog, streams); err != nil {
+		return Result{}, err
+	}
 	r.streamSet = map[string]bool{}
 	for _, s := range streams {
 		r.streamSet[s] = true
 	}
+
+	r.gen, r.head, err = cfg.Store.Claim(ctx, cfg.Name)
+	if err != nil {
+		return Result{}, fmt.Errorf("checkpoints: claim %q: %w", cfg.Name, err)
+	}
+	log = log.With("generation", uint64(r.gen))
+	log.Info("attempt started", "bounded", bounded, "resume_epoch", headEpoch(r.head))
 
 	defer func() { r.closeWriters(log) }()
 	for lane := 0; lane < cfg.Lanes; lane++ {
@@ -193,6 +199,38 @@ func selectStreams(c source.Catalog, want []string) ([]string, error) {
 		}
 	}
 	return want, errors.Join(errs...)
+}
+
+// Guarantees works out the delivery guarantee of each selected stream
+// (all of the catalog's when streams is nil) and checks it against
+// cfg.Required; the error names each stream that is invalid or falls
+// short, and why.
+func Guarantees(cfg Config, catalog source.Catalog, streams []string) ([]delivery.Guarantee, error) {
+	if streams == nil {
+		var err error
+		if streams, err = selectStreams(catalog, cfg.Streams); err != nil {
+			return nil, err
+		}
+	}
+	var errs []error
+	for name := range cfg.Modes {
+		if _, ok := catalog.Stream(name); !ok {
+			errs = append(errs, fmt.Errorf("write mode: stream %q is not in the source's catalog", name))
+		}
+	}
+	ds := make([]delivery.Stream, 0, len(streams))
+	for _, name := range streams {
+		st, _ := catalog.Stream(name)
+		ds = append(ds, delivery.Stream{
+			Name: name, Replay: cfg.Source.Replay(), Class: cfg.Destination.Class(),
+			Capabilities: cfg.Destination.Capabilities(), Mode: cfg.Modes[name], HasKey: len(st.PrimaryKey) > 0,
+		})
+	}
+	gs, err := delivery.Check(ds, cfg.Required)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return gs, errors.Join(errs...)
 }
 
 // validStreamName reports whether a stream name can name directories and

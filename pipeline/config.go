@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
@@ -39,6 +40,11 @@ type Config struct {
 	// Streams selects streams by name; nil reads every stream in the
 	// catalog.
 	Streams []string
+	// Required is the delivery level every selected stream must reach;
+	// default delivery.BestEffort (no requirement).
+	Required delivery.Level
+	// Modes sets streams' write modes by name; default delivery.Append.
+	Modes map[string]delivery.Mode
 	// Lanes is the number of writer lanes; default 1.
 	Lanes int
 	// BatchRows and BatchBytes bound a raw batch handed to the engine;
@@ -143,6 +149,14 @@ func (c *Config) Validate() error {
 	}
 	if c.CommitRetries < 0 || c.CommitBackoff < 0 || c.StopTimeout < 0 {
 		errs = append(errs, errors.New("commit retries, backoff and stop timeout: negative"))
+	}
+	if c.Required > delivery.ExactlyOnce {
+		errs = append(errs, fmt.Errorf("required level: unknown %v", c.Required))
+	}
+	for name, m := range c.Modes {
+		if m > delivery.Overwrite {
+			errs = append(errs, fmt.Errorf("write mode: stream %q: unknown %v", name, m))
+		}
 	}
 	seen := map[string]bool{}
 	for _, s := range c.Streams {

@@ -1,0 +1,127 @@
+package etl_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"gocloud.dev/blob/memblob"
+
+	"github.com/openetl/etl"
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/sink/parquet"
+	"github.com/openetl/etl/source"
+	"github.com/openetl/etl/source/faker"
+)
+
+// supersetSource is faker with a weaker replay class and a catalog a test
+// can change between Build and Sync.
+type supersetSource struct {
+	*faker.Source
+	replay  source.Replay
+	dropKey string // stream whose primary key Discover hides
+}
+
+func (s *supersetSource) Replay() source.Replay { return s.replay }
+
+func (s *supersetSource) Discover(ctx context.Context) (source.Catalog, error) {
+	c, err := s.Source.Discover(ctx)
+	for i := range c.Streams {
+		if c.Streams[i].Name == s.dropKey {
+			c.Streams[i].PrimaryKey = nil
+		}
+	}
+	return c, err
+}
+
+// mergeDest is sink/parquet claiming it can merge, to reach the merge
+// rules (it cannot really; nothing is written in these tests).
+type mergeDest struct{ *parquet.Destination }
+
+func (mergeDest) Capabilities() sink.Capabilities { return sink.Capabilities{Merge: true} }
+
+func parts(t *testing.T, replay source.Replay) (*supersetSource, *parquet.Destination) {
+	t.Helper()
+	f, err := faker.New(faker.Config{Rows: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := parquet.New(parquet.Config{Bucket: memblob.OpenBucket(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &supersetSource{Source: f, replay: replay}, dst
+}
+
+func TestGuaranteesExactlyOnceForFakerToParquet(t *testing.T) {
+	src, dst := parts(t, source.ReplayExact)
+	p, err := etl.NewPipeline("g").From(src).To(dst).Checkpoints(checkpoint.NewMem()).Require(delivery.ExactlyOnce).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := p.Guarantees()
+	if len(gs) != 2 {
+		t.Fatalf("guarantees %+v", gs)
+	}
+	for _, g := range gs {
+		if g.Level != delivery.ExactlyOnce || !strings.Contains(g.Reason, "exact replay") {
+			t.Errorf("stream %s: %v (%s)", g.Stream, g.Level, g.Reason)
+		}
+	}
+}
+
+func TestBuildNamesStreamsBelowTheRequiredLevel(t *testing.T) {
+	src, dst := parts(t, source.ReplaySuperset)
+	_, err := etl.NewPipeline("g").From(src).To(dst).Checkpoints(checkpoint.NewMem()).Require(delivery.ExactlyOnce).Build()
+	if !errors.Is(err, delivery.ErrUnmet) {
+		t.Fatalf("Build: %v; want ErrUnmet", err)
+	}
+	for _, want := range []string{`"customers" gets at least once`, `"orders" gets at least once`, "superset replay"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Build error %q lacks %q", err, want)
+		}
+	}
+	// Without the requirement it builds, and says what each stream gets.
+	p, err := etl.NewPipeline("g").From(src).To(dst).Checkpoints(checkpoint.NewMem()).Build()
+	if err != nil || p.Guarantees()[0].Level != delivery.AtLeastOnce {
+		t.Fatalf("Build without Require: %v %+v", err, p)
+	}
+}
+
+func TestBuildRejectsImpossibleModes(t *testing.T) {
+	src, dst := parts(t, source.ReplayExact)
+	_, err := etl.NewPipeline("g").From(src).To(dst).Checkpoints(checkpoint.NewMem()).
+		Mode(delivery.Merge, "orders").Mode(delivery.Append, "invoices").Build()
+	for _, want := range []string{`"orders": merge requested, but the destination cannot merge`, `stream "invoices" is not in the source's catalog`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Build error %v lacks %q", err, want)
+		}
+	}
+}
+
+// TestSyncChecksTheCatalogAgain: a stream that loses its primary key after
+// Build can no longer be merged; the next sync fails naming it, before
+// claiming the pipeline.
+func TestSyncChecksTheCatalogAgain(t *testing.T) {
+	src, dst := parts(t, source.ReplaySuperset)
+	store := checkpoint.NewMem()
+	p, err := etl.NewPipeline("g").From(src).To(mergeDest{dst}).Checkpoints(store).
+		Mode(delivery.Merge, "customers").Streams("customers").Require(delivery.EffectivelyOnce).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := p.Guarantees(); len(g) != 1 || g[0].Level != delivery.EffectivelyOnce {
+		t.Fatalf("guarantees %+v", g)
+	}
+	src.dropKey = "customers"
+	_, err = p.Sync(context.Background())
+	if !errors.Is(err, delivery.ErrInvalid) || !strings.Contains(err.Error(), `"customers": merge needs a primary key`) {
+		t.Fatalf("Sync: %v", err)
+	}
+	if gen, _, err := store.Claim(context.Background(), "g"); err != nil || gen != 1 {
+		t.Fatalf("the failed sync claimed the pipeline: generation %d, %v", gen, err)
+	}
+}
