@@ -129,6 +129,10 @@ type Store interface {
 	// it would land in _checkpoints/.
 	WriteFile(ctx context.Context, pipeline, name string, data []byte) error
 
+	// ReadFile reads a side file written by WriteFile; an error wrapping
+	// ErrNotFound when there is none.
+	ReadFile(ctx context.Context, pipeline, name string) ([]byte, error)
+
 	// Close releases the store's resources.
 	Close(ctx context.Context) error
 }

@@ -499,3 +499,36 @@ func TestOpen(t *testing.T) {
 		})
 	}
 }
+
+func TestReadFile(t *testing.T) {
+	for _, st := range []struct {
+		name  string
+		store checkpoint.Store
+	}{{"mem", checkpoint.NewMem()}, {"file", mustOpenDir(t)}} {
+		t.Run(st.name, func(t *testing.T) {
+			ctx := context.Background()
+			if err := st.store.WriteFile(ctx, "p", "_quarantine/s/1.jsonl", []byte("a\n")); err != nil {
+				t.Fatal(err)
+			}
+			got, err := st.store.ReadFile(ctx, "p", "_quarantine/s/1.jsonl")
+			if err != nil || string(got) != "a\n" {
+				t.Fatalf("ReadFile = %q, %v", got, err)
+			}
+			if _, err := st.store.ReadFile(ctx, "p", "_quarantine/s/2.jsonl"); !errors.Is(err, checkpoint.ErrNotFound) {
+				t.Fatalf("missing file: %v", err)
+			}
+			if _, err := st.store.ReadFile(ctx, "p", "../x"); !errors.Is(err, checkpoint.ErrBadName) {
+				t.Fatalf("bad name: %v", err)
+			}
+		})
+	}
+}
+
+func mustOpenDir(t *testing.T) checkpoint.Store {
+	t.Helper()
+	s, err := checkpoint.OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

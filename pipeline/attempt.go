@@ -261,10 +261,16 @@ func (r *runner) recover(ctx context.Context, log *slog.Logger) error {
 		}
 		switch out {
 		case sink.Applied:
-			return nil
+			if r.head == nil {
+				return nil
+			}
+			return r.publishFiles(ctx, r.head, nil)
 		case sink.Recoverable:
 			log.Info("applying the last committed epoch", "epoch", r.head.Epoch)
-			return r.commitDest(ctx, r.head.Epoch, r.head.Committables, log)
+			if err := r.commitDest(ctx, r.head.Epoch, r.head.Committables, log); err != nil {
+				return err
+			}
+			return r.publishFiles(ctx, r.head, nil)
 		case sink.Lost:
 			// The zero Ref rewinds to before the first record: the
 			// pipeline starts over.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -323,10 +324,14 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 				Engine: info.engine, Committables: cs, Counts: info.counts,
 				Totals: addCounts(totals, info.counts),
 			}
-			for stream, lines := range info.quarantine {
-				name := fmt.Sprintf("_quarantine/%s/%020d-%020d.jsonl", stream, next, r.gen)
-				if err := r.cfg.Store.WriteFile(ctx, r.cfg.Name, name, lines); err != nil {
-					return fmt.Errorf("checkpoints: write quarantine file: %w", err)
+			// Quarantined records are staged under a name of this
+			// generation, listed in the record, and published under the
+			// epoch's name only once the epoch is committed: a crashed or
+			// fenced attempt leaves nothing a reader of _quarantine/ sees.
+			for _, stream := range slices.Sorted(maps.Keys(info.quarantine)) {
+				name := stagedQuarantineName(stream, next, r.gen)
+				if err := r.cfg.Store.WriteFile(ctx, r.cfg.Name, name, info.quarantine[stream]); err != nil {
+					return fmt.Errorf("checkpoints: stage quarantine file: %w", err)
 				}
 				rec.Files = append(rec.Files, checkpoint.File{Kind: "quarantine", Stream: stream, Path: name, Rows: info.counts[stream].Quarantined})
 			}
@@ -335,6 +340,9 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 			}
 			log.Debug("epoch committed", "epoch", next)
 			if err := r.commitDest(ctx, next, cs, log); err != nil {
+				return err
+			}
+			if err := r.publishFiles(ctx, rec, info.quarantine); err != nil {
 				return err
 			}
 			if acker != nil && len(ackStates) > 0 {
@@ -354,6 +362,44 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 			next++
 		}
 	}
+}
+
+// stagedQuarantineName is where an epoch's quarantined records of a stream
+// wait for the epoch's commit.
+func stagedQuarantineName(stream string, epoch uint64, gen checkpoint.Generation) string {
+	return fmt.Sprintf("_staging/%020d-%020d/quarantine/%s.jsonl", epoch, gen, stream)
+}
+
+// QuarantineName is where the quarantined records of a committed epoch are
+// published, relative to the pipeline's directory in the checkpoint store:
+// _quarantine/{stream}/{epoch:020d}.jsonl, JSON lines with the stream,
+// split, epoch, generation, seq, op, reason, detail, key and the raw
+// payload (payload, or payload_base64 when it is not UTF-8).
+func QuarantineName(stream string, epoch uint64) string {
+	return fmt.Sprintf("_quarantine/%s/%020d.jsonl", stream, epoch)
+}
+
+// publishFiles publishes rec's staged quarantine files; data holds their
+// contents by stream when the caller has them, else they are read back.
+// Publishing is idempotent: recovery repeats it for HEAD's epoch, which a
+// crash may have committed without publishing.
+func (r *runner) publishFiles(ctx context.Context, rec *checkpoint.Record, data map[string][]byte) error {
+	for _, f := range rec.Files {
+		if f.Kind != "quarantine" {
+			continue
+		}
+		b, ok := data[f.Stream]
+		if !ok {
+			var err error
+			if b, err = r.cfg.Store.ReadFile(ctx, r.cfg.Name, f.Path); err != nil {
+				return fmt.Errorf("checkpoints: read staged quarantine of epoch %d: %w", rec.Epoch, err)
+			}
+		}
+		if err := r.cfg.Store.WriteFile(ctx, r.cfg.Name, QuarantineName(f.Stream, rec.Epoch), b); err != nil {
+			return fmt.Errorf("checkpoints: publish quarantine of epoch %d: %w", rec.Epoch, err)
+		}
+	}
+	return nil
 }
 
 func addCounts(a, b map[string]checkpoint.Counts) map[string]checkpoint.Counts {

@@ -119,7 +119,9 @@ func TestSyncResumesAfterMoreData(t *testing.T) {
 
 func TestCommitFailureIsRecoveredByNextAttempt(t *testing.T) {
 	f := newFixture(t, 2, 300)
+	f.src.badEvery = 25
 	cfg := f.config(2)
+	cfg.EpochInterval = time.Hour // one epoch
 	cfg.CommitRetries = 2
 	f.dst.commitErr = errors.New("destination down")
 	_, err := pipeline.Sync(context.Background(), cfg)
@@ -130,13 +132,24 @@ func TestCommitFailureIsRecoveredByNextAttempt(t *testing.T) {
 	if rows, _ := f.dst.rows(); len(rows) != 0 {
 		t.Fatalf("%d rows visible before recovery", len(rows))
 	}
+	// Committed but not applied: its quarantine is staged, not published.
+	ctx := context.Background()
+	if _, err := f.store.ReadFile(ctx, "p", pipeline.QuarantineName("s0", 1)); !errors.Is(err, checkpoint.ErrNotFound) {
+		t.Fatalf("quarantine published before the epoch was applied: %v", err)
+	}
 	f.dst.mu.Lock()
 	f.dst.commitErr = nil
 	f.dst.mu.Unlock()
-	if _, err := pipeline.Sync(context.Background(), cfg); err != nil {
+	if _, err := pipeline.Sync(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	f.checkExactlyOnce(t)
+	for _, s := range []string{"s0", "s1"} {
+		b, err := f.store.ReadFile(ctx, "p", pipeline.QuarantineName(s, 1))
+		if err != nil || strings.Count(string(b), "\n") != 12 || !strings.Contains(string(b), `"reason":"parse_error"`) {
+			t.Fatalf("stream %s: published quarantine %q, %v; want 12 lines", s, b, err)
+		}
+	}
 }
 
 func TestCommitRetriedWithinAttempt(t *testing.T) {

@@ -140,7 +140,7 @@ func run() error {
 		fmt.Printf("  %-10s written %9d  quarantined %6d  (read %d)\n", s, c.Written, c.Quarantined, c.Read)
 	}
 	fmt.Printf("\ntables:      %s/<stream>/data/*.parquet (listed in <stream>/_manifest/)\n", tablesDir)
-	fmt.Printf("quarantine:  %s/quickstart/_quarantine/<stream>/*.jsonl\n", ckptDir)
+	fmt.Printf("quarantine:  %s/quickstart/_quarantine/<stream>/<epoch>.jsonl\n", ckptDir)
 	fmt.Printf("checkpoints: %s/quickstart/_checkpoints/\n", ckptDir)
 	fmt.Printf("\nquery them:\n  python3 -c \"import pyarrow.dataset as ds; print(ds.dataset('%s/orders/data').to_table().group_by('_openetl_op').aggregate([('_openetl_id','count')]))\"\n", tablesDir)
 	return nil
