@@ -34,10 +34,17 @@ lint:
 test-rust:
 	cd $(RUST_DIR) && cargo test --release
 
-# The Go tests, with the race detector on the concurrent packages.
+# The Go tests, with the race detector on the concurrent packages, against
+# the servers scripts/servers.sh installs (once, into CACHE) and starts on
+# loopback for the duration (S3: versitygw, GCS: fake-gcs-server, Azure:
+# Azurite). `env=$$(...)` rather than eval "$$(...)": a failed start must
+# fail the target.
 test-go: tools
-	OPENETL_PYTHON=$$(scripts/test-tools.sh) $(GO) test -count=1 ./...
-	$(GO) test -count=1 -race ./pipeline/... ./checkpoint/... ./sink/... ./source/...
+	@set -e; unset OPENETL_SERVERS_DIR; env=$$(scripts/servers.sh start); eval "$$env"; \
+	trap 'scripts/servers.sh stop' EXIT; \
+	set -x; \
+	OPENETL_PYTHON=$$(scripts/test-tools.sh) $(GO) test -count=1 ./...; \
+	$(GO) test -count=1 -race ./pipeline/... ./checkpoint/... ./sink/... ./source/...; \
 	CGO_ENABLED=0 $(GO) test -count=1 -run TestBuildWithoutCgo .
 
 # The README's first command on a fresh clone of the committed tree, with
@@ -50,6 +57,8 @@ fresh-clone:
 test: engine-check engine lint test-rust test-go fresh-clone
 
 bench:
+	@set -e; unset OPENETL_SERVERS_DIR; env=$$(scripts/servers.sh start); eval "$$env"; \
+	trap 'scripts/servers.sh stop' EXIT; \
 	$(GO) test -run '^$$' -bench . -benchmem . ./engine/ ./source/... ./sink/... ./checkpoint/...
 
 quickstart:

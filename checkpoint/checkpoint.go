@@ -15,10 +15,14 @@
 // make every version's bytes unique. Records are created only if absent
 // and never overwritten.
 //
-// Open a store with Open ("file:///abs/dir", "mem://"), OpenDir or NewMem.
+// Open a store with Open ("file:///abs/dir", "mem://", "s3://bucket/prefix",
+// "gs://bucket/prefix", "azblob://container/prefix"), OpenDir, NewMem, or
+// NewBucketStore for a gocloud.dev bucket whose client you configure.
 // Every store runs the same protocol over a small object layer
 // (create-if-absent, read with a version token, replace-if-token, put,
-// list), so the cloud stores to come differ only in that layer.
+// list), so the backends differ only in that layer: a directory (hard
+// links and flock), memory, and S3, GCS and Azure Blob through gocloud.dev
+// (If-None-Match, and If-Match or a generation match).
 package checkpoint
 
 import (

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/openetl/etl/checkpoint/internal/object"
+	"github.com/openetl/etl/checkpoint/object"
 )
 
 // ReadFile implements Store.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/openetl/etl/checkpoint/internal/object"
+	"github.com/openetl/etl/checkpoint/object"
 )
 
 // checkpointsDir is the directory, under a pipeline's, that holds its

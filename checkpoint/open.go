@@ -5,18 +5,20 @@ import (
 	"fmt"
 	"net/url"
 
-	"github.com/openetl/etl/checkpoint/internal/object"
+	"github.com/openetl/etl/checkpoint/object"
 )
 
 // Open returns the store a URL names:
 //
 //	file:///abs/dir   a directory on the local file system, created if
 //	                  missing; see OpenDir
-//	mem://            a new, empty in-process store (every call returns
-//	                  a fresh one); see NewMem
+//	mem://            a new, empty in-process store (every call returns a
+//	                  fresh one); see NewMem
 //
-// s3://, gs:// and azblob:// stores are not available yet. ctx is unused
-// by these schemes; cloud stores will use it to connect.
+// Stores in S3, GCS and Azure Blob (s3://, gs://, azblob://) are opened by
+// package checkpoint/cloud, so that programs which don't use them don't
+// link the clouds' SDKs; Open names it for those schemes. ctx is unused
+// by these backends.
 func Open(ctx context.Context, rawURL string) (Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -38,14 +40,13 @@ func Open(ctx context.Context, rawURL string) (Store, error) {
 	case "mem":
 		return NewMem(), nil
 	case "s3", "gs", "azblob":
-		return nil, fmt.Errorf("checkpoint: store URL %q: scheme %q is not supported yet: "+
-			"s3, gs and azblob arrive with the cloud stores; use file:// or mem://", rawURL, u.Scheme)
+		return nil, fmt.Errorf("checkpoint: store URL %q: open %s stores with github.com/openetl/etl/checkpoint/cloud (cloud.Open), which links the cloud SDKs", rawURL, u.Scheme)
 	case "":
 		return nil, fmt.Errorf("checkpoint: store URL %q has no scheme: use file:///abs/dir, mem://, "+
-			"or OpenDir for a plain path", rawURL)
+			"s3://, gs://, azblob://, or OpenDir for a plain path", rawURL)
 	default:
-		return nil, fmt.Errorf("checkpoint: store URL %q: unknown scheme %q: want file or mem "+
-			"(s3, gs and azblob arrive with the cloud stores)", rawURL, u.Scheme)
+		return nil, fmt.Errorf("checkpoint: store URL %q: unknown scheme %q: want file, mem, s3, gs or azblob",
+			rawURL, u.Scheme)
 	}
 }
 
@@ -73,3 +74,10 @@ func OpenDir(dir string) (Store, error) {
 // simulations. It is safe for concurrent use; nothing persists once it is
 // dropped, and every NewMem is independent of the others.
 func NewMem() Store { return newStore(object.NewMem()) }
+
+// NewStore returns a store that runs the checkpoint protocol over an
+// object layer: the built-in ones (object.NewDir, object.NewMem, and the
+// cloud buckets of package checkpoint/cloud) or one of your own, which
+// must keep object.Bucket's promises (Create and Replace with exactly one
+// winner). The store's Close closes b.
+func NewStore(b object.Bucket) Store { return newStore(b) }

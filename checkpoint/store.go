@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/openetl/etl/checkpoint/internal/object"
+	"github.com/openetl/etl/checkpoint/object"
 )
 
 // maxRaces bounds how often one call re-reads HEAD after losing a

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"gocloud.dev/blob/memblob"
+
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/checkpoint/cloud"
+	"github.com/openetl/etl/checkpoint/internal/cloudtest"
 )
 
 // backend opens a fresh, empty store.
@@ -20,8 +25,11 @@ type backend struct {
 	open func(tb testing.TB) checkpoint.Store
 }
 
+// backends lists every store; each runs the same tests. The cloud stores
+// are opened by URL (checkpoint.Open) on the servers of
+// scripts/servers.sh, each test under a prefix of its own.
 func backends() []backend {
-	return []backend{
+	bs := []backend{
 		{"file", func(tb testing.TB) checkpoint.Store {
 			tb.Helper()
 			return openDir(tb, tb.TempDir())
@@ -33,6 +41,23 @@ func backends() []backend {
 			return s
 		}},
 	}
+	for _, server := range cloudtest.Servers {
+		bs = append(bs, backend{server, func(tb testing.TB) checkpoint.Store {
+			tb.Helper()
+			return openURL(tb, cloudtest.URL(tb, server))
+		}})
+	}
+	return bs
+}
+
+func openURL(tb testing.TB, url string) checkpoint.Store {
+	tb.Helper()
+	s, err := cloud.Open(context.Background(), url)
+	if err != nil {
+		tb.Fatalf("Open(%q): %v", url, err)
+	}
+	tb.Cleanup(func() { s.Close(context.Background()) })
+	return s
 }
 
 func openDir(tb testing.TB, dir string) checkpoint.Store {
@@ -481,9 +506,12 @@ func TestOpen(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ url, mention string }{
-		{"s3://bucket/prefix", "s3"},
-		{"gs://bucket", "gs"},
-		{"azblob://container", "azblob"},
+		{"s3:///prefix", "no bucket"},
+		{"s3://bucket/prefix?prefix=a/", "path"},
+		{"gs://bucket?key=HEAD", "path"},
+		{"s3://bucket/prefix?bogus=1", "bogus"},
+		{"s3://bucket/a//b?region=us-east-1", "prefix"},
+		{"azblob://container/../up?localemu=x", "localemu"},
 		{"ftp://host/x", `"ftp"`},
 		{"file://relative/dir", "OpenDir"},
 		{"/plain/path", "OpenDir"},
@@ -492,11 +520,15 @@ func TestOpen(t *testing.T) {
 		{"://bad", "URL"},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
-			_, err := checkpoint.Open(ctx, tc.url)
+			_, err := cloud.Open(ctx, tc.url)
 			if err == nil || !strings.Contains(err.Error(), tc.mention) {
-				t.Fatalf("Open(%q) = %v, want an error mentioning %s", tc.url, err, tc.mention)
+				t.Fatalf("cloud.Open(%q) = %v, want an error mentioning %s", tc.url, err, tc.mention)
 			}
 		})
+	}
+	// The core package links no cloud SDK: it names the package that does.
+	if _, err := checkpoint.Open(ctx, "s3://bucket/prefix"); err == nil || !strings.Contains(err.Error(), "checkpoint/cloud") {
+		t.Fatalf("checkpoint.Open(s3://...) = %v, want a pointer to checkpoint/cloud", err)
 	}
 }
 
@@ -531,4 +563,43 @@ func mustOpenDir(t *testing.T) checkpoint.Store {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestNewBucketStore opens each cloud store from a bucket whose client the
+// test configured, and checks that it shares the log with a store opened
+// by URL on the same prefix, and that closing it leaves the bucket open.
+func TestNewBucketStore(t *testing.T) {
+	ctx := context.Background()
+	mb := memblob.OpenBucket(nil)
+	defer mb.Close()
+	if _, err := cloud.NewBucketStore(mb, ""); err == nil || !strings.Contains(err.Error(), "memory store") {
+		t.Fatalf("NewBucketStore(memblob) = %v, want an unsupported-driver error", err)
+	}
+	for _, server := range cloudtest.Servers {
+		t.Run(server, func(t *testing.T) {
+			bkt, prefix := cloudtest.Bucket(t, server, nil)
+			s, err := cloud.NewBucketStore(bkt, prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gen, _ := claim(t, s, "p")
+			rec := commit(t, s, gen, nil)
+			if err := s.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := bkt.Exists(ctx, prefix+"/p/_checkpoints/HEAD"); !ok || err != nil {
+				t.Fatalf("HEAD not under the prefix, or the bucket was closed with the store: %v, %v", ok, err)
+			}
+			u, err := url.Parse(cloudtest.URL(t, server))
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.Path = "/" + prefix
+			gen2, head := claim(t, openURL(t, u.String()), "p")
+			if gen2 != gen+1 {
+				t.Fatalf("Claim by URL = generation %d, want %d", gen2, gen+1)
+			}
+			equalRef(t, "HEAD by URL", head, rec)
+		})
+	}
 }

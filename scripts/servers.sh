@@ -1,0 +1,378 @@
+#!/usr/bin/env bash
+# Starts the real servers the integration tests use, on free loopback ports
+# in a temporary directory, and stops them by PID. The same script runs in
+# CI and on a laptop; no Docker.
+#
+#   env=$(scripts/servers.sh start) && eval "$env"
+#                                        # installs what is missing, starts,
+#                                        # waits until ready, prints exports
+#                                        # (plain eval "$(...)" would hide a
+#                                        # failed start: eval "" succeeds)
+#   ...tests read OPENETL_TEST_* ...
+#   scripts/servers.sh stop              # kills what start started
+#
+# Subcommands:
+#   install [SERVICE...]  install what is missing (idempotent), print nothing
+#   start [SERVICE...]    install, start and print `export` lines; also
+#                         written to $OPENETL_SERVERS_DIR/env. If
+#                         OPENETL_SERVERS_DIR names a directory whose
+#                         servers are still running, they are reused.
+#   env                   print $OPENETL_SERVERS_DIR/env
+#   stop [DIR]            kill the servers of DIR (default
+#                         $OPENETL_SERVERS_DIR) and remove DIR
+#
+# Services: s3 (versitygw), gcs (fake-gcs-server), azure (azurite). Default:
+# all. Each service is a set of functions named after it: install_NAME,
+# start_NAME (picks a port into $DIR/NAME.port, starts the process with
+# launch), ready_NAME (runs once the port answers: creates buckets and the
+# like), env_NAME (prints exports). Add a service by adding
+# those and its name to ALL_SERVICES.
+#
+# Tools are installed under $OPENETL_CACHE/tools (default
+# ~/.cache/openetl/tools), never into the repository. Progress and install
+# logs go to stderr; stdout carries only the exports.
+set -euo pipefail
+
+ALL_SERVICES=(s3 gcs azure)
+
+CACHE="${OPENETL_CACHE:-$HOME/.cache/openetl}"
+TOOLS="$CACHE/tools"
+GOBIN_DIR="$TOOLS/bin"
+NODE_DIR="$TOOLS/node"
+
+VERSITYGW_VERSION=v1.8.0
+FAKE_GCS_VERSION=v1.56.1
+AZURITE_VERSION=3.37.0
+
+# Test credentials: local servers only.
+S3_ACCESS_KEY=openetl
+S3_SECRET_KEY=openetl-secret
+S3_REGION=us-east-1
+AZURE_ACCOUNT=devstoreaccount1
+# The well-known Azurite development key (public, documented by Microsoft).
+AZURE_KEY='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=='
+BUCKET=openetl-test
+
+log() { echo "servers.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+# ---------------------------------------------------------------- helpers
+
+# free_port prints a TCP port on 127.0.0.1 that nothing listens on now.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# wait_port NAME: poll until the service's port accepts connections.
+# Returns 1 if its process exits first (say, the port was taken between
+# free_port and the bind) or 60 s pass.
+wait_port() {
+  local name=$1 port pid i
+  port=$(cat "$DIR/$name.port")
+  pid=$(pid_of "$name")
+  for ((i = 0; i < 600; i++)); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      return 0
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "$name exited during startup: $(tail -3 "$DIR/$name.log" 2>/dev/null)"
+      return 1
+    fi
+    sleep 0.1
+  done
+  log "$name did not listen on 127.0.0.1:$port within 60s; see $DIR/$name.log"
+  return 1
+}
+
+# launch NAME CMD...: start CMD in the background with its output in
+# $DIR/NAME.log, in its own process group, and record its PID.
+launch() {
+  local name=$1
+  shift
+  setsid "$@" >"$DIR/$name.log" 2>&1 </dev/null &
+  echo $! >"$DIR/$name.pid"
+}
+
+pid_of() { cat "$DIR/$1.pid" 2>/dev/null || true; }
+
+alive() {
+  local pid
+  pid=$(pid_of "$1")
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+}
+
+# go_tool BIN MODULE/CMD@VERSION: go install into $GOBIN_DIR unless the
+# binary is there and was built from that version.
+go_tool() {
+  local bin=$1 pkg=$2 want=${2##*@}
+  if [ -x "$GOBIN_DIR/$bin" ] &&
+    go version -m "$GOBIN_DIR/$bin" 2>/dev/null | awk '$1 == "mod" {print $3}' | grep -qx "$want"; then
+    return 0
+  fi
+  mkdir -p "$GOBIN_DIR"
+  log "installing $pkg (a few minutes on a cold machine)"
+  local t0=$SECONDS
+  # Outside any module, so the repository's go.mod is untouched.
+  (cd "$TOOLS" && GOBIN="$GOBIN_DIR" GOFLAGS=-buildvcs=false go install "$pkg") >&2
+  log "installed $bin in $((SECONDS - t0))s"
+}
+
+# ---------------------------------------------------------------- s3: versitygw
+
+install_s3() { go_tool versitygw "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"; }
+
+start_s3() {
+  S3_PORT=$(free_port)
+  mkdir -p "$DIR/s3"
+  echo "$S3_PORT" >"$DIR/s3.port"
+  ROOT_ACCESS_KEY=$S3_ACCESS_KEY ROOT_SECRET_KEY=$S3_SECRET_KEY \
+    launch s3 "$GOBIN_DIR/versitygw" --port "127.0.0.1:$S3_PORT" posix "$DIR/s3"
+}
+
+ready_s3() {
+  S3_PORT=$(cat "$DIR/s3.port")
+  # CreateBucket, signed with SigV4 by curl.
+  local code
+  code=$(curl -s -o "$DIR/s3.create" -w '%{http_code}' -X PUT -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
+    --aws-sigv4 "aws:amz:$S3_REGION:s3" --user "$S3_ACCESS_KEY:$S3_SECRET_KEY" \
+    "http://127.0.0.1:$S3_PORT/$BUCKET")
+  case $code in
+  200 | 409) ;;
+  *) die "s3: create bucket $BUCKET: HTTP $code: $(cat "$DIR/s3.create")" ;;
+  esac
+}
+
+env_s3() {
+  local ep
+  ep="http://127.0.0.1:$(cat "$DIR/s3.port")"
+  cat <<EOF
+export OPENETL_TEST_S3_ENDPOINT='$ep'
+export OPENETL_TEST_S3_BUCKET='$BUCKET'
+export OPENETL_TEST_S3_REGION='$S3_REGION'
+export OPENETL_TEST_S3_ACCESS_KEY='$S3_ACCESS_KEY'
+export OPENETL_TEST_S3_SECRET_KEY='$S3_SECRET_KEY'
+export OPENETL_TEST_S3_URL='s3://$BUCKET?endpoint=$ep&use_path_style=true&region=$S3_REGION&disable_https=true'
+export AWS_ACCESS_KEY_ID='$S3_ACCESS_KEY'
+export AWS_SECRET_ACCESS_KEY='$S3_SECRET_KEY'
+EOF
+}
+
+# ---------------------------------------------------------------- gcs: fake-gcs-server
+
+install_gcs() { go_tool fake-gcs-server "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"; }
+
+start_gcs() {
+  GCS_PORT=$(free_port)
+  echo "$GCS_PORT" >"$DIR/gcs.port"
+  # Without -public-host, reads of written objects 404.
+  launch gcs "$GOBIN_DIR/fake-gcs-server" -scheme http -host 127.0.0.1 -port "$GCS_PORT" \
+    -public-host "127.0.0.1:$GCS_PORT" -external-url "http://127.0.0.1:$GCS_PORT" -backend memory
+}
+
+ready_gcs() {
+  GCS_PORT=$(cat "$DIR/gcs.port")
+  local code
+  code=$(curl -s -o "$DIR/gcs.create" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+    -d "{\"name\":\"$BUCKET\"}" "http://127.0.0.1:$GCS_PORT/storage/v1/b?project=openetl")
+  case $code in
+  200 | 409) ;;
+  *) die "gcs: create bucket $BUCKET: HTTP $code: $(cat "$DIR/gcs.create")" ;;
+  esac
+}
+
+env_gcs() {
+  cat <<EOF
+export STORAGE_EMULATOR_HOST='127.0.0.1:$(cat "$DIR/gcs.port")'
+export OPENETL_TEST_GCS_BUCKET='$BUCKET'
+export OPENETL_TEST_GCS_URL='gs://$BUCKET'
+EOF
+}
+
+# ---------------------------------------------------------------- azure: azurite
+
+install_azure() {
+  local have
+  have=$(node -p "require('$NODE_DIR/node_modules/azurite/package.json').version" 2>/dev/null || true)
+  [ "$have" = "$AZURITE_VERSION" ] && return 0
+  command -v npm >/dev/null || die "azure: npm is needed to install azurite"
+  mkdir -p "$NODE_DIR"
+  log "installing azurite@$AZURITE_VERSION (about 1.5 minutes on a cold machine)"
+  local t0=$SECONDS
+  npm install --prefix "$NODE_DIR" --no-audit --no-fund --loglevel=error "azurite@$AZURITE_VERSION" >&2
+  log "installed azurite in $((SECONDS - t0))s"
+}
+
+start_azure() {
+  AZ_PORT=$(free_port)
+  mkdir -p "$DIR/azure"
+  echo "$AZ_PORT" >"$DIR/azure.port"
+  launch azure "$NODE_DIR/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 --blobPort "$AZ_PORT" \
+    --location "$DIR/azure" --skipApiVersionCheck --loose --disableTelemetry
+}
+
+ready_azure() {
+  AZ_PORT=$(cat "$DIR/azure.port")
+  # Create Container with a SharedKey signature (no Azure CLI here).
+  AZ_PORT=$AZ_PORT AZ_ACCOUNT=$AZURE_ACCOUNT AZ_KEY=$AZURE_KEY AZ_CONTAINER=$BUCKET node -e '
+const crypto = require("crypto"), http = require("http");
+const {AZ_PORT: port, AZ_ACCOUNT: acct, AZ_KEY: key, AZ_CONTAINER: c} = process.env;
+const date = new Date().toUTCString(), version = "2021-12-02";
+const sts = "PUT\n\n\n\n\n\n\n\n\n\n\n\n" + "x-ms-date:" + date + "\nx-ms-version:" + version +
+  "\n/" + acct + "/" + acct + "/" + c + "\nrestype:container";
+const sig = crypto.createHmac("sha256", Buffer.from(key, "base64")).update(sts, "utf8").digest("base64");
+const req = http.request({host: "127.0.0.1", port, method: "PUT", path: "/" + acct + "/" + c + "?restype=container",
+  headers: {"x-ms-date": date, "x-ms-version": version, "Authorization": "SharedKey " + acct + ":" + sig, "Content-Length": 0}},
+  (res) => { let b = ""; res.on("data", (d) => b += d); res.on("end", () => {
+    if (res.statusCode === 201 || res.statusCode === 409) process.exit(0);
+    console.error("azure: create container: HTTP " + res.statusCode + ": " + b); process.exit(1); }); });
+req.on("error", (e) => { console.error("azure: create container: " + e.message); process.exit(1); });
+req.end();' || die "azure: could not create container $BUCKET"
+}
+
+env_azure() {
+  local port
+  port=$(cat "$DIR/azure.port")
+  cat <<EOF
+export OPENETL_TEST_AZURE_ENDPOINT='http://127.0.0.1:$port/$AZURE_ACCOUNT'
+export OPENETL_TEST_AZURE_ACCOUNT='$AZURE_ACCOUNT'
+export OPENETL_TEST_AZURE_KEY='$AZURE_KEY'
+export OPENETL_TEST_AZURE_CONTAINER='$BUCKET'
+export OPENETL_TEST_AZURE_URL='azblob://$BUCKET?protocol=http&domain=127.0.0.1:$port&localemu=true'
+export AZURE_STORAGE_ACCOUNT='$AZURE_ACCOUNT'
+export AZURE_STORAGE_KEY='$AZURE_KEY'
+EOF
+}
+
+# ---------------------------------------------------------------- commands
+
+services() {
+  local s
+  if [ $# -eq 0 ]; then
+    echo "${ALL_SERVICES[@]}"
+    return
+  fi
+  for s in "$@"; do
+    [[ " ${ALL_SERVICES[*]} " == *" $s "* ]] || die "unknown service $s (have: ${ALL_SERVICES[*]})"
+  done
+  echo "$@"
+}
+
+cmd_install() {
+  local svcs s pids=() names=() i rc=0
+  read -ra svcs <<<"$(services "$@")"
+  mkdir -p "$TOOLS"
+  # Installs are slow and independent: run them in parallel.
+  for s in "${svcs[@]}"; do
+    "install_$s" &
+    pids+=($!)
+    names+=("$s")
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || { log "install of ${names[$i]} failed"; rc=1; }
+  done
+  return $rc
+}
+
+cmd_start() {
+  local svcs s created=
+  read -ra svcs <<<"$(services "$@")"
+  cmd_install "${svcs[@]}"
+  if [ -n "${OPENETL_SERVERS_DIR:-}" ] && [ -d "$OPENETL_SERVERS_DIR" ]; then
+    DIR=$OPENETL_SERVERS_DIR
+  else
+    DIR=$(mktemp -d "${TMPDIR:-/tmp}/openetl-servers.XXXXXX")
+    created=1
+  fi
+  STARTED=()
+  # On any failure from here on, stop what this run started (and remove
+  # DIR if this run made it), so a failed start leaves nothing running.
+  trap 'start_failed "$created"' EXIT
+  # Start everything, then wait for each: the servers boot in parallel.
+  for s in "${svcs[@]}"; do
+    if alive "$s"; then
+      log "$s already running (pid $(pid_of "$s"))"
+    else
+      "start_$s"
+      STARTED+=("$s")
+    fi
+  done
+  local attempt
+  for s in "${svcs[@]}"; do
+    for ((attempt = 1; ; attempt++)); do
+      wait_port "$s" && break
+      ((attempt < 3)) || die "$s did not start; see $DIR/$s.log"
+      log "$s: starting again on another port"
+      stop_one "$s"
+      "start_$s"
+    done
+    "ready_$s"
+  done
+  # The env file covers every service running from DIR, including ones an
+  # earlier start into the same DIR began.
+  {
+    echo "export OPENETL_SERVERS_DIR='$DIR'"
+    for s in "${ALL_SERVICES[@]}"; do
+      if alive "$s"; then "env_$s"; fi
+    done
+  } >"$DIR/env.tmp"
+  mv "$DIR/env.tmp" "$DIR/env"
+  trap - EXIT
+  log "ready: ${svcs[*]} (logs and data in $DIR)"
+  cat "$DIR/env"
+}
+
+start_failed() {
+  local rc=$? s
+  for s in "${STARTED[@]}"; do
+    stop_one "$s"
+  done
+  if [ -n "$1" ]; then
+    rm -rf "$DIR"
+  fi
+  exit "$rc"
+}
+
+stop_one() {
+  local name=$1 pid i
+  pid=$(pid_of "$name")
+  [ -n "$pid" ] || return 0
+  if kill -0 "$pid" 2>/dev/null; then
+    # launch used setsid, so the PID is also the process group: this
+    # stops the server and any children it spawned, and nothing else.
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+  fi
+  rm -f "$DIR/$name.pid"
+}
+
+cmd_stop() {
+  DIR=${1:-${OPENETL_SERVERS_DIR:-}}
+  [ -n "$DIR" ] || die "stop: no directory: set OPENETL_SERVERS_DIR or pass it"
+  [ -d "$DIR" ] || return 0
+  [ -f "$DIR/env" ] || ls "$DIR"/*.pid >/dev/null 2>&1 || die "stop: $DIR is not a servers directory"
+  local f
+  for f in "$DIR"/*.pid; do
+    [ -e "$f" ] || continue
+    stop_one "$(basename "$f" .pid)"
+  done
+  rm -rf "$DIR"
+  log "stopped"
+}
+
+case "${1:-}" in
+install) shift; cmd_install "$@" ;;
+start) shift; cmd_start "$@" ;;
+stop) shift; cmd_stop "$@" ;;
+env)
+  [ -n "${OPENETL_SERVERS_DIR:-}" ] || die "env: OPENETL_SERVERS_DIR is not set"
+  cat "$OPENETL_SERVERS_DIR/env"
+  ;;
+*)
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+  exit 2
+  ;;
+esac
