@@ -8,21 +8,25 @@
 //
 //	{pipeline}/_checkpoints/{epoch:020d}-{generation:020d}.json   records
 //	{pipeline}/_checkpoints/HEAD                                  the pointer
-//	{pipeline}/_quarantine/{stream}/...                           side files
+//	{pipeline}/_staging/...                                       side files of epochs being committed
+//	{pipeline}/_quarantine/{stream}/{epoch:020d}.jsonl            quarantined records of committed epochs
 //
 // HEAD is a small JSON object: the generation that holds the pipeline,
 // the record it points at (or none), a sequence number and a nonce that
 // make every version's bytes unique. Records are created only if absent
 // and never overwritten.
 //
-// Open a store with Open ("file:///abs/dir", "mem://", "s3://bucket/prefix",
-// "gs://bucket/prefix", "azblob://container/prefix"), OpenDir, NewMem, or
-// NewBucketStore for a gocloud.dev bucket whose client you configure.
-// Every store runs the same protocol over a small object layer
-// (create-if-absent, read with a version token, replace-if-token, put,
-// list), so the backends differ only in that layer: a directory (hard
+// Open a store with Open ("file:///abs/dir", "mem://"), OpenDir or NewMem;
+// stores in S3, GCS and Azure Blob come from package checkpoint/cloud
+// (cloud.Open with "s3://bucket/prefix", "gs://...", "azblob://...", or
+// cloud.NewBucketStore for a gocloud.dev bucket whose client you
+// configure), kept apart so that only its users link the clouds' SDKs.
+// Every store runs the same protocol over a small object layer (package
+// object: create-if-absent, read with a version token, replace-if-token,
+// put, list), so the backends differ only in that layer: a directory (hard
 // links and flock), memory, and S3, GCS and Azure Blob through gocloud.dev
-// (If-None-Match, and If-Match or a generation match).
+// (If-None-Match, and If-Match or a generation match). NewStore runs the
+// protocol over an object layer of your own.
 package checkpoint
 
 import (

@@ -1,8 +1,10 @@
 // Package object is the storage layer under the checkpoint store: a flat
 // namespace of keys with the few conditional operations the checkpoint
-// protocol needs. Each backend (a local directory, memory, and the
-// gocloud.dev blob drivers for S3, GCS and Azure) implements Bucket; the
-// protocol itself lives once, in package checkpoint, on top of it.
+// protocol needs. Each backend (a local directory and memory here, the
+// gocloud.dev blob drivers for S3, GCS and Azure in package
+// checkpoint/cloud, or one of your own) implements Bucket; the protocol
+// itself lives once, in package checkpoint, on top of it
+// (checkpoint.NewStore).
 //
 // The operations map onto object stores as follows:
 //
