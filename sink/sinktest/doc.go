@@ -1,0 +1,86 @@
+// Package sinktest checks that a destination keeps the promises of package
+// sink: a conformance suite that a connector's author runs from an
+// ordinary go test, the same suite every built-in destination passes.
+//
+//	func TestConformance(t *testing.T) {
+//		db := openTestDB(t) // the storage every Destination below writes to
+//		sinktest.Run(t, func(t *testing.T) sink.Destination {
+//			return mysink.New(mysink.Config{DB: db})
+//		}, sinktest.Options{
+//			Visible: func(ctx context.Context, stream string) ([]sinktest.Row, error) {
+//				return readTable(ctx, db, stream) // what a reader sees now
+//			},
+//		})
+//	}
+//
+// The suite builds the Arrow batches itself, as the engine would: a
+// stream's columns id (int64) and value (utf8, nullable), then the
+// metadata columns _openetl_id (utf8), _openetl_op (utf8), _openetl_seq
+// (int64) and _openetl_synced_at (timestamp[us, UTC]); a widened batch has
+// a new nullable utf8 column, note, after the stream's columns. It writes
+// under pipelines named "<Options.Pipeline>-<check>" and streams named
+// "<check>_<x>", and writes the checkpoint records Recover gets itself
+// (Pipeline, Epoch, Generation, one committable per lane).
+//
+// Options.Visible is how the suite sees what a reader would: it returns a
+// stream's rows, each with its _openetl_id and _openetl_seq, so a
+// destination must keep those metadata columns (and may keep the others;
+// when Row.Values is filled the suite checks the values too). For
+// destinations that read back as Arrow, RowsFromRecord does the
+// conversion. newDestination is called for every check, and again where
+// the suite stands for another process (the attempt after a crash, a
+// zombie's successor): every Destination it returns must reach the same
+// storage, the one Visible reads, without data of an earlier Run.
+//
+// # Checks
+//
+// Each check is a subtest of Run named after it; Options.Skip skips one by
+// name, with a reason. "Exactly" below means every row written in the
+// committed epochs is visible once, no other row is, and Seq (and Op and
+// Values, when reported) are what was written.
+//
+//   - RecoverNil: Recover with a nil head (a new pipeline) reports
+//     Applied, also for the next generation.
+//   - Invisible (not DeliverAck): rows are not visible after Write, nor
+//     after PreCommit; Commit makes exactly them visible.
+//   - Commit: three epochs over two streams (one with no rows in epoch
+//     2): after each Commit, exactly the committed epochs are visible.
+//   - CommitTwice: Commit of an applied epoch, again on the same writer,
+//     and by a new attempt's writer after Recover (which reports Applied
+//     for the applied head), returns nil and adds nothing; the new
+//     attempt then carries on.
+//   - EmptyEpoch: an epoch without rows pre-commits and commits; an epoch
+//     with rows in one stream only; Recover of a committed empty head is
+//     Applied, of an uncommitted one Applied or Recoverable (never Lost).
+//   - WidenSchema: a stream's schema gains a nullable column mid-epoch;
+//     rows of both shapes are visible, exactly, and the new column reads
+//     back (null, or absent, for the rows written before it).
+//   - Crash: after PreCommit without Commit (the process died), nothing of
+//     the epoch is visible (not DeliverAck); a new attempt's Recover(gen+1,
+//     head) reports Recoverable (DeliverAck: or Applied) and its Commit
+//     makes the epoch visible exactly once; a third attempt's Recover
+//     reports Applied and its Commit adds nothing.
+//   - Zombie: once a newer generation has recovered, Commit by a writer
+//     of an older generation (its pre-committed epoch, and a later one it
+//     goes on writing) fails with an error wrapping sink.ErrFenced and
+//     changes nothing visible; a Recover by an older generation after a
+//     newer one does not lower the fence (it fails, or the Commit after it
+//     is fenced).
+//   - Concurrent: Commit(N) runs on another goroutine while the same
+//     writer writes and pre-commits epoch N+1, for several epochs; after
+//     each, exactly epochs up to N are visible (epoch N+1's rows are not,
+//     unless DeliverAck). Run with -race.
+//   - Lanes: Options.Lanes writers write and pre-commit one epoch (a
+//     stream written by one lane only; a lane with no rows in the second
+//     epoch), and lane 0's Commit with every lane's committables makes
+//     all of them visible, exactly.
+//   - CloseDiscards (not DeliverAck): rows written after the last
+//     PreCommit are never visible once the writer is closed, whether the
+//     epoch before was committed or not.
+//
+// What the suite can't do for you: make staged data disappear, so the
+// Lost outcome is not checked; inject storage faults (run the simulation
+// in package sim for those); check destination-specific layout. The fakes
+// in this package are the other side: destinations for testing code that
+// drives writers.
+package sinktest
