@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR ?= $(CACHE)/cargo-target
 GO ?= go
 RUST_DIR := engine/rust
 
-.PHONY: all engine engine-check tools lint test test-rust test-go fresh-clone bench quickstart clean-data
+.PHONY: all engine engine-check tools lint test test-rust test-go fresh-clone sim bench quickstart clean-data
 
 all: test
 
@@ -55,6 +55,13 @@ fresh-clone:
 # engine-check first (a stale committed library fails CI), then rebuild
 # the library from source so the tests run against what the sources say.
 test: engine-check engine lint test-rust test-go fresh-clone
+
+# The simulation over many seeds (go test ./sim runs a CI-sized set of
+# 300 seeds derived from the commit). A failure prints the command that
+# replays its seed.
+SEEDS ?= 10000
+sim:
+	$(GO) test ./sim -run TestSeeds -sim.seeds $(SEEDS) -timeout 60m -v
 
 bench:
 	@set -e; unset OPENETL_SERVERS_DIR; env=$$(scripts/servers.sh start); eval "$$env"; \

@@ -1,0 +1,341 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/source"
+	"github.com/openetl/etl/source/sourcetest"
+)
+
+// maxReported bounds the violations one check reports per stream.
+const maxReported = 5
+
+// check runs every check on the final state.
+func (s *sim) check() {
+	s.checkHead()
+	head := s.finalHead()
+	if head == nil && s.rows() > 0 {
+		s.violate("the log is empty although the source has %d records", s.rows())
+	}
+	s.checkLog(head)
+	s.checkApplies()
+	s.checkAcks(head)
+	for _, st := range s.w.streams {
+		s.checkStream(st.Name, head)
+	}
+}
+
+func (s *sim) rows() int {
+	n := 0
+	for _, st := range s.w.streams {
+		n += st.Rows * max(st.Splits, 1)
+	}
+	return n
+}
+
+// checkHead replays the recorded HEAD transitions: claims keep the record
+// and raise the generation, commits move forward by the current
+// generation, and only rewinds move back.
+func (s *sim) checkHead() {
+	var cur *checkpoint.Ref
+	var gen checkpoint.Generation
+	for _, t := range s.store.transitions() {
+		s.logf("%v", t)
+		switch t.Op {
+		case "claim":
+			if t.Gen <= gen {
+				s.violate("%v: generation did not rise above %d", t, gen)
+			}
+			if !sameRef(t.Ref, cur) {
+				s.violate("%v: a claim moved HEAD from %s", t, refStr(cur))
+			}
+			gen = t.Gen
+		case "commit":
+			if t.Gen != gen {
+				s.violate("%v: a commit by generation %d landed while HEAD belongs to %d", t, t.Gen, gen)
+			}
+			if cur != nil && t.Ref.Epoch <= cur.Epoch {
+				s.violate("%v: HEAD moved backwards from %s without a rewind", t, refStr(cur))
+			}
+		case "rewind":
+			s.rep.Rewinds++
+			if t.Gen != gen {
+				s.violate("%v: a rewind by generation %d landed while HEAD belongs to %d", t, t.Gen, gen)
+			}
+			if cur == nil || t.Ref != nil && t.Ref.Epoch >= cur.Epoch {
+				s.violate("%v: a rewind from %s did not move back", t, refStr(cur))
+			}
+		}
+		cur = t.Ref
+	}
+}
+
+func refStr(r *checkpoint.Ref) string {
+	if r == nil {
+		return "none"
+	}
+	return fmt.Sprintf("epoch %d (gen %d)", r.Epoch, r.Generation)
+}
+
+func (s *sim) finalHead() *checkpoint.Record {
+	s.store.mu.Lock()
+	ref := s.store.head()
+	s.store.mu.Unlock()
+	if ref == nil {
+		return nil
+	}
+	rec, err := s.store.inner.Get(context.Background(), pipelineName, *ref)
+	if err != nil {
+		s.violate("reading HEAD's record %s: %v", refStr(ref), err)
+		return nil
+	}
+	return rec
+}
+
+// checkLog walks the final log: every epoch applied at the destination,
+// every quarantine file published, totals consistent.
+func (s *sim) checkLog(head *checkpoint.Record) {
+	ctx := context.Background()
+	for rec := head; rec != nil; {
+		if s.w.class != sink.DeliverAck && !s.dst.Applied(pipelineName, rec.Epoch) {
+			s.violate("epoch %d (gen %d) is in the final log but not applied at the destination", rec.Epoch, rec.Generation)
+		}
+		for _, f := range rec.Files {
+			if f.Kind != "quarantine" {
+				continue
+			}
+			b, err := s.store.inner.ReadFile(ctx, pipelineName, pipeline.QuarantineName(f.Stream, rec.Epoch))
+			if err != nil {
+				s.violate("epoch %d: quarantine file of stream %s not published: %v", rec.Epoch, f.Stream, err)
+			} else if n := bytes.Count(b, []byte("\n")); int64(n) != f.Rows {
+				s.violate("epoch %d: quarantine file of stream %s has %d lines, record says %d", rec.Epoch, f.Stream, n, f.Rows)
+			}
+		}
+		for name, c := range rec.Totals {
+			if c.Read != c.Written+c.Quarantined {
+				s.violate("epoch %d: stream %s totals read %d != written %d + quarantined %d", rec.Epoch, name, c.Read, c.Written, c.Quarantined)
+			}
+		}
+		if rec.Prev == nil {
+			break
+		}
+		prev, err := s.store.inner.Get(ctx, pipelineName, *rec.Prev)
+		if err != nil {
+			s.violate("epoch %d: previous record %s: %v", rec.Epoch, refStr(rec.Prev), err)
+			break
+		}
+		if prev.Epoch >= rec.Epoch {
+			s.violate("epoch %d follows epoch %d", rec.Epoch, prev.Epoch)
+			break
+		}
+		rec = prev
+	}
+}
+
+// checkApplies checks the destination's own log of commits: each epoch
+// applied once, never by a generation below the fence.
+func (s *sim) checkApplies() {
+	seen := map[uint64]int{}
+	for _, ap := range s.dst.Applies(pipelineName) {
+		s.logf("destination applied epoch %d (gen %d, fence %d)", ap.Epoch, ap.Gen, ap.Fence)
+		seen[ap.Epoch]++
+		if ap.Gen < ap.Fence {
+			s.violate("epoch %d applied by generation %d after the fence rose to %d: a zombie's Commit landed", ap.Epoch, ap.Gen, ap.Fence)
+		}
+		if seen[ap.Epoch] == 2 {
+			s.violate("epoch %d applied twice: Commit is not idempotent", ap.Epoch)
+		}
+	}
+}
+
+// checkAcks checks that no acknowledged position is past the final HEAD's
+// (an exact source's positions only move forward).
+func (s *sim) checkAcks(head *checkpoint.Record) {
+	if s.w.replay != source.ReplayExact {
+		return
+	}
+	for i, ack := range s.src.Acks() {
+		for id, st := range ack {
+			pos, err := sourcetest.FakePosition(st)
+			if err != nil {
+				s.violate("ack %d: split %s: %v", i, id, err)
+				continue
+			}
+			hp := 0
+			if head != nil {
+				if hs, ok := head.Resume[string(id)]; ok {
+					hp, _ = sourcetest.FakePosition(hs)
+				}
+			}
+			if pos > hp {
+				s.violate("ack %d: split %s acknowledged at position %d, past the final HEAD's %d", i, id, pos, hp)
+			}
+		}
+	}
+}
+
+// RecordID returns the _openetl_id the engine gives a record version
+// (engine package documentation, "Metadata columns").
+func RecordID(stream string, key, payload []byte, seq int64) string {
+	b := binary.LittleEndian.AppendUint32(nil, uint32(len(stream)))
+	b = append(b, stream...)
+	if len(key) > 0 {
+		b = append(b, 1)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(key)))
+		b = append(b, key...)
+	} else {
+		b = append(b, 2)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
+		b = append(b, payload...)
+	}
+	b = binary.LittleEndian.AppendUint64(b, uint64(seq))
+	h := xxh3.Hash128(b).Bytes()
+	return fmt.Sprintf("%x", h[:])
+}
+
+func (s *sim) checkStream(name string, head *checkpoint.Record) {
+	var ds delivery.Stream
+	for _, d := range s.w.deliveryStreams() {
+		if d.Name == name {
+			ds = d
+		}
+	}
+	g, err := delivery.Decide(ds, s.w.required)
+	if err != nil {
+		s.violate("stream %s: delivery.Decide: %v", name, err)
+		return
+	}
+	recs := s.src.Records(name)
+	bad := 0
+	want := map[string]sourcetest.FakeRecord{}
+	for _, r := range recs {
+		if r.Bad {
+			bad++
+			continue
+		}
+		want[RecordID(name, r.Key, r.Payload, r.Seq)] = r
+	}
+	s.logf("stream %s: %v (%s); %d records, %d quarantined", name, g.Level, g.Reason, len(recs), bad)
+
+	// Totals.
+	var tot checkpoint.Counts
+	if head != nil {
+		tot = head.Totals[name]
+	}
+	switch {
+	case tot.Read != tot.Written+tot.Quarantined:
+		s.violate("stream %s: final totals read %d != written %d + quarantined %d", name, tot.Read, tot.Written, tot.Quarantined)
+	case s.w.replay == source.ReplayExact && (tot.Read != int64(len(recs)) || tot.Quarantined != int64(bad)):
+		s.violate("stream %s: exact source holds %d records (%d bad), final totals %+v", name, len(recs), bad, tot)
+	case tot.Read < int64(len(recs)) || tot.Quarantined < int64(bad):
+		s.violate("stream %s: source holds %d records (%d bad), final totals only %+v", name, len(recs), bad, tot)
+	}
+
+	vis := s.dst.Visibility(name)
+	var phantom, lost, dup []string
+	for id, n := range vis {
+		if _, ok := want[id]; !ok {
+			phantom = append(phantom, fmt.Sprintf("%s x%d", id, n))
+		}
+	}
+	for id, r := range want {
+		n := vis[id]
+		desc := fmt.Sprintf("%s (split %s #%d %v key %s seq %d) visible %d times", id, r.Split, r.Index, r.Op, r.Key, r.Seq, n)
+		switch {
+		case n == 0:
+			lost = append(lost, desc)
+		case n > 1 && g.Level == delivery.ExactlyOnce:
+			dup = append(dup, desc)
+		}
+	}
+	report := func(what string, l []string) {
+		if len(l) == 0 {
+			return
+		}
+		sort.Strings(l)
+		more := ""
+		if len(l) > maxReported {
+			more = fmt.Sprintf(" and %d more", len(l)-maxReported)
+			l = l[:maxReported]
+		}
+		s.violate("stream %s (%v): %d %s: %v%s", name, g.Level, len(l), what, l, more)
+	}
+	report("rows the source never had", phantom)
+	if g.Level >= delivery.AtLeastOnce {
+		report("records lost", lost)
+	}
+	report("records duplicated", dup)
+
+	if ds.Mode == delivery.Merge && g.Level >= delivery.EffectivelyOnce {
+		s.checkMerged(name, g.Level)
+	}
+}
+
+// checkMerged compares a merged stream's live rows with the source's
+// latest version of each key.
+func (s *sim) checkMerged(name string, level delivery.Level) {
+	latest := s.src.Latest(name)
+	rows := s.dst.Rows(name)
+	var diffs []string
+	got := map[string]bool{}
+	for _, r := range rows {
+		got[r.Key] = true
+		w, ok := latest[r.Key]
+		if !ok {
+			diffs = append(diffs, fmt.Sprintf("key %s (seq %d, %s) is visible but deleted or absent at the source", r.Key, r.Seq, r.Op))
+			continue
+		}
+		if r.Seq != w.Seq || r.Op != w.Op.String() {
+			diffs = append(diffs, fmt.Sprintf("key %s: visible seq %d %s, source seq %d %v", r.Key, r.Seq, r.Op, w.Seq, w.Op))
+			continue
+		}
+		var doc map[string]any
+		dec := json.NewDecoder(bytes.NewReader(w.Payload))
+		dec.UseNumber()
+		if err := dec.Decode(&doc); err == nil {
+			for col, v := range r.Values {
+				want := valueStr(doc[col])
+				if gotv := valueStr(v); gotv != want {
+					diffs = append(diffs, fmt.Sprintf("key %s column %s: visible %q, source %q", r.Key, col, gotv, want))
+				}
+			}
+		}
+	}
+	for k := range latest {
+		if !got[k] {
+			diffs = append(diffs, fmt.Sprintf("key %s (seq %d) missing", k, latest[k].Seq))
+		}
+	}
+	if len(diffs) > 0 {
+		slices.Sort(diffs)
+		n := len(diffs)
+		if n > maxReported {
+			diffs = diffs[:maxReported]
+		}
+		s.violate("stream %s (%v): final rows differ from the source's latest in %d places: %v", name, level, n, diffs)
+	}
+}
+
+func valueStr(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	case json.Number:
+		return v.String()
+	}
+	return fmt.Sprint(v)
+}

@@ -1,0 +1,309 @@
+// Package sim is a seeded simulation of the whole runner under faults, in
+// the spirit of TigerBeetle's VOPR: one uint64 seed picks a workload and
+// every fault, the real runner (pipeline.Sync and pipeline.Run) and by
+// default the real engine move the data from a sourcetest.FakeSource to a
+// sinktest.FakeDestination through a memory checkpoint store, and the
+// simulation then checks the promises of ARCHITECTURE.md.
+//
+// The seed picks (math/rand/v2 PCG): the streams (keyed or not, CDC with
+// updates and deletes or not, splits, rows, quarantined records), the
+// source's replay class (exact or superset), the destination's class
+// (stage-and-apply, transactional, deliver-ack), capabilities and write
+// modes, the required level, lanes, batch sizes and epoch intervals, and a
+// list of attempts (Syncs, and Runs cancelled after a while), each with
+// its faults:
+//
+//   - a crash at each protocol step: before and after PreCommit, after
+//     the HEAD write and before Commit, during Commit, during Recover,
+//     while reading;
+//   - Commit errors (retried; enough of them fail the attempt) and
+//     Commits that land but lose their response;
+//   - checkpoint store errors on Claim, Commit, Rewind, Get, WriteFile and
+//     ReadFile, before the call or after it landed (a lost response);
+//   - slow calls; zombies: an attempt pauses at a call while the next
+//     attempt claims the pipeline and runs, then goes on;
+//   - source disconnects, destination write errors, and staged data that
+//     expires between attempts (Recover then reports the epoch lost and
+//     the log rewinds).
+//
+// A crash kills the attempt's "process": its context is cancelled and
+// every view it holds (the fake source's, the fake destination's and the
+// store wrapper) refuses every later call, so nothing it does after that
+// point has an effect. A call already past its fault check when the crash
+// happens completes, as it could in a real process.
+//
+// After the planned attempts, clean Syncs run until one succeeds. Then the
+// simulation checks, per stream and by the guarantee package delivery
+// promises it: nothing lost; no duplicates where exactly once is
+// promised; final rows equal to the source's latest rows where
+// effectively once is promised (and for merged exactly-once streams);
+// every record visible at least once where at least once is promised; no
+// row the source never had; HEAD never moved backwards except by a rewind
+// (every HEAD transition is recorded), a rewind never passed an epoch the
+// destination applied, and every epoch of the final log is applied; the
+// final totals have read = written + quarantined (and, for an exact
+// source, read = the records the source holds); quarantine files are
+// published for every committed epoch; acknowledged positions are
+// committed.
+//
+// The workload and the fault plan are deterministic functions of the
+// seed; goroutine interleavings are not (the real runner runs on real
+// goroutines and timers), so a seed replays the same plan but may take a
+// different path through it. The Report's trace says what happened.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/engine"
+	"github.com/openetl/etl/sink/sinktest"
+	"github.com/openetl/etl/source/sourcetest"
+)
+
+const pipelineName = "sim"
+
+// Options tune a simulation; the zero value is the default.
+type Options struct {
+	// MaxRows bounds the records of each split; default 100.
+	MaxRows int
+	// MaxAttempts bounds the faulty attempts before the clean ones;
+	// default 10.
+	MaxAttempts int
+	// Broken runs against a deliberately broken destination, to show the
+	// simulation catches it; default sinktest.FakeCorrect.
+	Broken sinktest.FakeBroken
+	// NewEngine makes the engine; default engine.New (the Rust engine).
+	NewEngine func(engine.Config) (engine.Engine, error)
+	// Logger receives the runner's logs; default discard.
+	Logger *slog.Logger
+	// AttemptTimeout bounds how long one attempt may take to return
+	// before the simulation reports it hung; default 60s.
+	AttemptTimeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxRows <= 0 {
+		o.MaxRows = 100
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 10
+	}
+	if o.NewEngine == nil {
+		o.NewEngine = engine.New
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.AttemptTimeout <= 0 {
+		o.AttemptTimeout = 60 * time.Second
+	}
+	return o
+}
+
+// Report is what one simulation did and found.
+type Report struct {
+	Seed uint64
+	// Workload describes what the seed picked.
+	Workload string
+	// Trace is the log of the run: the workload, each attempt's faults,
+	// each fault as it fired, each HEAD transition and attempt outcome.
+	Trace []string
+	// Violations lists every broken promise; empty when the run passed.
+	Violations []string
+	// Attempts counts the attempts run, clean ones included.
+	Attempts int
+	// Faults counts the faults that fired.
+	Faults int
+	// Rewinds counts HEAD rewinds.
+	Rewinds int
+	Elapsed time.Duration
+}
+
+// ErrViolation is wrapped by Run's error when a check failed.
+var ErrViolation = errors.New("sim: violation")
+
+// String renders the report: the verdict, the violations and the trace.
+func (r *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %d attempts, %d faults fired, %d rewinds, %v, %d violations\n",
+		r.Seed, r.Attempts, r.Faults, r.Rewinds, r.Elapsed.Round(time.Millisecond), len(r.Violations))
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
+	}
+	b.WriteString("trace:\n")
+	for _, l := range r.Trace {
+		fmt.Fprintf(&b, "  %s\n", l)
+	}
+	return b.String()
+}
+
+type sim struct {
+	opts Options
+	w    *workload
+	src  *sourcetest.FakeSource
+	dst  *sinktest.FakeDestination
+
+	store *simStore
+
+	mu  sync.Mutex
+	rep *Report
+}
+
+func (s *sim) logf(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	s.mu.Lock()
+	s.rep.Trace = append(s.rep.Trace, line)
+	if strings.Contains(line, "fault fired") {
+		s.rep.Faults++
+	}
+	s.mu.Unlock()
+}
+
+func (s *sim) violate(format string, args ...any) {
+	v := fmt.Sprintf(format, args...)
+	s.mu.Lock()
+	s.rep.Violations = append(s.rep.Violations, v)
+	s.rep.Trace = append(s.rep.Trace, "VIOLATION: "+v)
+	s.mu.Unlock()
+}
+
+// Run simulates the workload and faults seed picks and checks the
+// outcome. The error wraps ErrViolation when a check failed (the Report
+// lists them); the Report is never nil.
+func Run(seed uint64, opts Options) (*Report, error) {
+	start := time.Now()
+	opts = opts.withDefaults()
+	w := newWorkload(seed, opts)
+	s := &sim{opts: opts, w: w, rep: &Report{Seed: seed, Workload: w.String()}}
+	s.logf("workload: %s", w)
+	s.logf("destination variant: %v", opts.Broken)
+	s.src = sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{
+		Streams: w.streams, Replay: w.replay, SupersetMax: w.supersetMax, Seed: seed, ResumeEvery: w.resumeEvery,
+		Live: true,
+	})
+	streamModes := map[string]sinktest.FakeStreamMode{}
+	for name, m := range w.modes {
+		streamModes[name] = sinktest.FakeStreamMode{Mode: m}
+	}
+	s.dst = sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{
+		Class: w.class, Capabilities: w.caps, Streams: streamModes, Broken: opts.Broken,
+	})
+	s.store = &simStore{inner: checkpoint.NewMem()}
+	s.store.onRewind = func(a *attempt, from *checkpoint.Ref) {
+		if from != nil && s.dst.Applied(pipelineName, from.Epoch) {
+			s.violate("attempt %d rewinds HEAD past epoch %d, which the destination has applied", a.n, from.Epoch)
+		}
+	}
+	err := s.run()
+	s.rep.Elapsed = time.Since(start)
+	if err != nil {
+		return s.rep, err
+	}
+	if len(s.rep.Violations) > 0 {
+		return s.rep, fmt.Errorf("%w: seed %d: %s", ErrViolation, seed, strings.Join(s.rep.Violations, "; "))
+	}
+	return s.rep, nil
+}
+
+func (s *sim) run() error {
+	var zombies []*attempt
+	defer func() {
+		for _, z := range zombies {
+			z.letGo()
+		}
+	}()
+	releaseZombies := func() bool {
+		for _, z := range zombies {
+			s.logf("attempt %d: releasing the zombie", z.n)
+			z.letGo()
+			if !z.wait() {
+				s.violate("attempt %d (a zombie) did not return within %v of its release", z.n, s.opts.AttemptTimeout)
+				return false
+			}
+		}
+		zombies = nil
+		return true
+	}
+	// The source's log grows before each planned attempt (and halfway
+	// through a Run), so every attempt has new records to read.
+	maxRows := 0
+	for _, st := range s.w.streams {
+		maxRows = max(maxRows, st.Rows)
+	}
+	steps := len(s.w.attempts) + 1
+	horizon := func(i int) int { return (maxRows*i + steps - 1) / steps }
+	n := 0
+	for _, p := range s.w.attempts {
+		n++
+		s.src.SetHorizon(horizon(n))
+		s.logf("the source's log grows to %d records per split", horizon(n))
+		if p.run {
+			next := (horizon(n) + horizon(n+1)) / 2
+			t := time.AfterFunc(p.runFor/2, func() { s.src.SetHorizon(next) })
+			defer t.Stop()
+		}
+		if p.dropStaged {
+			s.logf("the destination's staged, unapplied data expires (%d lanes' worth)", s.dst.DropStaged(pipelineName))
+		}
+		a := s.newAttempt(n, p)
+		s.rep.Attempts++
+		a.start()
+		if p.stalls() {
+			select {
+			case <-a.stalled:
+				s.logf("attempt %d: stalled; the next attempt runs while it waits", n)
+				zombies = append(zombies, a)
+				continue
+			case <-a.done:
+			case <-time.After(s.opts.AttemptTimeout):
+				a.letGo()
+				s.violate("attempt %d neither paused nor returned within %v", n, s.opts.AttemptTimeout)
+				return nil
+			}
+		} else if !a.wait() {
+			a.letGo()
+			s.violate("attempt %d did not return within %v", n, s.opts.AttemptTimeout)
+			return nil
+		}
+		if !releaseZombies() {
+			return nil
+		}
+	}
+	s.src.SetHorizon(-1)
+	s.logf("the source's log holds every record")
+	// Clean attempts until one succeeds; the first runs while any zombie
+	// is still paused, and at least one runs after every zombie returned.
+	clean := false
+	for range 4 {
+		n++
+		a := s.newAttempt(n, attemptPlan{})
+		s.rep.Attempts++
+		a.start()
+		if !a.wait() {
+			s.violate("clean attempt %d did not return within %v", n, s.opts.AttemptTimeout)
+			return nil
+		}
+		if len(zombies) > 0 {
+			if !releaseZombies() {
+				return nil
+			}
+			continue
+		}
+		if a.err == nil {
+			clean = true
+			break
+		}
+	}
+	if !clean {
+		s.violate("no clean attempt succeeded (see the trace)")
+		return nil
+	}
+	s.check()
+	return nil
+}
