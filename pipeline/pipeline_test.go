@@ -319,3 +319,20 @@ func TestResumePointsWithoutRecordsAreCheckpointed(t *testing.T) {
 		t.Fatal("the quiet source's positions were never acknowledged")
 	}
 }
+
+// TestByteBudgetClosesEpochs: with an interval too long to matter, epochs
+// still close every EpochBytes of payload.
+func TestByteBudgetClosesEpochs(t *testing.T) {
+	f := newFixture(t, 1, 2000)
+	cfg := f.config(1)
+	cfg.EpochInterval = time.Hour
+	cfg.EpochBytes = 1000 // records carry ~4 bytes of key and payload
+	res, err := pipeline.Sync(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Epochs < 3 {
+		t.Fatalf("%d epochs for ~8 KB read with a 1 KB budget", res.Epochs)
+	}
+	f.checkExactlyOnce(t)
+}
