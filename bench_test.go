@@ -4,10 +4,12 @@ import (
 	"context"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"gocloud.dev/blob/memblob"
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/parquet"
 	"github.com/openetl/etl/source/faker"
 )
@@ -46,4 +48,51 @@ func BenchmarkSyncFakerToParquet(b *testing.B) {
 			b.ReportMetric(float64(records)/b.Elapsed().Seconds(), "records/s")
 		})
 	}
+}
+
+// discard is a destination that drops every row: it measures the runner
+// and the engine without a writer's cost.
+type discard struct{}
+
+func (discard) Class() sink.Class               { return sink.StageAndApply }
+func (discard) Capabilities() sink.Capabilities { return sink.Capabilities{} }
+func (discard) Writer(context.Context, string, int) (sink.Writer, error) {
+	return discardWriter{}, nil
+}
+
+type discardWriter struct{}
+
+func (discardWriter) Write(context.Context, string, arrow.RecordBatch) error { return nil }
+func (discardWriter) PreCommit(context.Context, uint64) (sink.Committable, error) {
+	return sink.Committable("{}"), nil
+}
+func (discardWriter) Commit(context.Context, uint64, []sink.Committable) error { return nil }
+func (discardWriter) Recover(context.Context, checkpoint.Generation, *checkpoint.Record) (sink.Outcome, error) {
+	return sink.Applied, nil
+}
+func (discardWriter) Close(context.Context) error { return nil }
+
+// BenchmarkSyncFakerToDiscard measures faker → runner → engine with a
+// writer that drops rows: the pipeline's own ceiling on this machine.
+func BenchmarkSyncFakerToDiscard(b *testing.B) {
+	const rows = 200_000
+	var records int64
+	for b.Loop() {
+		src, err := faker.New(faker.Config{Rows: rows})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := etl.NewPipeline("bench").From(src).To(discard{}).Checkpoints(checkpoint.NewMem()).Build()
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := p.Sync(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range res.Streams {
+			records += c.Read
+		}
+	}
+	b.ReportMetric(float64(records)/b.Elapsed().Seconds(), "records/s")
 }
