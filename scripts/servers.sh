@@ -21,8 +21,8 @@
 #   stop [DIR]            kill the servers of DIR (default
 #                         $OPENETL_SERVERS_DIR) and remove DIR
 #
-# Services: s3 (versitygw), gcs (fake-gcs-server), azure (azurite). Default:
-# all. Each service is a set of functions named after it: install_NAME,
+# Services: s3 (versitygw), gcs (fake-gcs-server), azure (azurite), kafka
+# (Apache Kafka in KRaft mode, from Maven Central). Default: all. Each service is a set of functions named after it: install_NAME,
 # start_NAME (picks a port into $DIR/NAME.port, starts the process with
 # launch), ready_NAME (runs once the port answers: creates buckets and the
 # like), env_NAME (prints exports). Add a service by adding
@@ -33,7 +33,7 @@
 # logs go to stderr; stdout carries only the exports.
 set -euo pipefail
 
-ALL_SERVICES=(s3 gcs azure)
+ALL_SERVICES=(s3 gcs azure kafka)
 
 CACHE="${OPENETL_CACHE:-$HOME/.cache/openetl}"
 TOOLS="$CACHE/tools"
@@ -43,6 +43,10 @@ NODE_DIR="$TOOLS/node"
 VERSITYGW_VERSION=v1.8.0
 FAKE_GCS_VERSION=v1.56.1
 AZURITE_VERSION=3.37.0
+# Also the default in scripts/kafka/pom.xml (kafka.version); keep them equal.
+KAFKA_VERSION=4.1.1
+KAFKA_DIR="$TOOLS/kafka/$KAFKA_VERSION"
+SCRIPTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # Test credentials: local servers only.
 S3_ACCESS_KEY=openetl
@@ -240,6 +244,66 @@ export OPENETL_TEST_AZURE_CONTAINER='$BUCKET'
 export OPENETL_TEST_AZURE_URL='azblob://$BUCKET?protocol=http&domain=127.0.0.1:$port&localemu=true'
 export AZURE_STORAGE_ACCOUNT='$AZURE_ACCOUNT'
 export AZURE_STORAGE_KEY='$AZURE_KEY'
+EOF
+}
+
+# ---------------------------------------------------------------- kafka: Apache Kafka (KRaft)
+
+# The broker's jars (kafka_2.13 and its runtime dependencies) from Maven
+# Central, copied by mvn from scripts/kafka/pom.xml into $KAFKA_DIR/libs;
+# a marker file says the copy finished. Needs java (17+) and mvn.
+install_kafka() {
+  [ -f "$KAFKA_DIR/.complete" ] && return 0
+  command -v mvn >/dev/null || die "kafka: mvn is needed to fetch the broker from Maven Central"
+  command -v java >/dev/null || die "kafka: java (17 or later) is needed to run the broker"
+  log "installing Apache Kafka $KAFKA_VERSION from Maven Central"
+  local t0=$SECONDS
+  rm -rf "$KAFKA_DIR/libs"
+  mkdir -p "$KAFKA_DIR"
+  mvn -q -B -f "$SCRIPTS/kafka/pom.xml" -Dkafka.version="$KAFKA_VERSION" \
+    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$KAFKA_DIR/libs" >&2
+  touch "$KAFKA_DIR/.complete"
+  log "installed kafka in $((SECONDS - t0))s"
+}
+
+# One process in KRaft mode (broker and controller), its data in
+# $DIR/kafka, formatted first with kafka.tools.StorageTool (what
+# kafka-storage.sh runs) as a standalone controller quorum.
+start_kafka() {
+  local port cport cp log4j
+  port=$(free_port)
+  cport=$(free_port)
+  echo "$port" >"$DIR/kafka.port"
+  rm -rf "$DIR/kafka"
+  mkdir -p "$DIR/kafka"
+  sed -e "s#@PORT@#$port#g; s#@CONTROLLER_PORT@#$cport#g; s#@DIR@#$DIR/kafka#g" \
+    "$SCRIPTS/kafka/server.properties.in" >"$DIR/kafka/server.properties"
+  cp="$KAFKA_DIR/libs/*"
+  log4j="-Dlog4j2.configurationFile=$SCRIPTS/kafka/log4j2.properties"
+  java "$log4j" -cp "$cp" kafka.tools.StorageTool format --standalone \
+    -t "$(java "$log4j" -cp "$cp" kafka.tools.StorageTool random-uuid)" \
+    -c "$DIR/kafka/server.properties" >"$DIR/kafka.format.log" 2>&1 ||
+    die "kafka: storage format failed: $(tail -3 "$DIR/kafka.format.log")"
+  launch kafka java -Xms256m -Xmx512m -Djava.awt.headless=true "$log4j" \
+    -cp "$cp" kafka.Kafka "$DIR/kafka/server.properties"
+}
+
+# The port answers before the broker has joined its own quorum: wait for
+# KafkaRaftServer's "Kafka Server started" (logged at INFO by
+# scripts/kafka/log4j2.properties).
+ready_kafka() {
+  local i
+  for ((i = 0; i < 600; i++)); do
+    grep -q "Kafka Server started" "$DIR/kafka.log" 2>/dev/null && return 0
+    alive kafka || die "kafka exited during startup: $(tail -5 "$DIR/kafka.log")"
+    sleep 0.1
+  done
+  die "kafka did not start within 60s; see $DIR/kafka.log"
+}
+
+env_kafka() {
+  cat <<EOF
+export OPENETL_TEST_KAFKA_BROKERS='127.0.0.1:$(cat "$DIR/kafka.port")'
 EOF
 }
 

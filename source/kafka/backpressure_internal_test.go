@@ -1,0 +1,116 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/openetl/etl/source"
+)
+
+// gate is an Emitter that counts records and, while closed, blocks in
+// Record (backpressure).
+type gate struct {
+	mu      sync.Mutex
+	open    chan struct{}
+	records int
+}
+
+func (g *gate) Record(stream string, op source.Op, seq int64, key, payload []byte) error {
+	if g.open != nil {
+		<-g.open
+	}
+	g.mu.Lock()
+	g.records++
+	g.mu.Unlock()
+	return nil
+}
+
+func (g *gate) ResumePoint([]byte) error { return nil }
+
+func (g *gate) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.records
+}
+
+// TestBackpressure: while one split is blocked in Emitter.Record, its
+// partition's fetching pauses, the other partition is read to the end,
+// the queued bytes stay within the budget's share, and once unblocked the
+// split reads everything.
+func TestBackpressure(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "bp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	// Uncompressed batches of at most 1 MB: a decoded batch is what a
+	// partition may hold over its share.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerBatchMaxBytes(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	const perPartition = 20000 // × ~1 KiB = ~20 MiB a partition
+	pad := strings.Repeat("x", 1000)
+	for p := range int32(2) {
+		var recs []*kgo.Record
+		for i := range perPartition {
+			recs = append(recs, &kgo.Record{Topic: "bp", Partition: p, Value: fmt.Appendf(nil, `{"i":%d,"pad":%q}`, i, pad)})
+		}
+		if err := cl.ProduceSync(t.Context(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const budget = 4 << 20
+	src, err := New(Config{Opts: []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, Topics: []string{"bp"}, Budget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close(context.Background()) })
+	splits, err := src.Open(t.Context(), []string{"bp"}, nil)
+	if err != nil || len(splits) != 2 {
+		t.Fatalf("Open: %d splits, %v", len(splits), err)
+	}
+	r := splits[0].(*split).r
+	blocked := &gate{open: make(chan struct{})}
+	free := &gate{}
+	errs := make(chan error, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	go func() { errs <- splits[0].Read(ctx, blocked, true) }()
+	go func() { errs <- splits[1].Read(ctx, free, true) }()
+	if err := <-errs; err != nil {
+		t.Fatalf("the free split: %v", err)
+	}
+	if n := free.count(); n != perPartition {
+		t.Fatalf("the free split read %d records, want %d", n, perPartition)
+	}
+	r.mu.Lock()
+	peak, pauses, queued := r.peak, r.pauses, r.queued
+	r.mu.Unlock()
+	t.Logf("while blocked: peak queued %d bytes, %d pauses, %d queued now (budget %d)", peak, pauses, queued, budget)
+	if pauses == 0 {
+		t.Error("the blocked split's partition was never paused")
+	}
+	// The queues' share is 3/4 of the budget; each of the two partitions
+	// may go over its share by one decoded batch (1 MiB of values, plus
+	// the per-record overhead the accounting adds).
+	if limit := int64(budget*3/4 + 2*(1<<20)*13/10); peak > limit {
+		t.Errorf("peak queued %d bytes, over %d", peak, limit)
+	}
+	close(blocked.open)
+	if err := <-errs; err != nil {
+		t.Fatalf("the blocked split: %v", err)
+	}
+	if n := blocked.count(); n != perPartition {
+		t.Fatalf("the blocked split read %d records, want %d", n, perPartition)
+	}
+}

@@ -1,0 +1,39 @@
+// Package kafka is a source that reads Kafka topics with franz-go.
+//
+// Each selected topic (Config.Topics, or Config.TopicRegex) is a stream of
+// the same name; each of its partitions is a split with ID
+// "topic/partition" whose resume state is the next offset to read. The
+// positions live in the pipeline's checkpoints, not in a consumer group,
+// so a restarted pipeline replays exactly the messages after its last
+// checkpoint (source.ReplayExact); Ack commits the same offsets to
+// Config.Group one checkpoint behind, only so that lag shows in Kafka's
+// tooling. Partitions added to a topic are picked up by the next Open,
+// that is the next sync; topics matching TopicRegex by the next Discover.
+//
+// Every record's seq is its message offset, so a quarantine line (which
+// names the split and the seq) gives topic, partition and offset.
+//
+// A scheduled sync (a bounded Read) reads each partition up to its last
+// stable offset (read_committed, the default) or high watermark as of
+// the start of the read, then returns; aborted transactions never land.
+//
+// Decoders: DecodeJSON (the value is the document), DecodeDebezium
+// (change events become inserts, updates and deletes) and DecodeRaw
+// (base64 of the bytes). Columns merges message metadata into documents
+// as _kafka_* fields. Messages a decoder cannot read are still emitted,
+// in a form the engine quarantines, so a poison message never stops a
+// stream. Avro and a schema registry are not supported yet.
+//
+// Memory: Config.Budget bounds the message bytes fetched and queued; a
+// split whose Emitter blocks (backpressure) pauses the fetching of its
+// partition only.
+//
+//	src, err := kafka.New(kafka.Config{
+//		Opts:   []kgo.Opt{kgo.SeedBrokers("127.0.0.1:9092")},
+//		Topics: []string{"orders"},
+//		Group:  "openetl-orders",
+//	})
+//	if err != nil { ... }
+//	defer src.Close(ctx)
+//	p, err := etl.NewPipeline("orders").From(src).To(dst).Checkpoints(store).Build()
+package kafka

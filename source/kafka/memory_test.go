@@ -1,0 +1,131 @@
+package kafka_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/openetl/etl/source"
+	"github.com/openetl/etl/source/kafka"
+)
+
+// memoryConstant is the fixed part of what TestMemoryBound allows the
+// reading process's peak RSS: 2×Config.Budget + memoryConstant. The
+// constant covers the Go runtime, franz-go's client and the test binary;
+// the factor 2 is Go's GC (with GOGC=100 the heap grows to twice what is
+// live before a collection) over the budget's live bytes and the
+// per-partition overshoot of one decoded batch. Measured on kfake, 4
+// partitions, 1 MB batches: budget 8 MiB → 61 MiB, 16 → 72-76, 32 → 95.
+const memoryConstant = 48 << 20
+
+// slowEmitter discards records, sleeping now and then so that the
+// partitions' queues fill and fetching pauses.
+type slowEmitter struct{ n int }
+
+func (e *slowEmitter) Record(string, source.Op, int64, []byte, []byte) error {
+	if e.n++; e.n%500 == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+func (e *slowEmitter) ResumePoint([]byte) error { return nil }
+
+// TestMemoryBound: a child process drains a backlog of 10× the budget
+// (4 partitions, on kfake in this process) through slow Emitters, and
+// its peak RSS stays within 2×Budget + memoryConstant.
+func TestMemoryBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	if raceEnabled {
+		t.Skip("the race detector multiplies memory use")
+	}
+	const budget = 16 << 20
+	const parts = 4
+	brokers := newCluster(t, parts, "mem")
+	cl := newClient(t, brokers, kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerBatchMaxBytes(1<<20))
+	pad := strings.Repeat("x", 1000)
+	total := int64(0)
+	per := 10 * budget / parts / 1024
+	for p := range int32(parts) {
+		recs := make([]*kgo.Record, 0, per)
+		for i := range per {
+			v := fmt.Appendf(nil, `{"i":%d,"pad":%q}`, i, pad)
+			total += int64(len(v))
+			recs = append(recs, &kgo.Record{Topic: "mem", Partition: p, Value: v})
+		}
+		produce(t, cl, recs...)
+	}
+	env, _ := json.Marshal(map[string]any{"Brokers": brokers, "Budget": budget, "Want": per})
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChildMemory$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "KAFKA_TEST_MEMORY_CHILD="+string(env))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	var peak int64
+	for _, line := range strings.Split(string(out), "\n") {
+		if _, v, ok := strings.Cut(line, "PEAK_RSS="); ok {
+			peak, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	t.Logf("backlog %d MiB, budget %d MiB: peak RSS %d MiB (limit %d MiB)", total>>20, budget>>20, peak>>20, (2*budget+memoryConstant)>>20)
+	if peak == 0 || peak > 2*budget+memoryConstant {
+		t.Fatalf("peak RSS %d bytes, want (0, %d]\n%s", peak, 2*budget+memoryConstant, out)
+	}
+}
+
+// TestChildMemory is TestMemoryBound's child.
+func TestChildMemory(t *testing.T) {
+	env := os.Getenv("KAFKA_TEST_MEMORY_CHILD")
+	if env == "" {
+		t.Skip("only run as the child of TestMemoryBound")
+	}
+	var c struct {
+		Brokers []string
+		Budget  int64
+		Want    int
+	}
+	if err := json.Unmarshal([]byte(env), &c); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource(t, kafka.Config{Opts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, Topics: []string{"mem"}, Budget: c.Budget})
+	splits, err := src.Open(t.Context(), []string{"mem"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, sp := range splits {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := &slowEmitter{}
+			if err := sp.Read(context.Background(), e, true); err != nil {
+				t.Error(err)
+			}
+			if e.n != c.Want {
+				t.Errorf("split %s read %d records, want %d", sp.ID(), e.n, c.Want)
+			}
+		}()
+	}
+	wg.Wait()
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status")
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			fmt.Printf("PEAK_RSS=%d\n", kb<<10)
+		}
+	}
+}

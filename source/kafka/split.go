@@ -1,0 +1,101 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/openetl/etl/source"
+)
+
+// split reads one partition.
+type split struct {
+	id        source.SplitID
+	topic     string
+	partition int32
+	r         *reader
+
+	next  int64 // next offset to read; -1: the partition's start
+	state [stateLen]byte
+	dec   decoder
+}
+
+func (sp *split) ID() source.SplitID { return sp.id }
+
+// Read emits the partition's messages from where the split stands (the
+// state given to Open, or where an earlier Read stopped), decoded by
+// Config.Decoder, with seq = the message offset, and calls e.ResumePoint
+// with the next offset after each run of messages one fetch returned. Transaction markers, and
+// tombstones where the decoder skips them, only move the resume point.
+// When bounded, Read first asks for the partition's end (last stable
+// offset under read_committed, else high watermark) and returns nil once
+// it has read up to there; when not, it waits for new messages until ctx
+// ends.
+//
+// Messages are fetched by the client the splits of one Open share; while
+// Read is blocked in e.Record, its partition's fetching pauses once its
+// queue is full (see Config.Budget) and resumes when Read catches up.
+func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := sp.r.s
+	end := int64(-1)
+	if bounded {
+		var err error
+		if end, err = s.listOffset(ctx, sp.topic, sp.partition, -1); err != nil {
+			return err
+		}
+		start, err := s.listOffset(ctx, sp.topic, sp.partition, -2)
+		if err != nil {
+			return err
+		}
+		switch {
+		case sp.next < 0 && start >= end:
+			sp.next = end // nothing to read: resume from the end
+		case sp.next >= 0 && (sp.next < start || sp.next > end):
+			return fmt.Errorf("%w: %s/%d: resume offset %d, the partition holds [%d, %d): deleted by retention, or the topic recreated?",
+				ErrPositionLost, sp.topic, sp.partition, sp.next, start, end)
+		}
+		if sp.next >= end {
+			return e.ResumePoint(encodeState(&sp.state, sp.next))
+		}
+	}
+	t := tp{sp.topic, sp.partition}
+	q, err := sp.r.attach(t, sp.next)
+	if err != nil {
+		return err
+	}
+	defer sp.r.detach(t)
+	sp.dec.init(&s.cfg, sp.topic, sp.partition)
+	for {
+		c, err := sp.r.take(ctx, t, q)
+		if err != nil {
+			return err
+		}
+		// One resume point per chunk (a fetch's records of the partition)
+		// rather than per record: barriers wait at most a chunk, and the
+		// runner's per-call cost is paid once.
+		for _, rec := range c.recs {
+			if rec.Offset < sp.next {
+				continue // already emitted (a refetch after a pause)
+			}
+			sp.next = rec.Offset + 1
+			if !rec.Attrs.IsControl() {
+				if op, key, payload, ok := sp.dec.decode(rec); ok {
+					if err := e.Record(sp.topic, op, rec.Offset, key, payload); err != nil {
+						return err
+					}
+				}
+			}
+			if bounded && sp.next >= end {
+				break
+			}
+		}
+		if err := e.ResumePoint(encodeState(&sp.state, sp.next)); err != nil {
+			return err
+		}
+		if bounded && sp.next >= end {
+			return nil
+		}
+	}
+}
