@@ -1,5 +1,6 @@
 # OpenETL for Go. `make test` is what CI runs (.ci/run); it needs Go, Rust
-# (cargo) and python3, and installs everything else it needs itself.
+# (cargo), python3, node/npm, and Java 17+ with mvn (the Kafka broker), and
+# installs everything else it needs itself.
 SHELL := /bin/bash
 CACHE ?= $(HOME)/.cache/openetl
 export OPENETL_CACHE := $(CACHE)
@@ -37,7 +38,7 @@ test-rust:
 # The Go tests, with the race detector on the concurrent packages, against
 # the servers scripts/servers.sh installs (once, into CACHE) and starts on
 # loopback for the duration (S3: versitygw, GCS: fake-gcs-server, Azure:
-# Azurite). `env=$$(...)` rather than eval "$$(...)": a failed start must
+# Azurite, Kafka: Apache Kafka 4.1.1 in KRaft mode from Maven Central). `env=$$(...)` rather than eval "$$(...)": a failed start must
 # fail the target.
 test-go: tools
 	@set -e; unset OPENETL_SERVERS_DIR; env=$$(scripts/servers.sh start); eval "$$env"; \

@@ -156,7 +156,8 @@ type Config struct {
 	// partitions × that. The process's memory for the source is about
 	// twice Budget (Go's GC lets the heap grow to twice the live data;
 	// GOMEMLIMIT tightens it) plus the client's fixed cost: measured peak
-	// RSS of a reader process stays under 2×Budget + 48 MiB
+	// RSS of a reader process stays under 2×Budget + 48 MiB, and under
+	// Budget + 80 MiB with GOMEMLIMIT set to Budget + 32 MiB
 	// (TestMemoryBound). Default 64 MiB; at least 1 MiB.
 	Budget int64
 
