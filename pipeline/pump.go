@@ -127,9 +127,6 @@ func (p *pump) Record(stream string, op source.Op, seq int64, key, payload []byt
 	b.Append(op, seq, key, payload)
 	p.dirty = true
 	p.records.Add(1)
-	if n := p.r.epochBytes.Add(int64(len(payload) + len(key))); n >= p.r.cfg.EpochBytes {
-		p.r.signalBudget()
-	}
 	if b.Len() >= p.r.cfg.BatchRows || b.Bytes() >= p.r.cfg.BatchBytes {
 		return p.flushLocked(b)
 	}
@@ -147,6 +144,11 @@ func (p *pump) stopErr() error {
 func (p *pump) flushLocked(b *engine.RawBatch) error {
 	if b.Len() == 0 {
 		return nil
+	}
+	// The epoch's byte budget is counted per batch, not per record: the
+	// counter is shared by every split.
+	if n := p.r.epochBytes.Add(int64(b.Bytes())); n >= p.r.cfg.EpochBytes {
+		p.r.signalBudget()
 	}
 	nb := p.r.getBatch(b.Stream)
 	p.batches[b.Stream] = nb
