@@ -22,6 +22,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/cdata"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/openetl/etl/source"
 )
 
 // abiVersion is the engine library ABI this file is written against. The
@@ -136,11 +138,40 @@ func New(cfg Config) (Engine, error) {
 		// corrupt state (ErrState), not as a malformed config.
 		state = string(cfg.State)
 	}
+	type col struct {
+		Name     string `json:"name"`
+		Type     string `json:"type"`
+		Nullable bool   `json:"nullable"`
+	}
+	type spec struct {
+		Name    string `json:"name"`
+		Format  string `json:"format"`
+		Types   string `json:"types,omitempty"`
+		Columns []col  `json:"columns,omitempty"`
+		Policy  Policy `json:"policy,omitempty"`
+	}
+	specs := make([]spec, 0, len(cfg.Streams))
+	for _, s := range cfg.Streams {
+		sp := spec{Name: s.Name, Format: "json", Types: s.Types, Policy: s.Policy}
+		switch s.Format {
+		case source.FormatJSON:
+		case source.FormatRow:
+			sp.Format = "row"
+			sp.Columns = make([]col, 0, len(s.Columns))
+			for _, c := range s.Columns {
+				sp.Columns = append(sp.Columns, col{c.Name, c.Type, c.Nullable})
+			}
+		default:
+			return nil, fmt.Errorf("%w: stream %q has unknown format %d", ErrInvalidInput, s.Name, s.Format)
+		}
+		specs = append(specs, sp)
+	}
 	js, err := json.Marshal(struct {
-		Lanes    int `json:"lanes"`
-		MaxBytes int `json:"max_document_bytes"`
-		State    any `json:"state"`
-	}{lanes, maxDoc, state})
+		Lanes    int    `json:"lanes"`
+		MaxBytes int    `json:"max_document_bytes"`
+		State    any    `json:"state"`
+		Streams  []spec `json:"streams"`
+	}{lanes, maxDoc, state, specs})
 	if err != nil {
 		return nil, fmt.Errorf("%w: encoding the engine config: %v", ErrInvalidInput, err)
 	}
@@ -255,11 +286,33 @@ func (e *cEngine) Push(b *RawBatch, syncedAt time.Time) (Output, error) {
 			}
 		}
 	}
+	if err == nil {
+		out.SchemaChanges, err = e.changes()
+	}
 	if err != nil {
 		if out.Record != nil {
 			out.Record.Release()
 		}
 		return Output{}, err
+	}
+	return out, nil
+}
+
+// changes reads the schema outcomes of the last push.
+func (e *cEngine) changes() ([]SchemaChange, error) {
+	var p *C.uint8_t
+	var n C.size_t
+	var cerr *C.char
+	if st := C.openetl_engine_changes(e.h.eng, &p, &n, &cerr); st != 0 {
+		return nil, statusError(st, cerr)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	defer C.openetl_bytes_free(p, n)
+	var out []SchemaChange
+	if err := json.Unmarshal(unsafe.Slice((*byte)(unsafe.Pointer(p)), int(n)), &out); err != nil {
+		return nil, fmt.Errorf("%w: decoding schema changes: %v", ErrInternal, err)
 	}
 	return out, nil
 }

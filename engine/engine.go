@@ -77,6 +77,71 @@ type Config struct {
 	// State is an engine state exported by State, from the checkpoint the
 	// attempt resumes from; nil for a new pipeline.
 	State []byte
+	// Streams configures streams: the declared columns of FormatRow
+	// streams (required for them: without a spec a stream is JSON) and
+	// schema policies. A spec overrides what State says about the
+	// stream's policy and declared columns; inferred columns are kept.
+	Streams []StreamSpec
+}
+
+// Policy is a stream's schema policy: what a record that would change the
+// schema does.
+type Policy string
+
+// The schema policies.
+const (
+	// PolicyEvolve adds new columns and widens types (the default).
+	PolicyEvolve Policy = "evolve"
+	// PolicyFreeze keeps the schema: a document with a new field or a
+	// value that would widen a column is quarantined ReasonTypeConflict,
+	// reported as a ChangeBlocked.
+	PolicyFreeze Policy = "freeze"
+	// PolicyDiscard drops new fields from documents (ChangeDiscarded);
+	// existing columns still widen.
+	PolicyDiscard Policy = "discard"
+)
+
+// StreamSpec configures one stream.
+type StreamSpec struct {
+	Name string
+	// Format is the stream's payload format; FormatRow needs Columns.
+	Format source.Format
+	// Types is the type system of Columns: source.TypesPostgres (default)
+	// or source.TypesMySQL.
+	Types string
+	// Columns is the declared schema of a FormatRow stream, in payload
+	// order.
+	Columns []source.Column
+	// Policy is the schema policy; default PolicyEvolve.
+	Policy Policy
+}
+
+// SpecOf returns the spec of a stream from a source's catalog.
+func SpecOf(s source.Stream) StreamSpec {
+	return StreamSpec{Name: s.Name, Format: s.Format, Types: s.Types, Columns: s.Columns}
+}
+
+// ChangeKind is the kind of a SchemaChange.
+type ChangeKind string
+
+// The schema outcomes a push reports.
+const (
+	ChangeAdded     ChangeKind = "added"     // a new column (To is its type)
+	ChangeWidened   ChangeKind = "widened"   // a column's type widened From → To
+	ChangeBlocked   ChangeKind = "blocked"   // PolicyFreeze refused a new column or widening
+	ChangeDiscarded ChangeKind = "discarded" // PolicyDiscard dropped a new field
+)
+
+// SchemaChange is one schema outcome of a push, for the runner's
+// schema.changed (added, widened) and schema.blocked (blocked, discarded)
+// events. Types are the engine's inferred type names: null, bool, int64,
+// float64, utf8.
+type SchemaChange struct {
+	Stream string     `json:"stream"`
+	Column string     `json:"column"`
+	Kind   ChangeKind `json:"kind"`
+	From   string     `json:"from"`
+	To     string     `json:"to"`
 }
 
 // Reason is why a record was quarantined. The set is fixed and documented;
@@ -91,6 +156,10 @@ const (
 	ReasonMissingKey   Reason = "missing_key"   // a keyed stream's record without a key
 	ReasonTooLarge     Reason = "too_large"     // payload over MaxDocumentBytes
 	ReasonTooDeep      Reason = "too_deep"      // nesting over the limit
+	// ReasonUnchanged: a declared row with a value the source did not
+	// send (a Postgres unchanged TOAST value, source.AppendRowUnchanged);
+	// a later version fills it from the previous row version.
+	ReasonUnchanged Reason = "unchanged_value"
 )
 
 // Quarantined describes one record the engine set aside.
@@ -111,6 +180,8 @@ type Output struct {
 	LaneOffsets []int
 	// Quarantined lists the rows set aside, in row order.
 	Quarantined []Quarantined
+	// SchemaChanges lists the push's schema outcomes; nil when none.
+	SchemaChanges []SchemaChange
 }
 
 // Engine normalizes raw batches. An Engine is not safe for concurrent use:

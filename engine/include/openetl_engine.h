@@ -59,7 +59,10 @@ uint32_t openetl_engine_abi_v1(void);
 
 /* Creates an engine. cfg is JSON:
  *   {"lanes":N,"max_document_bytes":N,"state":<saved state, as a JSON value
- *    or a JSON string holding it, or null>}
+ *    or a JSON string holding it, or null>,
+ *    "streams":[{"name":S,"format":"json"|"row","types":"postgres"|"mysql",
+ *                "columns":[{"name":S,"type":S,"nullable":B}],
+ *                "policy":"evolve"|"freeze"|"discard"}]}
  * On success *out holds a handle for openetl_engine_free. A corrupt state is
  * status 2. */
 int32_t openetl_engine_new(const uint8_t* cfg, size_t cfg_len, void** out, char** err);
@@ -89,6 +92,11 @@ int32_t openetl_engine_push(void* eng, const uint8_t* stream, size_t stream_len,
 /* Exports the engine state (JSON bytes) into *out/*out_len, freed with
  * openetl_bytes_free. */
 int32_t openetl_engine_state(void* eng, uint8_t** out, size_t* out_len, char** err);
+
+/* Exports the schema outcomes of the last push as JSON bytes (a list of
+ * {"stream","column","kind","from","to"}); *out is NULL and *out_len 0
+ * when there are none. Free with openetl_bytes_free. */
+int32_t openetl_engine_changes(void* eng, uint8_t** out, size_t* out_len, char** err);
 
 void openetl_bytes_free(uint8_t* ptr, size_t len);
 void openetl_engine_free(void* eng);

@@ -15,7 +15,9 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{Field, Schema};
 use serde_json::Value;
 
+use crate::coerce::Val;
 use crate::columns::{Cell, ColumnBuilder};
+use crate::decl::Types;
 use crate::error::Error;
 use crate::infer::ColumnType;
 use crate::input::RawRows;
@@ -23,7 +25,10 @@ use crate::json::{self, FieldSink};
 use crate::meta::{self, OP_DELETE, RESERVED_PREFIX};
 use crate::quarantine::{Quarantined, Reason, Reject};
 use crate::route;
-use crate::state::{self, StreamSchema};
+use crate::rows;
+use crate::state::{self, Policy, StreamSchema};
+
+mod rowpush;
 
 /// The default for `max_document_bytes`: 16 MiB.
 pub const DEFAULT_MAX_DOCUMENT_BYTES: usize = 16 << 20;
@@ -31,13 +36,15 @@ pub const DEFAULT_MAX_DOCUMENT_BYTES: usize = 16 << 20;
 pub const MAX_LANES: u32 = 1 << 16;
 
 /// Engine settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Writer lanes rows are routed to; 1 to 65536. Default 1.
     pub lanes: u32,
     /// The largest payload accepted; larger ones are quarantined
     /// `too_large`. Default 16 MiB.
     pub max_document_bytes: usize,
+    /// Per-stream settings: format, declared columns, schema policy.
+    pub streams: Vec<StreamSpec>,
 }
 
 impl Default for Config {
@@ -45,8 +52,32 @@ impl Default for Config {
         Config {
             lanes: 1,
             max_document_bytes: DEFAULT_MAX_DOCUMENT_BYTES,
+            streams: Vec::new(),
         }
     }
+}
+
+/// One stream's settings. A spec overrides what a saved state says about
+/// the stream's policy and declared columns; inferred columns are kept.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamSpec {
+    pub name: String,
+    pub policy: Policy,
+    /// The declared columns of a row stream; `None` for a JSON stream.
+    pub declared: Option<rows::DeclStream>,
+}
+
+/// A schema outcome of a push, for the runner's schema events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchemaChange {
+    pub stream: String,
+    pub column: String,
+    /// "added", "widened", "blocked" (freeze quarantined a document) or
+    /// "discarded" (discard dropped a new field).
+    pub kind: &'static str,
+    /// The column's type before ("" when new) and after (or wanted).
+    pub from: &'static str,
+    pub to: &'static str,
 }
 
 /// The result of one push.
@@ -83,6 +114,13 @@ struct Scratch {
     order: Vec<u32>,
     out_rows: Vec<u32>,
     offsets: Vec<usize>,
+    /// Column types at the start of a push, to report changes.
+    before: Vec<ColumnType>,
+    /// Declared rows: coerced values, row-major, `ncols` per accepted row.
+    vals: Vec<Val>,
+    /// Declared rows: list elements.
+    elems: Vec<Val>,
+    unescape: Vec<u8>,
 }
 
 /// An engine: the schemas of the streams it has seen and its scratch
@@ -93,6 +131,8 @@ pub struct Engine {
     scratch: Scratch,
     /// Stamps documents for duplicate-field detection; never repeats.
     stamp: u64,
+    /// The schema outcomes of the last push.
+    changes: Vec<SchemaChange>,
 }
 
 impl Engine {
@@ -111,15 +151,21 @@ impl Engine {
                 cfg.max_document_bytes
             )));
         }
-        let streams = match state {
+        let mut streams = match state {
             Some(v) => state::import(v)?,
             None => HashMap::new(),
         };
+        for spec in &cfg.streams {
+            let st = streams.entry(spec.name.clone()).or_default();
+            st.policy = spec.policy;
+            st.declared = spec.declared.clone();
+        }
         Ok(Engine {
             cfg,
             streams,
             scratch: Scratch::default(),
             stamp: 0,
+            changes: Vec::new(),
         })
     }
 
@@ -167,6 +213,17 @@ impl Engine {
                     }
                     other => state = Some(other.clone()),
                 },
+                "streams" => {
+                    let list = v.as_array().ok_or_else(|| {
+                        Error::invalid_input("engine config: streams is not a list")
+                    })?;
+                    for sv in list {
+                        cfg.streams
+                            .push(parse_spec(sv).map_err(|e| {
+                                Error::invalid_input(format!("engine config: {e}"))
+                            })?);
+                    }
+                }
                 other => {
                     return Err(Error::invalid_input(format!(
                         "engine config: unknown field {other:?}"
@@ -175,6 +232,11 @@ impl Engine {
             }
         }
         Engine::new(cfg, state.as_ref())
+    }
+
+    /// The schema outcomes of the last push.
+    pub fn changes(&self) -> &[SchemaChange] {
+        &self.changes
     }
 
     pub fn config(&self) -> &Config {
@@ -208,9 +270,17 @@ impl Engine {
         if rows.len() > u32::MAX as usize {
             return Err(Error::invalid_input("batch has more than 2^32 rows"));
         }
+        self.changes.clear();
         if !self.streams.contains_key(stream) {
             self.streams
                 .insert(stream.to_string(), StreamSchema::default());
+        }
+        if self
+            .streams
+            .get(stream)
+            .is_some_and(|s| s.declared.is_some())
+        {
+            return self.push_rows(stream, rows, synced_at_micros);
         }
         let schema = self
             .streams
@@ -226,6 +296,11 @@ impl Engine {
         sc.col_bytes.clear();
         sc.col_bytes.resize(schema.len(), 0);
         sc.seen.resize(schema.len(), 0);
+        sc.before.clear();
+        sc.before.extend(schema.columns.iter().map(|c| c.ty));
+        let policy = schema.policy;
+        let mut blocked: Vec<(String, &'static str)> = Vec::new();
+        let mut discarded: Vec<String> = Vec::new();
         let mut quarantined = Vec::new();
         let lanes = self.cfg.lanes;
         let payload_buf = rows.payload_buffer();
@@ -269,9 +344,38 @@ impl Engine {
                     stamp: self.stamp,
                     base: rows.payload_start(i),
                     next: 0,
+                    policy,
+                    blocked: &mut blocked,
+                    discarded: &mut discarded,
                 };
                 json::scan_object(payload, &mut sc.key_buf, &mut sc.arena, &mut sink)
             };
+            // Under freeze, a value that would widen a column blocks its
+            // document.
+            let result = result.and_then(|()| {
+                if policy != Policy::Freeze {
+                    return Ok(());
+                }
+                for c in &sc.cells[cells_mark..] {
+                    let col = &schema.columns[c.col as usize];
+                    let to = col.ty.widen(c.kind.column_type());
+                    if to != col.ty {
+                        if !blocked.iter().any(|(n, _)| *n == col.name) {
+                            blocked.push((col.name.clone(), to.name()));
+                        }
+                        return Err(Reject::new(
+                            Reason::TypeConflict,
+                            format!(
+                                "field {:?} would widen the frozen column from {} to {}",
+                                col.name,
+                                col.ty.name(),
+                                to.name()
+                            ),
+                        ));
+                    }
+                }
+                Ok(())
+            });
             match result {
                 Ok(()) => {
                     sc.col_bytes.resize(schema.len(), 0);
@@ -298,6 +402,47 @@ impl Engine {
                     });
                 }
             }
+        }
+
+        for (i, c) in schema.columns.iter().enumerate() {
+            match sc.before.get(i) {
+                None => self.changes.push(SchemaChange {
+                    stream: stream.to_string(),
+                    column: c.name.clone(),
+                    kind: "added",
+                    from: "",
+                    to: c.ty.name(),
+                }),
+                Some(&b) if b != c.ty => self.changes.push(SchemaChange {
+                    stream: stream.to_string(),
+                    column: c.name.clone(),
+                    kind: "widened",
+                    from: b.name(),
+                    to: c.ty.name(),
+                }),
+                _ => {}
+            }
+        }
+        for (col, to) in blocked {
+            let from = schema
+                .lookup(&col)
+                .map_or("", |i| schema.columns[i].ty.name());
+            self.changes.push(SchemaChange {
+                stream: stream.to_string(),
+                column: col,
+                kind: "blocked",
+                from,
+                to,
+            });
+        }
+        for col in discarded {
+            self.changes.push(SchemaChange {
+                stream: stream.to_string(),
+                column: col,
+                kind: "discarded",
+                from: "",
+                to: "",
+            });
         }
 
         let n = sc.accepted.len();
@@ -387,6 +532,11 @@ struct RowSink<'a> {
     /// The column the next field most likely is: documents of a stream
     /// usually list fields in one order, so this skips the hash lookup.
     next: usize,
+    policy: Policy,
+    /// Columns a frozen schema refused this push (name, wanted type).
+    blocked: &'a mut Vec<(String, &'static str)>,
+    /// New fields the discard policy dropped this push.
+    discarded: &'a mut Vec<String>,
 }
 
 impl FieldSink for RowSink<'_> {
@@ -401,6 +551,25 @@ impl FieldSink for RowSink<'_> {
                         return Err(Reject::parse(format!(
                             "field {key:?} uses the prefix {RESERVED_PREFIX:?}, reserved for metadata columns"
                         )));
+                    }
+                    match self.policy {
+                        Policy::Evolve => {}
+                        Policy::Freeze => {
+                            if !self.blocked.iter().any(|(n, _)| n == key) {
+                                self.blocked
+                                    .push((key.to_string(), v.kind.column_type().name()));
+                            }
+                            return Err(Reject::new(
+                                Reason::TypeConflict,
+                                format!("field {key:?} is not in the frozen schema"),
+                            ));
+                        }
+                        Policy::Discard => {
+                            if !self.discarded.iter().any(|n| n == key) {
+                                self.discarded.push(key.to_string());
+                            }
+                            return Ok(());
+                        }
                     }
                     self.seen.push(0);
                     self.schema.add(key, ColumnType::Null)
@@ -427,4 +596,42 @@ impl FieldSink for RowSink<'_> {
         });
         Ok(())
     }
+}
+
+/// Parses one stream spec of the config:
+/// `{"name","format":"json"|"row","types":"postgres"|"mysql","columns":[...],"policy"}`.
+fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
+    let m = v.as_object().ok_or("a stream spec is not an object")?;
+    let name = m
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or("a stream spec has no name")?;
+    let policy = match m.get("policy") {
+        None | Some(Value::Null) => Policy::Evolve,
+        Some(p) => p
+            .as_str()
+            .and_then(Policy::from_name)
+            .ok_or_else(|| format!("stream {name:?}: unknown policy {p}"))?,
+    };
+    let format = m.get("format").and_then(Value::as_str).unwrap_or("json");
+    let declared = match format {
+        "json" => None,
+        "row" => {
+            let types = m.get("types").and_then(Value::as_str).unwrap_or("");
+            let types = Types::from_name(types)
+                .ok_or_else(|| format!("stream {name:?}: unknown type system {types:?}"))?;
+            let cols = m
+                .get("columns")
+                .and_then(Value::as_array)
+                .ok_or_else(|| format!("stream {name:?}: a row stream needs columns"))?;
+            Some(state::declared_from_json(types, cols, name)?)
+        }
+        other => return Err(format!("stream {name:?}: unknown format {other:?}")),
+    };
+    Ok(StreamSpec {
+        name: name.to_string(),
+        policy,
+        declared,
+    })
 }

@@ -20,7 +20,9 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod coerce;
 pub mod columns;
+pub mod decl;
 pub mod engine;
 pub mod error;
 mod ffi;
@@ -30,6 +32,7 @@ pub mod json;
 pub mod meta;
 pub mod quarantine;
 pub mod route;
+pub mod rows;
 pub mod state;
 
 use std::ffi::{c_char, c_void};
@@ -327,7 +330,51 @@ pub unsafe extern "C" fn openetl_engine_state(
     })
 }
 
-/// Frees bytes returned by `openetl_engine_state`.
+/// Exports the schema outcomes of the last push as JSON bytes, a list of
+/// `{"stream","column","kind","from","to"}` (see
+/// [`engine::SchemaChange`]); `*out_len` is 0 and `*out` null when there
+/// are none. Bytes are freed with `openetl_bytes_free`.
+///
+/// # Safety
+/// `eng` is a live handle; `out` and `out_len` are writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openetl_engine_changes(
+    eng: *mut c_void,
+    out: *mut *mut u8,
+    out_len: *mut usize,
+    err: *mut *mut c_char,
+) -> i32 {
+    ffi::guard(err, || {
+        if eng.is_null() {
+            return Err(Error::new(Status::Closed, "engine handle is null"));
+        }
+        ffi::non_null(out, "out")?;
+        ffi::non_null(out_len, "out_len")?;
+        // SAFETY: eng is a live handle, not used concurrently.
+        let h = unsafe { &*eng.cast::<Handle>() };
+        let changes = h.engine.changes();
+        let (p, n) = if changes.is_empty() {
+            (std::ptr::null_mut(), 0)
+        } else {
+            let list: Vec<serde_json::Value> = changes
+                .iter()
+                .map(|c| {
+                    serde_json::json!({"stream": c.stream, "column": c.column,
+                        "kind": c.kind, "from": c.from, "to": c.to})
+                })
+                .collect();
+            ffi::give_bytes(serde_json::Value::Array(list).to_string().into_bytes())
+        };
+        // SAFETY: out and out_len are non-null and writable.
+        unsafe {
+            *out = p;
+            *out_len = n;
+        }
+        Ok(())
+    })
+}
+
+/// Frees bytes returned by `openetl_engine_state` or `openetl_engine_changes`.
 ///
 /// # Safety
 /// `(ptr, len)` came from `openetl_engine_state` and was not freed before.

@@ -23,6 +23,9 @@ pub enum Reason {
     TooLarge,
     /// Nesting deeper than [`crate::json::MAX_DEPTH`].
     TooDeep,
+    /// A declared row with a value the source did not send (a Postgres
+    /// unchanged TOAST value), which the engine can't fill yet.
+    Unchanged,
 }
 
 impl Reason {
@@ -34,6 +37,7 @@ impl Reason {
             Reason::MissingKey => "missing_key",
             Reason::TooLarge => "too_large",
             Reason::TooDeep => "too_deep",
+            Reason::Unchanged => "unchanged_value",
         }
     }
 }

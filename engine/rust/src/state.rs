@@ -11,9 +11,89 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
+use crate::decl::{Decl, Types};
 use crate::error::Error;
 use crate::infer::ColumnType;
 use crate::meta::RESERVED_PREFIX;
+use crate::rows::{DeclColumn, DeclStream};
+
+/// A stream's schema policy: what a document that would change the schema
+/// does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Policy {
+    /// New columns are added and types widened (the default).
+    #[default]
+    Evolve,
+    /// The schema does not change: a document with a new field or a value
+    /// that would widen a column is quarantined `type_conflict`.
+    Freeze,
+    /// New fields are dropped from documents; types still widen.
+    Discard,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Evolve => "evolve",
+            Policy::Freeze => "freeze",
+            Policy::Discard => "discard",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Policy> {
+        match s {
+            "" | "evolve" => Some(Policy::Evolve),
+            "freeze" => Some(Policy::Freeze),
+            "discard" => Some(Policy::Discard),
+            _ => None,
+        }
+    }
+}
+
+/// Parses a declared column list `[{"name","type","nullable"}]`.
+pub fn declared_from_json(types: Types, cols: &[Value], what: &str) -> Result<DeclStream, String> {
+    let mut out = Vec::with_capacity(cols.len());
+    for c in cols {
+        let m = c
+            .as_object()
+            .ok_or_else(|| format!("{what}: a column is not an object"))?;
+        let name = m
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("{what}: a column has no name"))?;
+        let ty = m
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("{what}: column {name:?} has no type"))?;
+        let nullable = m.get("nullable").and_then(Value::as_bool).unwrap_or(true);
+        if name.is_empty() || name.starts_with(RESERVED_PREFIX) {
+            return Err(format!("{what}: column name {name:?} is empty or reserved"));
+        }
+        if out.iter().any(|c: &DeclColumn| c.name == name) {
+            return Err(format!("{what}: column {name:?} is declared twice"));
+        }
+        let decl = Decl::parse(types, ty).map_err(|e| format!("{what}: column {name:?}: {e}"))?;
+        out.push(DeclColumn {
+            name: name.to_string(),
+            type_name: ty.to_string(),
+            decl,
+            nullable,
+        });
+    }
+    Ok(DeclStream {
+        types,
+        columns: out,
+    })
+}
+
+fn declared_to_json(d: &DeclStream) -> Value {
+    Value::Array(
+        d.columns
+            .iter()
+            .map(|c| json!({"name": c.name, "type": c.type_name, "nullable": c.nullable}))
+            .collect(),
+    )
+}
 
 /// The version written; loading refuses any other.
 pub const VERSION: u64 = 1;
@@ -31,6 +111,9 @@ pub struct Column {
 pub struct StreamSchema {
     pub columns: Vec<Column>,
     index: HashMap<String, u32>,
+    pub policy: Policy,
+    /// The declared schema of a row (FormatRow) stream; `None` for JSON.
+    pub declared: Option<DeclStream>,
 }
 
 impl StreamSchema {
@@ -79,7 +162,16 @@ pub fn export(streams: &HashMap<String, StreamSchema>) -> Vec<u8> {
                 .iter()
                 .map(|c| json!({"name": c.name, "type": c.ty.name()}))
                 .collect();
-            json!({"name": name, "columns": cols})
+            let st = &streams[name];
+            let mut v = json!({"name": name, "columns": cols});
+            if st.policy != Policy::Evolve {
+                v["policy"] = json!(st.policy.name());
+            }
+            if let Some(d) = &st.declared {
+                v["types"] = json!(d.types.name());
+                v["declared"] = declared_to_json(d);
+            }
+            v
         })
         .collect();
     let v = json!({"version": VERSION, "streams": list});
@@ -148,6 +240,23 @@ pub fn import(v: &Value) -> Result<HashMap<String, StreamSchema>, Error> {
                 return Err(bad(format!("stream {name:?} has column {cname:?} twice")));
             }
             schema.add(cname, ty);
+        }
+        if let Some(p) = s.get("policy") {
+            schema.policy = p
+                .as_str()
+                .and_then(Policy::from_name)
+                .ok_or_else(|| bad(format!("stream {name:?} has an unknown policy")))?;
+        }
+        if let Some(d) = s.get("declared") {
+            let types = s
+                .get("types")
+                .and_then(Value::as_str)
+                .and_then(Types::from_name)
+                .ok_or_else(|| bad(format!("stream {name:?} has no known types")))?;
+            let cols = d
+                .as_array()
+                .ok_or_else(|| bad(format!("stream {name:?} declared is not a list")))?;
+            schema.declared = Some(declared_from_json(types, cols, name).map_err(bad)?);
         }
         if streams.insert(name.to_string(), schema).is_some() {
             return Err(bad(format!("stream {name:?} appears twice")));

@@ -13,6 +13,7 @@ fn engine(lanes: u32) -> Engine {
         Config {
             lanes,
             max_document_bytes: 1024,
+            ..Config::default()
         },
         None,
     )

@@ -1,0 +1,158 @@
+package engine_test
+
+import (
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+
+	"github.com/openetl/etl/engine"
+	"github.com/openetl/etl/source"
+)
+
+func rowSpec(name, types string, cols ...string) engine.StreamSpec {
+	s := engine.StreamSpec{Name: name, Format: source.FormatRow, Types: types}
+	for i := 0; i+1 < len(cols); i += 2 {
+		s.Columns = append(s.Columns, source.Column{Name: cols[i], Type: cols[i+1], Nullable: true})
+	}
+	return s
+}
+
+// row encodes values; "\x00NULL" stands for null.
+func row(vals ...string) []byte {
+	var b []byte
+	for _, v := range vals {
+		if v == "\x00NULL" {
+			b = source.AppendRowNull(b)
+		} else {
+			b = source.AppendRowValue(b, []byte(v))
+		}
+	}
+	return b
+}
+
+const null = "\x00NULL"
+
+func TestRowEncoding(t *testing.T) {
+	p := source.AppendRow(nil, [][]byte{[]byte("42"), nil, []byte("")}, []bool{false, true, false})
+	p = source.AppendRowUnchanged(p)
+	vals, err := source.DecodeRow(nil, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vals) != 4 || string(vals[0].Text) != "42" || !vals[1].Null || vals[2].Null || len(vals[2].Text) != 0 || !vals[3].Unchanged {
+		t.Fatalf("decoded %+v", vals)
+	}
+	if _, err := source.DecodeRow(nil, []byte{9, 'a'}); err == nil {
+		t.Fatal("a truncated row decoded")
+	}
+}
+
+func TestDeclaredPostgresRows(t *testing.T) {
+	spec := rowSpec("t", source.TypesPostgres,
+		"id", "int8", "amount", "numeric(10,2)", "at", "timestamptz", "d", "date",
+		"tags", "_text", "blob", "bytea", "u", "uuid", "doc", "jsonb", "big", "numeric")
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
+	b := &engine.RawBatch{Stream: "t"}
+	b.Append(source.OpInsert, 1, []byte("1"), row("1", "12.30", "2024-01-02 03:04:05.5+02:00", "2024-01-02",
+		`{a,"b c",NULL}`, `\x0102`, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", `{"x":1}`, "123456789012345678901234567890.123456789"))
+	b.Append(source.OpUpdate, 2, []byte("2"), row("2", null, null, null, null, null, null, null, null))
+	b.Append(source.OpInsert, 3, []byte("3"), row("3", "1.234", null, null, null, null, null, null, null))     // scale
+	b.Append(source.OpInsert, 4, []byte("4"), row("4", "1", null, "2023-02-30", null, null, null, null, null)) // bad date
+	b.Append(source.OpInsert, 5, []byte("5"), row("99999999999999999999", null, null, null, null, null, null, null, null))
+	b.Append(source.OpInsert, 6, []byte("6"), append(row("6", null, null, null, null, null, null, null), 1)) // unchanged TOAST
+	b.Append(source.OpDelete, 7, []byte("7"), nil)
+	out := push(t, e, b)
+	var reasons []engine.Reason
+	for _, q := range out.Quarantined {
+		reasons = append(reasons, q.Reason)
+	}
+	equal(t, "reasons", reasons, []engine.Reason{engine.ReasonOutOfRange, engine.ReasonTypeConflict, engine.ReasonOutOfRange, engine.ReasonUnchanged})
+	r := out.Record
+	equal(t, "rows", r.NumRows(), int64(3))
+	wantTypes := map[string]arrow.DataType{
+		"id":     arrow.PrimitiveTypes.Int64,
+		"amount": &arrow.Decimal128Type{Precision: 10, Scale: 2},
+		"at":     &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"},
+		"d":      arrow.FixedWidthTypes.Date32,
+		"tags":   arrow.ListOf(arrow.BinaryTypes.String),
+		"blob":   arrow.BinaryTypes.Binary,
+		"u":      &arrow.FixedSizeBinaryType{ByteWidth: 16},
+		"doc":    arrow.BinaryTypes.String,
+		"big":    arrow.BinaryTypes.String,
+	}
+	for name, want := range wantTypes {
+		if got := column(t, r, name).DataType(); !arrow.TypeEqual(got, want) {
+			t.Errorf("%s: type %s, want %s", name, got, want)
+		}
+	}
+	equal(t, "amount", column(t, r, "amount").(*array.Decimal128).Value(0), decimal128.FromI64(1230))
+	at := column(t, r, "at").(*array.Timestamp).Value(0)
+	equal(t, "at", at.ToTime(arrow.Microsecond).UTC().Format("2006-01-02T15:04:05.000Z07:00"), "2024-01-02T01:04:05.500Z")
+	tags := column(t, r, "tags").(*array.List)
+	vals := tags.ListValues().(*array.String)
+	equal(t, "tags", []string{vals.Value(0), vals.Value(1)}, []string{"a", "b c"})
+	equal(t, "tag null", vals.IsNull(2), true)
+	equal(t, "blob", column(t, r, "blob").(*array.Binary).Value(0), []byte{1, 2})
+	equal(t, "big", column(t, r, "big").(*array.String).Value(0), "123456789012345678901234567890.123456789")
+	equal(t, "ops", cells(t, r, "_openetl_op"), []string{"insert", "update", "delete"})
+	for i := 1; i < 9; i++ {
+		if !r.Column(i).IsNull(1) || !r.Column(i).IsNull(2) {
+			t.Errorf("column %d: want nulls in rows 1 and 2", i)
+		}
+	}
+}
+
+func TestDeclaredMySQLRows(t *testing.T) {
+	spec := rowSpec("m", source.TypesMySQL, "u", "bigint unsigned", "d", "decimal(20,4)", "dt", "datetime", "e", "enum('a','b')")
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
+	b := &engine.RawBatch{Stream: "m"}
+	b.Append(source.OpInsert, 1, nil, row("18446744073709551615", "-0.5", "2024-01-02 03:04:05", "b"))
+	b.Append(source.OpInsert, 2, nil, row("-1", null, null, null))
+	out := push(t, e, b)
+	equal(t, "quarantined", len(out.Quarantined), 1)
+	equal(t, "reason", out.Quarantined[0].Reason, engine.ReasonOutOfRange)
+	equal(t, "u", column(t, out.Record, "u").(*array.Uint64).Value(0), uint64(18446744073709551615))
+	equal(t, "d", column(t, out.Record, "d").(*array.Decimal128).Value(0), decimal128.FromI64(-5000))
+	equal(t, "e", cells(t, out.Record, "e"), []string{"b"})
+}
+
+func TestDeclaredStateAndID(t *testing.T) {
+	spec := rowSpec("orders", "", "id", "int4", "n", "text", "b", "bool")
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
+	v := loadIDVectors(t)[6]
+	r := push(t, e, batch("orders", rec{source.OpInsert, v.Seq, v.Key, v.Payload})).Record
+	equal(t, "id", cells(t, r, "_openetl_id"), []string{v.ID})
+	st, err := e.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The declared schema survives without a spec.
+	e2 := newEngine(t, engine.Config{State: st})
+	r2 := push(t, e2, batch("orders", rec{source.OpInsert, v.Seq, v.Key, v.Payload})).Record
+	if !array.RecordEqual(r, r2) {
+		t.Fatalf("restored engine differs:\n%v\n%v", r, r2)
+	}
+	st2, _ := e2.State()
+	equal(t, "state", string(st2), string(st))
+}
+
+func TestSchemaPolicies(t *testing.T) {
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{{Name: "f", Policy: engine.PolicyFreeze}, {Name: "d", Policy: engine.PolicyDiscard}}})
+	// An empty frozen schema takes nothing new.
+	out := push(t, e, docs("f", `{"a":1}`))
+	equal(t, "frozen", out.Quarantined[0].Reason, engine.ReasonTypeConflict)
+	equal(t, "blocked", out.SchemaChanges, []engine.SchemaChange{{Stream: "f", Column: "a", Kind: engine.ChangeBlocked, To: "int64"}})
+	out = push(t, e, docs("d", `{"a":1}`))
+	equal(t, "discarded", out.SchemaChanges, []engine.SchemaChange{{Stream: "d", Column: "a", Kind: engine.ChangeDiscarded}})
+	equal(t, "discard columns", colNames(out.Record)[0], "_openetl_id")
+
+	e = newEngine(t, engine.Config{})
+	out = push(t, e, docs("s", `{"a":1}`))
+	equal(t, "added", out.SchemaChanges, []engine.SchemaChange{{Stream: "s", Column: "a", Kind: engine.ChangeAdded, To: "int64"}})
+	out = push(t, e, docs("s", `{"a":1.5}`))
+	equal(t, "widened", out.SchemaChanges, []engine.SchemaChange{{Stream: "s", Column: "a", Kind: engine.ChangeWidened, From: "int64", To: "float64"}})
+	out = push(t, e, docs("s", `{"a":2.5}`))
+	equal(t, "no change", len(out.SchemaChanges), 0)
+}

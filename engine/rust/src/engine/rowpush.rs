@@ -1,0 +1,195 @@
+//! The push of a declared (FormatRow) stream: each row's values are
+//! coerced to the declared types; a row with any value that can't be
+//! represented is quarantined whole.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{Field, Schema};
+
+use super::{Engine, PushOutput};
+use crate::coerce::{self, Src, Val};
+use crate::error::Error;
+use crate::input::RawRows;
+use crate::meta::{self, OP_DELETE};
+use crate::quarantine::{Quarantined, Reason};
+use crate::route;
+use crate::rows::{self, Entry};
+
+impl Engine {
+    pub(super) fn push_rows(
+        &mut self,
+        stream: &str,
+        rows: &RawRows<'_>,
+        synced_at_micros: i64,
+    ) -> Result<PushOutput, Error> {
+        let decl = self
+            .streams
+            .get(stream)
+            .and_then(|s| s.declared.as_ref())
+            .ok_or_else(|| Error::internal("declared stream vanished"))?;
+        let ncols = decl.columns.len();
+        let sc = &mut self.scratch;
+        sc.vals.clear();
+        sc.elems.clear();
+        sc.arena.clear();
+        sc.accepted.clear();
+        sc.lanes.clear();
+        let lanes = self.cfg.lanes;
+        let payload_buf = rows.payload_buffer();
+        let mut quarantined = Vec::new();
+
+        for i in 0..rows.len() {
+            let op = rows.op(i);
+            if meta::op_name(op).is_none() {
+                quarantined.push(Quarantined {
+                    row: i as u32,
+                    reason: Reason::Parse,
+                    detail: format!("unknown op code {op} (want 1 insert, 2 update or 3 delete)"),
+                });
+                continue;
+            }
+            let payload = rows.payload(i);
+            if payload.len() > self.cfg.max_document_bytes {
+                quarantined.push(Quarantined {
+                    row: i as u32,
+                    reason: Reason::TooLarge,
+                    detail: format!(
+                        "payload of {} bytes is over the limit of {} bytes",
+                        payload.len(),
+                        self.cfg.max_document_bytes
+                    ),
+                });
+                continue;
+            }
+            let (vmark, emark, amark) = (sc.vals.len(), sc.elems.len(), sc.arena.len());
+            let base = rows.payload_start(i);
+            let result = if payload.is_empty() && op == OP_DELETE {
+                sc.vals.resize(vmark + ncols, Val::Null);
+                Ok(())
+            } else {
+                let mut pos = 0;
+                let mut res = Ok(());
+                for col in &decl.columns {
+                    let v = match rows::next_entry(payload, &mut pos) {
+                        Err(m) => Err((Reason::Parse, format!("row payload: {m}"))),
+                        Ok(None) => Err((
+                            Reason::Parse,
+                            format!(
+                                "row payload has fewer values than the {ncols} declared columns"
+                            ),
+                        )),
+                        Ok(Some(Entry::Null)) => Ok(Val::Null),
+                        Ok(Some(Entry::Unchanged)) => Err((
+                            Reason::Unchanged,
+                            format!(
+                                "column {:?}: value unchanged and not sent by the source (an unchanged TOAST value)",
+                                col.name
+                            ),
+                        )),
+                        Ok(Some(Entry::Value(s, e))) => coerce::coerce(
+                            &col.decl,
+                            &payload[s..e],
+                            Src::Payload(base + s),
+                            &mut sc.arena,
+                            &mut sc.elems,
+                            &mut sc.unescape,
+                        )
+                        .map_err(|r| {
+                            (
+                                r.reason,
+                                format!("column {:?} ({}): {}", col.name, col.type_name, r.detail),
+                            )
+                        }),
+                    };
+                    match v {
+                        Ok(v) => sc.vals.push(v),
+                        Err(e) => {
+                            res = Err(e);
+                            break;
+                        }
+                    }
+                }
+                if res.is_ok() && pos != payload.len() {
+                    res = Err((
+                        Reason::Parse,
+                        format!("row payload has more values than the {ncols} declared columns"),
+                    ));
+                }
+                res
+            };
+            match result {
+                Ok(()) => {
+                    sc.accepted.push(i as u32);
+                    if lanes > 1 {
+                        sc.lanes.push(route::lane_of(rows.key(i), payload, lanes));
+                    }
+                }
+                Err((reason, detail)) => {
+                    sc.vals.truncate(vmark);
+                    sc.elems.truncate(emark);
+                    sc.arena.truncate(amark);
+                    quarantined.push(Quarantined {
+                        row: i as u32,
+                        reason,
+                        detail,
+                    });
+                }
+            }
+        }
+
+        let n = sc.accepted.len();
+        // order[k] is the accepted index of output row k.
+        sc.order.clear();
+        if lanes > 1 {
+            sc.ks.clear();
+            sc.ks.extend(0..n as u32);
+            route::group(&sc.ks, &sc.lanes, lanes, &mut sc.order, &mut sc.offsets);
+        } else {
+            sc.order.extend(0..n as u32);
+            sc.offsets.clear();
+            sc.offsets.extend([0, n]);
+        }
+        let lane_offsets = sc.offsets.clone();
+        if n == 0 {
+            return Ok(PushOutput {
+                record: None,
+                lane_offsets,
+                quarantined,
+            });
+        }
+        sc.out_rows.clear();
+        sc.out_rows
+            .extend(sc.order.iter().map(|&k| sc.accepted[k as usize]));
+
+        let mut fields: Vec<Field> = Vec::with_capacity(ncols + 4);
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(ncols + 4);
+        for (c, col) in decl.columns.iter().enumerate() {
+            fields.push(Field::new(col.name.as_str(), col.decl.data_type(), true));
+            let vals = &sc.vals;
+            let it = sc.order.iter().map(|&k| &vals[k as usize * ncols + c]);
+            cols.push(rows::build(
+                &col.decl,
+                it,
+                n,
+                payload_buf,
+                &sc.arena,
+                &sc.elems,
+            )?);
+        }
+        fields.extend(meta::fields());
+        cols.extend(meta::columns(
+            stream.as_bytes(),
+            rows,
+            &sc.out_rows,
+            synced_at_micros,
+            &mut sc.id_buf,
+        )?);
+        let record = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?;
+        Ok(PushOutput {
+            record: Some(record),
+            lane_offsets,
+            quarantined,
+        })
+    }
+}
