@@ -5,4 +5,4 @@ package engine
 // libSourceHash is the source hash of the engine library in lib/ (see
 // build.sh). It is here so that a rebuilt library changes this package's
 // Go sources: Go's build cache does not notice the library file itself.
-const libSourceHash = "2ccd716a6fb7fb3ef05f75e7f5006c15cbeb1f3fce93f9b68823f6af11986f8f"
+const libSourceHash = "f619f6d69e7dee7658067008e920070bbf36f82d6b62fff22a8b523864617289"
