@@ -149,10 +149,12 @@ func New(cfg Config) (Engine, error) {
 		Types   string `json:"types,omitempty"`
 		Columns []col  `json:"columns,omitempty"`
 		Policy  Policy `json:"policy,omitempty"`
+		Nested  bool   `json:"nested_text,omitempty"`
+		Times   bool   `json:"timestamps,omitempty"`
 	}
 	specs := make([]spec, 0, len(cfg.Streams))
 	for _, s := range cfg.Streams {
-		sp := spec{Name: s.Name, Format: "json", Types: s.Types, Policy: s.Policy}
+		sp := spec{Name: s.Name, Format: "json", Types: s.Types, Policy: s.Policy, Nested: s.NestedAsText, Times: s.Timestamps}
 		switch s.Format {
 		case source.FormatJSON:
 		case source.FormatRow:

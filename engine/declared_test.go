@@ -215,3 +215,31 @@ func FuzzPushRows(f *testing.F) {
 		}
 	})
 }
+
+func TestNestedStructsAndLists(t *testing.T) {
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{{Name: "ts", Timestamps: true}}})
+	out := push(t, e, docs("s",
+		`{"tags":["x","y"],"addr":{"city":"Paris","zip":75001},"m":{"a":1}}`,
+		`{"tags":[],"addr":{"zip":1.5},"m":[1]}`,
+	))
+	r := out.Record
+	want := map[string]arrow.DataType{
+		"tags": arrow.ListOf(arrow.BinaryTypes.String),
+		"addr": arrow.StructOf(arrow.Field{Name: "city", Type: arrow.BinaryTypes.String, Nullable: true},
+			arrow.Field{Name: "zip", Type: arrow.PrimitiveTypes.Float64, Nullable: true}),
+		"m": arrow.BinaryTypes.String, // an object meeting an array: JSON text
+	}
+	for name, w := range want {
+		if got := column(t, r, name).DataType(); !arrow.TypeEqual(got, w) {
+			t.Errorf("%s: %s, want %s", name, got, w)
+		}
+	}
+	equal(t, "m", cells(t, r, "m"), []string{`{"a":1}`, `[1]`})
+	addr := column(t, r, "addr").(*array.Struct)
+	equal(t, "zip", addr.Field(1).(*array.Float64).Value(0), 75001.0)
+
+	out = push(t, e, docs("ts", `{"at":"2024-01-02T03:04:05.5+02:00"}`))
+	at := column(t, out.Record, "at").(*array.Timestamp)
+	equal(t, "at", at.Value(0).ToTime(arrow.Microsecond).UTC().Format("2006-01-02T15:04:05.0Z07:00"), "2024-01-02T01:04:05.5Z")
+	equal(t, "changes", out.SchemaChanges, []engine.SchemaChange{{Stream: "ts", Column: "at", Kind: engine.ChangeAdded, To: "timestamp"}})
+}

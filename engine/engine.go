@@ -114,6 +114,12 @@ type StreamSpec struct {
 	Columns []source.Column
 	// Policy is the schema policy; default PolicyEvolve.
 	Policy Policy
+	// NestedAsText keeps a JSON stream's nested objects and arrays as
+	// JSON text (utf8) instead of structs and lists. Default false.
+	NestedAsText bool
+	// Timestamps types a JSON stream's RFC 3339 strings as
+	// timestamp[us, UTC]. Default false.
+	Timestamps bool
 }
 
 // SpecOf returns the spec of a stream from a source's catalog.

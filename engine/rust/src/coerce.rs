@@ -534,6 +534,35 @@ impl<'a> Cur<'a> {
     }
 }
 
+/// Microseconds since the epoch (UTC) of an RFC 3339 timestamp
+/// (`2024-01-02T03:04:05.123Z`, `...+02:00`; `t`, `z` or a space as
+/// separators allowed), or `None` for any other text, including more than 6
+/// fractional digits or a leap second: such strings stay text.
+pub fn rfc3339_micros(text: &[u8]) -> Option<i64> {
+    if text.len() < 20 || text.len() > 40 {
+        return None;
+    }
+    let mut c = Cur::new(text);
+    let (y, m, d) = c.date_raw().ok()?;
+    if !(c.eat(b'T') || c.eat(b't') || c.eat(b' ')) {
+        return None;
+    }
+    if c.t.len() - c.i < 8 || c.t[c.i + 5] != b':' {
+        return None; // RFC 3339 requires seconds
+    }
+    let us = c.time(false).ok()?;
+    let off = if c.eat(b'z') {
+        Some(0)
+    } else {
+        c.offset().ok()?
+    };
+    let off = off?;
+    c.end("timestamp").ok()?;
+    let days = ymd_to_days(y, m, d, false).ok()?;
+    i64::try_from(i128::from(days) * 86_400_000_000 + i128::from(us) - i128::from(off) * 1_000_000)
+        .ok()
+}
+
 /// A Postgres interval in its default output style ("postgres"):
 /// `1 year 2 mons -3 days +04:05:06.789`.
 fn interval(text: &[u8]) -> Result<Val, Reject> {
@@ -834,6 +863,21 @@ mod tests {
             Ok(Val::Text { .. })
         ));
         assert_eq!(pg("timetz", "01:02:03"), Err(T));
+    }
+
+    #[test]
+    fn rfc3339() {
+        assert_eq!(rfc3339_micros(b"1970-01-01T00:00:01Z"), Some(1_000_000));
+        assert_eq!(
+            rfc3339_micros(b"1970-01-01T02:00:00.5+02:00"),
+            Some(500_000)
+        );
+        assert_eq!(rfc3339_micros(b"1970-01-01t00:00:00z"), Some(0));
+        assert_eq!(rfc3339_micros(b"1970-01-01T00:00:00"), None);
+        assert_eq!(rfc3339_micros(b"1970-01-01T00:00Z"), None);
+        assert_eq!(rfc3339_micros(b"1970-01-01T00:00:00.1234567Z"), None);
+        assert_eq!(rfc3339_micros(b"2023-02-29T00:00:00Z"), None);
+        assert_eq!(rfc3339_micros(b"hello there, general kenobi"), None);
     }
 
     #[test]

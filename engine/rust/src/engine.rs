@@ -15,14 +15,16 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{Field, Schema};
 use serde_json::Value;
 
-use crate::coerce::Val;
+use crate::coerce::{self, Val};
 use crate::columns::{Cell, ColumnBuilder};
 use crate::decl::Types;
 use crate::error::Error;
 use crate::infer::ColumnType;
+use crate::infer::Kind;
 use crate::input::RawRows;
 use crate::json::{self, FieldSink};
 use crate::meta::{self, OP_DELETE, RESERVED_PREFIX};
+use crate::nested::{self, JType};
 use crate::quarantine::{Quarantined, Reason, Reject};
 use crate::route;
 use crate::rows;
@@ -65,6 +67,8 @@ pub struct StreamSpec {
     pub policy: Policy,
     /// The declared columns of a row stream; `None` for a JSON stream.
     pub declared: Option<rows::DeclStream>,
+    /// Inference options of a JSON stream.
+    pub opts: state::JsonOpts,
 }
 
 /// A schema outcome of a push, for the runner's schema events.
@@ -121,6 +125,12 @@ struct Scratch {
     /// Declared rows: list elements.
     elems: Vec<Val>,
     unescape: Vec<u8>,
+    /// Parsed nested values of this push (cells of nested columns hold
+    /// their index).
+    nested_vals: Vec<Value>,
+    /// A document's column changes: (column, new type, new tree).
+    proposals: Vec<(u32, ColumnType, Option<JType>)>,
+    before_trees: Vec<Option<JType>>,
 }
 
 /// An engine: the schemas of the streams it has seen and its scratch
@@ -159,6 +169,7 @@ impl Engine {
             let st = streams.entry(spec.name.clone()).or_default();
             st.policy = spec.policy;
             st.declared = spec.declared.clone();
+            st.opts = spec.opts;
         }
         Ok(Engine {
             cfg,
@@ -248,6 +259,19 @@ impl Engine {
         state::export(&self.streams)
     }
 
+    /// The Arrow types of `stream`'s columns so far, in output order.
+    pub fn column_types(&self, stream: &str) -> Vec<(String, arrow_schema::DataType)> {
+        self.streams
+            .get(stream)
+            .map(|s| {
+                s.columns
+                    .iter()
+                    .map(|c| (c.name.clone(), c.data_type()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The columns of `stream` so far (name, type), in output order.
     pub fn columns(&self, stream: &str) -> Vec<(String, ColumnType)> {
         self.streams
@@ -299,6 +323,11 @@ impl Engine {
         sc.before.clear();
         sc.before.extend(schema.columns.iter().map(|c| c.ty));
         let policy = schema.policy;
+        let opts = schema.opts;
+        sc.nested_vals.clear();
+        sc.before_trees.clear();
+        sc.before_trees
+            .extend(schema.columns.iter().map(|c| c.tree.clone()));
         let mut blocked: Vec<(String, &'static str)> = Vec::new();
         let mut discarded: Vec<String> = Vec::new();
         let mut quarantined = Vec::new();
@@ -350,28 +379,70 @@ impl Engine {
                 };
                 json::scan_object(payload, &mut sc.key_buf, &mut sc.arena, &mut sink)
             };
-            // Under freeze, a value that would widen a column blocks its
-            // document.
+            // Classify the document's values against its columns: the
+            // type each column would widen to and, for nested values,
+            // the shape; under freeze any change blocks the document.
+            let nested_mark = sc.nested_vals.len();
+            sc.proposals.clear();
             let result = result.and_then(|()| {
-                if policy != Policy::Freeze {
-                    return Ok(());
-                }
-                for c in &sc.cells[cells_mark..] {
+                for ci in cells_mark..sc.cells.len() {
+                    let mut c = sc.cells[ci];
+                    if c.kind == Kind::Text && opts.timestamps {
+                        let src = if c.in_arena {
+                            &sc.arena[..]
+                        } else {
+                            payload_buf
+                        };
+                        if let Some(us) = src
+                            .get(c.start as usize..c.end as usize)
+                            .and_then(coerce::rfc3339_micros)
+                        {
+                            c.kind = Kind::Timestamp;
+                            c.num = us as u64;
+                            sc.cells[ci] = c;
+                        }
+                    }
                     let col = &schema.columns[c.col as usize];
-                    let to = col.ty.widen(c.kind.column_type());
-                    if to != col.ty {
+                    let mut to = col.ty.widen(c.kind.column_type_with(opts.nested_text));
+                    let mut tree = None;
+                    if to == ColumnType::Nested && c.kind == Kind::Nested {
+                        let text = payload_buf
+                            .get(c.start as usize..c.end as usize)
+                            .ok_or_else(|| Reject::parse("nested value outside the payload"))?;
+                        let v: Value = serde_json::from_slice(text)
+                            .map_err(|e| Reject::parse(format!("nested value: {e}")))?;
+                        let t = JType::of(&v, 1);
+                        let joined = match &col.tree {
+                            Some(old) => old.join(&t),
+                            None => t,
+                        };
+                        if joined.is_nested() {
+                            if col.tree.as_ref() != Some(&joined) {
+                                tree = Some(joined);
+                            }
+                        } else {
+                            // An object meeting an array: JSON text from now on.
+                            to = ColumnType::Utf8;
+                        }
+                        sc.cells[ci].num = sc.nested_vals.len() as u64;
+                        sc.nested_vals.push(v);
+                    }
+                    if policy == Policy::Freeze && (to != col.ty || tree.is_some()) {
                         if !blocked.iter().any(|(n, _)| *n == col.name) {
                             blocked.push((col.name.clone(), to.name()));
                         }
                         return Err(Reject::new(
                             Reason::TypeConflict,
                             format!(
-                                "field {:?} would widen the frozen column from {} to {}",
+                                "field {:?} would change the frozen column's type {} to {}",
                                 col.name,
                                 col.ty.name(),
                                 to.name()
                             ),
                         ));
+                    }
+                    if to != col.ty || tree.is_some() {
+                        sc.proposals.push((c.col, to, tree));
                     }
                 }
                 Ok(())
@@ -379,9 +450,16 @@ impl Engine {
             match result {
                 Ok(()) => {
                     sc.col_bytes.resize(schema.len(), 0);
+                    for (col, to, tree) in sc.proposals.drain(..) {
+                        let col = &mut schema.columns[col as usize];
+                        col.ty = to;
+                        if to != ColumnType::Nested {
+                            col.tree = None;
+                        } else if tree.is_some() {
+                            col.tree = tree;
+                        }
+                    }
                     for c in &sc.cells[cells_mark..] {
-                        let col = &mut schema.columns[c.col as usize];
-                        col.ty = col.ty.widen(c.kind.column_type());
                         sc.col_bytes[c.col as usize] += (c.end - c.start) as usize;
                     }
                     sc.accepted.push(i as u32);
@@ -391,6 +469,7 @@ impl Engine {
                     }
                 }
                 Err(rej) => {
+                    sc.nested_vals.truncate(nested_mark);
                     sc.cells.truncate(cells_mark);
                     sc.arena.truncate(arena_mark);
                     schema.truncate(ncols);
@@ -413,13 +492,15 @@ impl Engine {
                     from: "",
                     to: c.ty.name(),
                 }),
-                Some(&b) if b != c.ty => self.changes.push(SchemaChange {
-                    stream: stream.to_string(),
-                    column: c.name.clone(),
-                    kind: "widened",
-                    from: b.name(),
-                    to: c.ty.name(),
-                }),
+                Some(&b) if b != c.ty || sc.before_trees.get(i).is_some_and(|t| *t != c.tree) => {
+                    self.changes.push(SchemaChange {
+                        stream: stream.to_string(),
+                        column: c.name.clone(),
+                        kind: "widened",
+                        from: b.name(),
+                        to: c.ty.name(),
+                    })
+                }
                 _ => {}
             }
         }
@@ -473,10 +554,30 @@ impl Engine {
             .zip(&sc.col_bytes)
             .map(|(c, &bytes)| ColumnBuilder::new(c.ty, n, bytes))
             .collect();
+        // Nested columns: one parsed value (or none) per output row.
+        let mut slots: Vec<Vec<Option<&Value>>> = schema
+            .columns
+            .iter()
+            .map(|c| {
+                if c.ty == ColumnType::Nested {
+                    vec![None; n]
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        let nested_vals = &sc.nested_vals;
         let mut put = |row: usize, k: usize| -> Result<(), Error> {
             let (a, b) = (sc.bounds[k] as usize, sc.bounds[k + 1] as usize);
             for cell in &sc.cells[a..b] {
-                builders[cell.col as usize].push(row, cell, payload_buf, &sc.arena)?;
+                let col = cell.col as usize;
+                if !slots[col].is_empty() {
+                    if cell.kind == Kind::Nested {
+                        slots[col][row] = nested_vals.get(cell.num as usize);
+                    }
+                    continue;
+                }
+                builders[col].push(row, cell, payload_buf, &sc.arena)?;
             }
             Ok(())
         };
@@ -498,12 +599,15 @@ impl Engine {
         let mut fields: Vec<Field> = schema
             .columns
             .iter()
-            .map(|c| Field::new(c.name.as_str(), c.ty.data_type(), true))
+            .map(|c| Field::new(c.name.as_str(), c.data_type(), true))
             .collect();
         fields.extend(meta::fields());
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(fields.len());
-        for b in builders {
-            cols.push(b.finish(n)?);
+        for ((b, c), slot) in builders.into_iter().zip(&schema.columns).zip(&slots) {
+            match (&c.tree, c.ty) {
+                (Some(t), ColumnType::Nested) => cols.push(nested::build(t, slot)?),
+                _ => cols.push(b.finish(n)?),
+            }
         }
         cols.extend(meta::columns(
             stream.as_bytes(),
@@ -629,9 +733,14 @@ fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
         }
         other => return Err(format!("stream {name:?}: unknown format {other:?}")),
     };
+    let flag = |k: &str| m.get(k).and_then(Value::as_bool).unwrap_or(false);
     Ok(StreamSpec {
         name: name.to_string(),
         policy,
         declared,
+        opts: state::JsonOpts {
+            nested_text: flag("nested_text"),
+            timestamps: flag("timestamps"),
+        },
     })
 }

@@ -1,11 +1,12 @@
 //! Type inference for JSON documents: each value has a [`Kind`], each column
 //! a [`ColumnType`], and a column's type only ever widens.
 //!
-//! The lattice is `null → bool → int64 → float64 → utf8`, with two shortcuts
-//! to utf8: a bool meeting a number, and any value that only text can hold
-//! exactly (strings, nested objects and arrays as their JSON text, integers
-//! beyond i64 and numbers beyond f64, kept as written). Structs and lists
-//! arrive with the full-engine issue; until then nested values are utf8.
+//! The lattice: null widens to anything; int64 and float64 join to float64;
+//! any other pair of different types joins to utf8 (a bool meeting a
+//! number, a timestamp meeting a plain string, a struct meeting a scalar).
+//! Strings, integers beyond i64 and numbers beyond f64 are utf8, kept as
+//! written. Objects and arrays are a `Nested` column whose shape is a
+//! [`crate::nested::JType`] tree that widens by the same rules.
 
 use arrow_schema::DataType;
 
@@ -23,19 +24,36 @@ pub enum Kind {
     BigNum,
     /// A string.
     Text,
-    /// An object or array: kept as its JSON text.
+    /// An object or array: a struct or list column, or its JSON text.
     Nested,
+    /// A string holding an RFC 3339 timestamp, when the stream asks for
+    /// timestamps; `num` is microseconds since the epoch, UTC.
+    Timestamp,
 }
 
 impl Kind {
-    /// The narrowest column type that holds a value of this kind.
+    /// The narrowest column type that holds a value of this kind (nested
+    /// values as structs and lists).
     pub fn column_type(self) -> ColumnType {
         match self {
             Kind::Null => ColumnType::Null,
             Kind::Bool => ColumnType::Bool,
             Kind::Int => ColumnType::Int64,
             Kind::Float => ColumnType::Float64,
-            Kind::BigNum | Kind::Text | Kind::Nested => ColumnType::Utf8,
+            Kind::Timestamp => ColumnType::Timestamp,
+            Kind::Nested => ColumnType::Nested,
+            Kind::BigNum | Kind::Text => ColumnType::Utf8,
+        }
+    }
+
+    /// As [`Kind::column_type`], with nested values as JSON text when
+    /// `nested_text`.
+    #[inline]
+    pub fn column_type_with(self, nested_text: bool) -> ColumnType {
+        if nested_text && self == Kind::Nested {
+            ColumnType::Utf8
+        } else {
+            self.column_type()
         }
     }
 }
@@ -47,20 +65,23 @@ pub enum ColumnType {
     Bool,
     Int64,
     Float64,
+    /// timestamp[us, UTC] (RFC 3339 strings, when the stream asks).
+    Timestamp,
+    /// A struct or list; its shape is the column's `JType` tree.
+    Nested,
     Utf8,
 }
 
 impl ColumnType {
     /// The smallest type that holds every value of both.
+    #[inline]
     pub fn widen(self, other: ColumnType) -> ColumnType {
         use ColumnType::*;
         match (self, other) {
             (a, b) if a == b => a,
             (Null, x) | (x, Null) => x,
-            (Utf8, _) | (_, Utf8) => Utf8,
-            (Bool, _) | (_, Bool) => Utf8,
-            // Only Int64 and Float64 are left.
-            _ => Float64,
+            (Int64, Float64) | (Float64, Int64) => Float64,
+            _ => Utf8,
         }
     }
 
@@ -71,6 +92,11 @@ impl ColumnType {
             ColumnType::Bool => DataType::Boolean,
             ColumnType::Int64 => DataType::Int64,
             ColumnType::Float64 => DataType::Float64,
+            ColumnType::Timestamp => {
+                DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("UTC".into()))
+            }
+            // The real type is the column's tree (state::Column::data_type).
+            ColumnType::Nested => DataType::Null,
             ColumnType::Utf8 => DataType::Utf8,
         }
     }
@@ -82,6 +108,8 @@ impl ColumnType {
             ColumnType::Bool => "bool",
             ColumnType::Int64 => "int64",
             ColumnType::Float64 => "float64",
+            ColumnType::Timestamp => "timestamp",
+            ColumnType::Nested => "nested",
             ColumnType::Utf8 => "utf8",
         }
     }
@@ -93,6 +121,8 @@ impl ColumnType {
             "bool" => ColumnType::Bool,
             "int64" => ColumnType::Int64,
             "float64" => ColumnType::Float64,
+            "timestamp" => ColumnType::Timestamp,
+            "nested" => ColumnType::Nested,
             "utf8" => ColumnType::Utf8,
             _ => return None,
         })
@@ -106,7 +136,7 @@ mod tests {
 
     #[test]
     fn widen_is_a_join() {
-        let all = [Null, Bool, Int64, Float64, Utf8];
+        let all = [Null, Bool, Int64, Float64, Timestamp, Nested, Utf8];
         for a in all {
             for b in all {
                 let w = a.widen(b);
@@ -127,7 +157,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for t in [Null, Bool, Int64, Float64, Utf8] {
+        for t in [Null, Bool, Int64, Float64, Timestamp, Nested, Utf8] {
             assert_eq!(ColumnType::from_name(t.name()), Some(t));
         }
         assert_eq!(ColumnType::from_name("int32"), None);

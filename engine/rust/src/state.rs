@@ -15,6 +15,7 @@ use crate::decl::{Decl, Types};
 use crate::error::Error;
 use crate::infer::ColumnType;
 use crate::meta::RESERVED_PREFIX;
+use crate::nested::JType;
 use crate::rows::{DeclColumn, DeclStream};
 
 /// A stream's schema policy: what a document that would change the schema
@@ -103,6 +104,27 @@ pub const VERSION: u64 = 1;
 pub struct Column {
     pub name: String,
     pub ty: ColumnType,
+    /// The shape of a [`ColumnType::Nested`] column.
+    pub tree: Option<JType>,
+}
+
+impl Column {
+    pub fn data_type(&self) -> arrow_schema::DataType {
+        match (&self.ty, &self.tree) {
+            (ColumnType::Nested, Some(t)) => t.data_type(),
+            (ty, _) => ty.data_type(),
+        }
+    }
+}
+
+/// Per-stream inference options for JSON documents.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JsonOpts {
+    /// Nested objects and arrays stay JSON text (utf8) instead of
+    /// structs and lists.
+    pub nested_text: bool,
+    /// Strings that are RFC 3339 timestamps are typed timestamp[us, UTC].
+    pub timestamps: bool,
 }
 
 /// A stream's inferred schema. Columns only ever get added at the end and
@@ -112,6 +134,7 @@ pub struct StreamSchema {
     pub columns: Vec<Column>,
     index: HashMap<String, u32>,
     pub policy: Policy,
+    pub opts: JsonOpts,
     /// The declared schema of a row (FormatRow) stream; `None` for JSON.
     pub declared: Option<DeclStream>,
 }
@@ -137,6 +160,7 @@ impl StreamSchema {
         self.columns.push(Column {
             name: name.to_string(),
             ty,
+            tree: None,
         });
         self.index.insert(name.to_string(), i as u32);
         i
@@ -160,12 +184,24 @@ pub fn export(streams: &HashMap<String, StreamSchema>) -> Vec<u8> {
             let cols: Vec<Value> = streams[name]
                 .columns
                 .iter()
-                .map(|c| json!({"name": c.name, "type": c.ty.name()}))
+                .map(|c| {
+                    let mut v = json!({"name": c.name, "type": c.ty.name()});
+                    if let Some(t) = &c.tree {
+                        v["tree"] = t.to_json();
+                    }
+                    v
+                })
                 .collect();
             let st = &streams[name];
             let mut v = json!({"name": name, "columns": cols});
             if st.policy != Policy::Evolve {
                 v["policy"] = json!(st.policy.name());
+            }
+            if st.opts.nested_text {
+                v["nested_text"] = json!(true);
+            }
+            if st.opts.timestamps {
+                v["timestamps"] = json!(true);
             }
             if let Some(d) = &st.declared {
                 v["types"] = json!(d.types.name());
@@ -239,8 +275,32 @@ pub fn import(v: &Value) -> Result<HashMap<String, StreamSchema>, Error> {
             if schema.lookup(cname).is_some() {
                 return Err(bad(format!("stream {name:?} has column {cname:?} twice")));
             }
-            schema.add(cname, ty);
+            let i = schema.add(cname, ty);
+            match (ty, c.get("tree")) {
+                (ColumnType::Nested, Some(t)) => {
+                    let t = JType::from_json(t)
+                        .filter(JType::is_nested)
+                        .ok_or_else(|| {
+                            bad(format!("stream {name:?} column {cname:?} has a bad tree"))
+                        })?;
+                    schema.columns[i].tree = Some(t);
+                }
+                (ColumnType::Nested, None) | (_, Some(_)) => {
+                    return Err(bad(format!(
+                        "stream {name:?} column {cname:?}: a tree goes with type nested only"
+                    )));
+                }
+                _ => {}
+            }
         }
+        schema.opts.nested_text = s
+            .get("nested_text")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        schema.opts.timestamps = s
+            .get("timestamps")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         if let Some(p) = s.get("policy") {
             schema.policy = p
                 .as_str()
