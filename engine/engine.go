@@ -10,18 +10,116 @@
 // ReasonParse. Its top-level fields become columns, typed by inference
 // that only ever widens, per stream and across pushes:
 //
-//	null → bool → int64 → float64 → utf8
+//	value                          column type
+//	null                           null (until another value arrives)
+//	true / false                   bool
+//	integer within int64           int64
+//	other number, a finite f64     float64
+//	integer beyond int64, number   utf8: the exact JSON text
+//	beyond f64
+//	string                         utf8
+//	RFC 3339 string                timestamp[us, UTC], only with
+//	                               StreamSpec.Timestamps (else utf8)
+//	object                         struct (fields ordered by name)
+//	array                          list (elements joined)
 //
-// A bool meeting a number makes the column utf8; so do integers beyond
-// int64 and numbers beyond float64, which keep their exact JSON text, as
-// every number written to a utf8 column does. Nested objects and arrays
-// are utf8 columns holding their JSON text (structs and lists come with
-// the full engine). New columns are nullable and appended after the
-// existing ones; a column absent from a batch is still in its output, all
-// null. Payloads over MaxDocumentBytes are quarantined ReasonTooLarge,
-// nesting over 64 levels ReasonTooDeep, and a document with a duplicate
-// field or a field named with the reserved prefix "_openetl_" ReasonParse.
-// A delete with an empty payload is taken, with all source columns null.
+//	widening (join)                result
+//	null ⊔ T                       T
+//	int64 ⊔ float64                float64
+//	struct ⊔ struct                struct with the union of fields, each
+//	                               field joined
+//	list ⊔ list                    list of the joined elements
+//	any other two different types  utf8 (a bool meeting a number, a
+//	                               timestamp meeting a plain string, an
+//	                               object meeting an array or a scalar)
+//
+// A utf8 column keeps each value's text: strings as they are, other
+// values as their JSON text. Inside structs and lists the same tables
+// apply to each child; nesting deeper than 8 levels below the column is
+// JSON text, and so is every nested value of a stream with
+// StreamSpec.NestedAsText. Numbers that don't fit int64 or a finite
+// float64 keep their exact JSON text (utf8), never rounded (decimal128
+// inference for JSON is not done yet). New columns are nullable and
+// appended after the existing ones; a column absent from a batch is still
+// in its output, all null. Payloads over MaxDocumentBytes are quarantined
+// ReasonTooLarge, nesting over 64 levels ReasonTooDeep, and a document
+// with a duplicate field or a field named with the reserved prefix
+// "_openetl_" ReasonParse. A delete with an empty payload is taken, with
+// all source columns null.
+//
+// # Declared rows
+//
+// A stream configured as source.FormatRow (Config.Streams, from the
+// source's catalog) has a declared schema: each payload is one row, the
+// concatenation of one entry per declared column in order (written by
+// source.AppendRow):
+//
+//	uvarint(0)              null
+//	uvarint(1)              unchanged: not sent by the source (a Postgres
+//	                        unchanged TOAST value); the row is quarantined
+//	                        ReasonUnchanged until a later version fills it
+//	uvarint(len+2) ‖ bytes  the value in the source's text form
+//
+// Fewer or more entries than columns, or a malformed entry, is
+// ReasonParse; a delete with an empty payload is taken with all columns
+// null. Each value is coerced to its column's exact type; a value that
+// does not parse as its type is ReasonTypeConflict, one that parses but
+// does not fit (overflow, more fractional digits than the scale, more than
+// 6 fractional digits of seconds, infinity, a zero date, NaN in a decimal)
+// is ReasonOutOfRange: nothing is rounded or truncated. The row's output
+// columns are the declared columns, all nullable (Column.Nullable is not
+// enforced), then the metadata columns.
+//
+//	Postgres                         Arrow
+//	int2 / int4 / int8               int16 / int32 / int64
+//	float4 / float8 (NaN, ±Infinity) float32 / float64
+//	numeric(p,s), p ≤ 38             decimal128(p,s)
+//	numeric, numeric(p>38)           utf8: the exact text (no fixed scale
+//	                                 holds every value; never float)
+//	bool                             bool
+//	text, varchar, char, bpchar,     utf8
+//	name, citext
+//	bytea (hex form \x..)            binary
+//	date (BC dates allowed)          date32
+//	time                             time64[us]
+//	timetz                           utf8: the validated text; a time of day
+//	                                 with an offset has no Arrow type, and
+//	                                 moving it to UTC changes the time of day
+//	timestamp                        timestamp[us]
+//	timestamptz                      timestamp[us, UTC], converted from the
+//	                                 value's offset
+//	interval (default output style)  interval[month_day_nano]
+//	uuid                             fixed_size_binary[16], big-endian
+//	json, jsonb                      utf8: the JSON text (validated)
+//	_T, T[] (one-dimensional)        list<T>; multidimensional arrays and
+//	                                 explicit bounds are ReasonTypeConflict
+//	enums, any other type            utf8: the source's text form
+//
+//	MySQL                            Arrow
+//	tinyint / smallint / mediumint,  int8 / int16 / int32 / int64, or the
+//	int / bigint [unsigned]          unsigned type of that width (bigint
+//	                                 unsigned is uint64: max is max, not -1)
+//	decimal(p,s) [unsigned]          decimal128(p,s) (p > 38: utf8 text)
+//	float / double                   float32 / float64
+//	bit(n)                           uint64 (the value as a decimal number)
+//	bool, boolean                    bool
+//	date / datetime / timestamp      date32 / timestamp[us] /
+//	                                 timestamp[us, UTC] (the value in UTC)
+//	time                             duration[us] (a span to ±838:59:59)
+//	year                             int16
+//	char, varchar, *text             utf8
+//	binary, varbinary, *blob         binary (the bytes as sent)
+//	json                             utf8
+//	enum, set, any other type        utf8 (the text form, e.g. "a,b")
+//
+// # Schema policy
+//
+// Each stream has a policy (StreamSpec.Policy): PolicyEvolve (default)
+// adds and widens; PolicyFreeze quarantines ReasonTypeConflict any
+// document with a new field or a value that would change a column's type
+// or shape; PolicyDiscard drops new fields. Output.SchemaChanges reports
+// what a push did: added, widened, blocked, discarded. Policies, options
+// and declared schemas are part of the exported State.
 //
 // # Metadata columns
 //
