@@ -168,12 +168,26 @@ func New(cfg Config) (Engine, error) {
 		}
 		specs = append(specs, sp)
 	}
+	type naming struct {
+		MaxLen   int      `json:"max_len"`
+		Case     Case     `json:"case"`
+		Simple   bool     `json:"simple"`
+		Reserved []string `json:"reserved"`
+	}
+	var nm *naming
+	if n := cfg.Naming; n != nil {
+		if n.MaxLength < 0 || (n.MaxLength > 0 && n.MaxLength < 8) {
+			return nil, fmt.Errorf("%w: naming: MaxLength %d is under 8", ErrInvalidInput, n.MaxLength)
+		}
+		nm = &naming{n.MaxLength, n.Case, n.Simple, append([]string{}, n.Reserved...)}
+	}
 	js, err := json.Marshal(struct {
-		Lanes    int    `json:"lanes"`
-		MaxBytes int    `json:"max_document_bytes"`
-		State    any    `json:"state"`
-		Streams  []spec `json:"streams"`
-	}{lanes, maxDoc, state, specs})
+		Lanes    int     `json:"lanes"`
+		MaxBytes int     `json:"max_document_bytes"`
+		State    any     `json:"state"`
+		Streams  []spec  `json:"streams"`
+		Naming   *naming `json:"naming,omitempty"`
+	}{lanes, maxDoc, state, specs, nm})
 	if err != nil {
 		return nil, fmt.Errorf("%w: encoding the engine config: %v", ErrInvalidInput, err)
 	}
@@ -226,7 +240,7 @@ func (e *cEngine) Push(b *RawBatch, syncedAt time.Time) (Output, error) {
 	if e.h == nil {
 		return Output{}, ErrClosed
 	}
-	out := Output{LaneOffsets: make([]int, e.lanes+1)}
+	out := Output{LaneOffsets: make([]int, e.lanes+1), Table: b.Stream}
 	if b.Len() == 0 {
 		return out, nil
 	}
@@ -290,6 +304,11 @@ func (e *cEngine) Push(b *RawBatch, syncedAt time.Time) (Output, error) {
 	}
 	if err == nil {
 		out.SchemaChanges, err = e.changes()
+	}
+	if out.Record != nil {
+		if t, ok := out.Record.Schema().Metadata().GetValue(TableMetadataKey); ok {
+			out.Table = t
+		}
 	}
 	if err != nil {
 		if out.Record != nil {

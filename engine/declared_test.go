@@ -243,3 +243,34 @@ func TestNestedStructsAndLists(t *testing.T) {
 	equal(t, "at", at.Value(0).ToTime(arrow.Microsecond).UTC().Format("2006-01-02T15:04:05.0Z07:00"), "2024-01-02T01:04:05.5Z")
 	equal(t, "changes", out.SchemaChanges, []engine.SchemaChange{{Stream: "ts", Column: "at", Kind: engine.ChangeAdded, To: "timestamp"}})
 }
+
+func TestDestinationNames(t *testing.T) {
+	rules := &engine.NamingRules{MaxLength: 12, Case: engine.CaseLower, Simple: true, Reserved: []string{"order"}}
+	spec := rowSpec("Order", "", "Id", "int4", "ID", "int4", "first name", "text")
+	e := newEngine(t, engine.Config{Naming: rules, Streams: []engine.StreamSpec{spec}})
+	b := &engine.RawBatch{Stream: "Order"}
+	b.Append(source.OpInsert, 1, nil, row("1", "2", "x"))
+	out := push(t, e, b)
+	equal(t, "columns", colNames(out.Record)[:4], []string{"id", "id_2", "first_name", "_openetl_id"})
+	equal(t, "table", out.Table, "order_")
+	out = push(t, e, docs("ORDER", `{"Zip Code":1,"zip_code":2}`))
+	equal(t, "json columns", colNames(out.Record)[:2], []string{"zip_code", "zip_code_2"})
+	equal(t, "json table", out.Table, "order__2")
+	st, err := e.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := engine.NamesFromState(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "names", names["Order"], engine.StreamNames{Table: "order_", Columns: map[string]string{"Id": "id", "ID": "id_2", "first name": "first_name"}})
+	// Other rules later change nothing already given.
+	e2 := newEngine(t, engine.Config{State: st, Naming: &engine.NamingRules{Case: engine.CaseUpper}})
+	out = push(t, e2, docs("ORDER", `{"zip_code":1,"new":2}`))
+	equal(t, "restored", colNames(out.Record)[:3], []string{"zip_code", "zip_code_2", "NEW"})
+	equal(t, "restored table", out.Table, "order__2")
+	if _, err := engine.New(engine.Config{Naming: &engine.NamingRules{MaxLength: 3}}); !errors.Is(err, engine.ErrInvalidInput) {
+		t.Errorf("MaxLength 3: %v", err)
+	}
+}

@@ -155,7 +155,9 @@
 package engine
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -180,6 +182,84 @@ type Config struct {
 	// schema policies. A spec overrides what State says about the
 	// stream's policy and declared columns; inferred columns are kept.
 	Streams []StreamSpec
+	// Naming is the destination's naming rules; nil passes names through
+	// unchanged. Names once given never change (they are in State), even
+	// under other rules later.
+	Naming *NamingRules
+}
+
+// Case is how NamingRules fold letters.
+type Case string
+
+// The case foldings.
+const (
+	CaseKeep  Case = ""
+	CaseLower Case = "lower"
+	CaseUpper Case = "upper"
+)
+
+// NamingRules describe the names a destination accepts. Table names are
+// given from stream names and column names from source column names: the
+// case is folded, characters outside [A-Za-z0-9_] become '_' and a leading
+// digit gets a '_' in front (Simple), a reserved word gets a '_' appended,
+// the name is cut to MaxLength bytes, and a name already given (compared
+// case-insensitively: to another stream's table, or another column of the
+// stream, or a metadata column) gets the first free suffix of _2, _3, ...
+// Names are given in a deterministic order (columns in schema order,
+// tables in first-push order). Metadata columns keep their names; nested
+// struct fields are not renamed.
+type NamingRules struct {
+	// MaxLength is the longest name in bytes (sink.Capabilities'
+	// MaxIdentifier); 0 for no limit, else at least 8.
+	MaxLength int
+	// Case folds letters; default CaseKeep.
+	Case Case
+	// Simple allows only ASCII letters, digits and '_', not leading with
+	// a digit.
+	Simple bool
+	// Reserved lists words the destination reserves (case-insensitive).
+	Reserved []string
+}
+
+// StreamNames is the destination names given to one stream.
+type StreamNames struct {
+	// Table is the destination table name.
+	Table string
+	// Columns maps source column names to destination column names.
+	Columns map[string]string
+}
+
+// NamesFromState returns the destination names recorded in an engine
+// state (from Engine.State), by stream name; streams that were never
+// given names (no NamingRules) are absent.
+func NamesFromState(state []byte) (map[string]StreamNames, error) {
+	var st struct {
+		Streams []struct {
+			Name  string `json:"name"`
+			Names *struct {
+				Table   *string     `json:"table"`
+				Columns [][2]string `json:"columns"`
+			} `json:"names"`
+		} `json:"streams"`
+	}
+	if err := json.Unmarshal(state, &st); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrState, err)
+	}
+	out := map[string]StreamNames{}
+	for _, s := range st.Streams {
+		if s.Names == nil {
+			continue
+		}
+		n := StreamNames{Columns: make(map[string]string, len(s.Names.Columns))}
+		if s.Names.Table != nil {
+			n.Table = *s.Names.Table
+		}
+		for _, c := range s.Names.Columns {
+			n.Columns[c[0]] = c[1]
+		}
+		out[s.Name] = n
+	}
+	return out, nil
 }
 
 // Policy is a stream's schema policy: what a record that would change the
@@ -286,7 +366,15 @@ type Output struct {
 	Quarantined []Quarantined
 	// SchemaChanges lists the push's schema outcomes; nil when none.
 	SchemaChanges []SchemaChange
+	// Table is the stream's destination table name under NamingRules
+	// (also in the record schema's metadata under TableMetadataKey); the
+	// stream name when there are none.
+	Table string
 }
+
+// TableMetadataKey is the Arrow schema metadata key of an output record's
+// destination table name, set when NamingRules are in force.
+const TableMetadataKey = "openetl.table"
 
 // Engine normalizes raw batches. An Engine is not safe for concurrent use:
 // the runner keeps one per engine lane. Close must be called.

@@ -8,7 +8,7 @@
 //! recording its fields as cells and widening the stream's column types;
 //! the build then writes each column at its final type, in lane order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
@@ -24,6 +24,7 @@ use crate::infer::Kind;
 use crate::input::RawRows;
 use crate::json::{self, FieldSink};
 use crate::meta::{self, OP_DELETE, RESERVED_PREFIX};
+use crate::names;
 use crate::nested::{self, JType};
 use crate::quarantine::{Quarantined, Reason, Reject};
 use crate::route;
@@ -47,6 +48,9 @@ pub struct Config {
     pub max_document_bytes: usize,
     /// Per-stream settings: format, declared columns, schema policy.
     pub streams: Vec<StreamSpec>,
+    /// The destination's naming rules; inactive (the default) passes
+    /// names through.
+    pub naming: names::Rules,
 }
 
 impl Default for Config {
@@ -55,6 +59,7 @@ impl Default for Config {
             lanes: 1,
             max_document_bytes: DEFAULT_MAX_DOCUMENT_BYTES,
             streams: Vec::new(),
+            naming: names::Rules::default(),
         }
     }
 }
@@ -143,6 +148,8 @@ pub struct Engine {
     stamp: u64,
     /// The schema outcomes of the last push.
     changes: Vec<SchemaChange>,
+    /// Destination table names given, lowercased.
+    tables: HashSet<String>,
 }
 
 impl Engine {
@@ -165,6 +172,10 @@ impl Engine {
             Some(v) => state::import(v)?,
             None => HashMap::new(),
         };
+        let tables = streams
+            .values()
+            .filter_map(|s| s.names.table.as_ref().map(|t| t.to_lowercase()))
+            .collect();
         for spec in &cfg.streams {
             let st = streams.entry(spec.name.clone()).or_default();
             st.policy = spec.policy;
@@ -177,6 +188,7 @@ impl Engine {
             scratch: Scratch::default(),
             stamp: 0,
             changes: Vec::new(),
+            tables,
         })
     }
 
@@ -224,6 +236,10 @@ impl Engine {
                     }
                     other => state = Some(other.clone()),
                 },
+                "naming" => {
+                    cfg.naming = parse_naming(v)
+                        .map_err(|e| Error::invalid_input(format!("engine config: naming: {e}")))?;
+                }
                 "streams" => {
                     let list = v.as_array().ok_or_else(|| {
                         Error::invalid_input("engine config: streams is not a list")
@@ -601,6 +617,13 @@ impl Engine {
             .iter()
             .map(|c| Field::new(c.name.as_str(), c.data_type(), true))
             .collect();
+        let table = apply_names(
+            &self.cfg.naming,
+            &mut self.tables,
+            &mut schema.names,
+            stream,
+            &mut fields,
+        );
         fields.extend(meta::fields());
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(fields.len());
         for ((b, c), slot) in builders.into_iter().zip(&schema.columns).zip(&slots) {
@@ -616,7 +639,7 @@ impl Engine {
             synced_at_micros,
             &mut sc.id_buf,
         )?);
-        let record = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?;
+        let record = RecordBatch::try_new(Arc::new(out_schema(fields, table)), cols)?;
         Ok(PushOutput {
             record: Some(record),
             lane_offsets,
@@ -743,4 +766,83 @@ fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
             timestamps: flag("timestamps"),
         },
     })
+}
+
+/// The key of the output schema's metadata holding the destination table
+/// name, when naming rules are in force.
+pub const TABLE_METADATA_KEY: &str = "openetl.table";
+
+/// Renames `fields` (a stream's source columns) to their destination
+/// names, giving names as needed, and returns the stream's destination
+/// table name; `None` when no rules are in force and none were ever given.
+pub(crate) fn apply_names(
+    rules: &names::Rules,
+    tables: &mut HashSet<String>,
+    stream_names: &mut names::StreamNames,
+    stream: &str,
+    fields: &mut [Field],
+) -> Option<String> {
+    if !rules.active() && stream_names.table.is_none() {
+        return None;
+    }
+    let table = match &stream_names.table {
+        Some(t) => t.clone(),
+        None => {
+            let t = rules.unique(&rules.base(stream), tables);
+            tables.insert(t.to_lowercase());
+            stream_names.table = Some(t.clone());
+            t
+        }
+    };
+    for f in fields.iter_mut() {
+        let d = stream_names
+            .column(rules, f.name(), &meta::NAMES)
+            .to_string();
+        if d != *f.name() {
+            *f = f.clone().with_name(d);
+        }
+    }
+    Some(table)
+}
+
+pub(crate) fn out_schema(fields: Vec<Field>, table: Option<String>) -> Schema {
+    match table {
+        None => Schema::new(fields),
+        Some(t) => {
+            Schema::new_with_metadata(fields, HashMap::from([(TABLE_METADATA_KEY.to_string(), t)]))
+        }
+    }
+}
+
+fn parse_naming(v: &Value) -> Result<names::Rules, String> {
+    let m = v.as_object().ok_or("not an object")?;
+    let mut r = names::Rules::default();
+    for (k, v) in m {
+        match k.as_str() {
+            "max_len" => r.max_len = v.as_u64().ok_or("max_len is not a number")? as usize,
+            "case" => {
+                r.case = match v.as_str().ok_or("case is not a string")? {
+                    "" | "keep" => names::Case::Keep,
+                    "lower" => names::Case::Lower,
+                    "upper" => names::Case::Upper,
+                    other => return Err(format!("unknown case {other:?}")),
+                }
+            }
+            "simple" => r.simple = v.as_bool().ok_or("simple is not a bool")?,
+            "reserved" => {
+                for w in v.as_array().ok_or("reserved is not a list")? {
+                    r.reserved.push(
+                        w.as_str()
+                            .ok_or("a reserved word is not a string")?
+                            .to_string(),
+                    );
+                }
+            }
+            other => return Err(format!("unknown field {other:?}")),
+        }
+    }
+    if r.max_len > 0 && r.max_len < 8 {
+        return Err(format!("max_len {} is too short (at least 8)", r.max_len));
+    }
+    Ok(r)
 }

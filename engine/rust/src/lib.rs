@@ -30,6 +30,7 @@ pub mod infer;
 pub mod input;
 pub mod json;
 pub mod meta;
+pub mod names;
 pub mod nested;
 pub mod quarantine;
 pub mod route;

@@ -30,6 +30,8 @@ pub const ID: &str = "_openetl_id";
 pub const OP: &str = "_openetl_op";
 pub const SEQ: &str = "_openetl_seq";
 pub const SYNCED_AT: &str = "_openetl_synced_at";
+/// The metadata columns' names.
+pub const NAMES: [&str; 4] = [ID, OP, SEQ, SYNCED_AT];
 
 /// The name of an op code, or `None` for an unknown one.
 pub fn op_name(op: u8) -> Option<&'static str> {

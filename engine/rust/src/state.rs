@@ -15,6 +15,7 @@ use crate::decl::{Decl, Types};
 use crate::error::Error;
 use crate::infer::ColumnType;
 use crate::meta::RESERVED_PREFIX;
+use crate::names::StreamNames;
 use crate::nested::JType;
 use crate::rows::{DeclColumn, DeclStream};
 
@@ -135,6 +136,8 @@ pub struct StreamSchema {
     index: HashMap<String, u32>,
     pub policy: Policy,
     pub opts: JsonOpts,
+    /// Destination names given to the stream and its columns.
+    pub names: StreamNames,
     /// The declared schema of a row (FormatRow) stream; `None` for JSON.
     pub declared: Option<DeclStream>,
 }
@@ -196,6 +199,9 @@ pub fn export(streams: &HashMap<String, StreamSchema>) -> Vec<u8> {
             let mut v = json!({"name": name, "columns": cols});
             if st.policy != Policy::Evolve {
                 v["policy"] = json!(st.policy.name());
+            }
+            if st.names.table.is_some() || !st.names.columns.is_empty() {
+                v["names"] = st.names.to_json();
             }
             if st.opts.nested_text {
                 v["nested_text"] = json!(true);
@@ -292,6 +298,10 @@ pub fn import(v: &Value) -> Result<HashMap<String, StreamSchema>, Error> {
                 }
                 _ => {}
             }
+        }
+        if let Some(n) = s.get("names") {
+            schema.names = StreamNames::from_json(n, &crate::meta::NAMES)
+                .ok_or_else(|| bad(format!("stream {name:?} has bad names")))?;
         }
         schema.opts.nested_text = s
             .get("nested_text")

@@ -368,3 +368,56 @@ fn declared_row_id_vector() {
     let ids = r.column_by_name("_openetl_id").unwrap().as_string::<i32>();
     assert_eq!(ids.value(0), "dcb5c09f52253044b1936ddd79f36702");
 }
+
+#[test]
+fn destination_names_are_stable() {
+    let cfg = r#"{"naming":{"max_len":12,"case":"lower","simple":true,"reserved":["order"]},
+      "streams":[{"name":"Order","format":"row","columns":[{"name":"Id","type":"int4"},{"name":"ID","type":"int4"},{"name":"first name","type":"text"}]}]}"#;
+    let mut e = engine(cfg);
+    let row = encode(&[Some(b"1"), Some(b"2"), Some(b"x")]);
+    let r = push(&mut e, "Order", &[(1, &row)]).record.unwrap();
+    let names: Vec<String> = r
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(names[..4], ["id", "id_2", "first_name", "_openetl_id"]);
+    assert_eq!(r.schema().metadata()["openetl.table"], "order_");
+    // JSON streams: another stream folding to the same table name gets a suffix.
+    let d = push(
+        &mut e,
+        "ORDER",
+        &[(1, br#"{"Zip Code":1,"zip_code":2,"order":3}"#)],
+    );
+    let r = d.record.unwrap();
+    let names: Vec<String> = r
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(names[..3], ["zip_code", "zip_code_2", "order_"]);
+    assert_eq!(r.schema().metadata()["openetl.table"], "order__2");
+    // Names survive a restart with other rules: once given, never changed.
+    let st = String::from_utf8(e.state()).unwrap();
+    let mut e2 = engine(&format!(r#"{{"naming":{{"case":"upper"}},"state":{st}}}"#));
+    let r2 = push(&mut e2, "ORDER", &[(1, br#"{"order":3,"new":1}"#)])
+        .record
+        .unwrap();
+    let names: Vec<String> = r2
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(names[..4], ["zip_code", "zip_code_2", "order_", "NEW"]);
+    assert_eq!(r2.schema().metadata()["openetl.table"], "order__2");
+    // Without rules nothing is renamed and there is no table metadata.
+    let mut plain = engine("{}");
+    let r = push(&mut plain, "s", &[(1, br#"{"A b":1}"#)])
+        .record
+        .unwrap();
+    assert_eq!(r.schema().field(0).name(), "A b");
+    assert!(r.schema().metadata().is_empty());
+}

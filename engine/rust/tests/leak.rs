@@ -3,7 +3,7 @@
 //! returns Rust's live heap to where it started once outputs are dropped.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::cell::Cell;
 
 use openetl_engine::Engine;
 use openetl_engine::input::{self, RawRows};
@@ -11,22 +11,33 @@ use openetl_engine::rows::encode;
 
 struct Counting;
 
-static LIVE: AtomicIsize = AtomicIsize::new(0);
+// Counted per thread, so the test harness's own threads don't disturb it.
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+}
+
+fn add(n: isize) {
+    let _ = LIVE.try_with(|l| l.set(l.get() + n));
+}
+
+fn live() -> isize {
+    LIVE.with(Cell::get)
+}
 
 // SAFETY: forwards to the system allocator, only counting bytes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        add(l.size() as isize);
         // SAFETY: forwarded contract.
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        add(-(l.size() as isize));
         // SAFETY: forwarded contract.
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        add(new as isize - l.size() as isize);
         // SAFETY: forwarded contract.
         unsafe { System.realloc(p, l, new) }
     }
@@ -43,7 +54,7 @@ fn many_small_batches_leave_no_allocations() {
     } else {
         1_000_000
     };
-    let start = LIVE.load(Ordering::Relaxed);
+    let start = live();
     {
         let mut e = Engine::from_config_json(
             br#"{"lanes":2,"streams":[{"name":"r","format":"row","columns":[
@@ -71,16 +82,12 @@ fn many_small_batches_leave_no_allocations() {
             drop(out);
             if i == 9 {
                 // Scratch buffers have reached their size.
-                warm = LIVE.load(Ordering::Relaxed);
+                warm = live();
             }
         }
-        let after = LIVE.load(Ordering::Relaxed);
+        let after = live();
         assert_eq!(after, warm, "live heap grew over {N} pushes");
         drop(e);
     }
-    assert_eq!(
-        LIVE.load(Ordering::Relaxed),
-        start,
-        "engine freed everything"
-    );
+    assert_eq!(live(), start, "engine freed everything");
 }

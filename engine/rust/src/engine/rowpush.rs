@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{Field, Schema};
+use arrow_schema::Field;
 
 use super::{Engine, PushOutput};
 use crate::coerce::{self, Src, Val};
@@ -23,10 +23,14 @@ impl Engine {
         rows: &RawRows<'_>,
         synced_at_micros: i64,
     ) -> Result<PushOutput, Error> {
-        let decl = self
+        let st = self
             .streams
-            .get(stream)
-            .and_then(|s| s.declared.as_ref())
+            .get_mut(stream)
+            .ok_or_else(|| Error::internal("declared stream vanished"))?;
+        let names = &mut st.names;
+        let decl = st
+            .declared
+            .as_ref()
             .ok_or_else(|| Error::internal("declared stream vanished"))?;
         let ncols = decl.columns.len();
         let sc = &mut self.scratch;
@@ -177,6 +181,13 @@ impl Engine {
                 &sc.elems,
             )?);
         }
+        let table = super::apply_names(
+            &self.cfg.naming,
+            &mut self.tables,
+            names,
+            stream,
+            &mut fields,
+        );
         fields.extend(meta::fields());
         cols.extend(meta::columns(
             stream.as_bytes(),
@@ -185,7 +196,7 @@ impl Engine {
             synced_at_micros,
             &mut sc.id_buf,
         )?);
-        let record = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?;
+        let record = RecordBatch::try_new(Arc::new(super::out_schema(fields, table)), cols)?;
         Ok(PushOutput {
             record: Some(record),
             lane_offsets,
