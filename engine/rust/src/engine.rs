@@ -24,12 +24,12 @@ use crate::infer::Kind;
 use crate::input::RawRows;
 use crate::json::{self, FieldSink};
 use crate::meta::{self, OP_DELETE, RESERVED_PREFIX};
-use crate::names;
 use crate::nested::{self, JType};
 use crate::quarantine::{Quarantined, Reason, Reject};
 use crate::route;
 use crate::rows;
 use crate::state::{self, Policy, StreamSchema};
+use crate::{hold, names};
 
 mod rowpush;
 
@@ -51,6 +51,9 @@ pub struct Config {
     /// The destination's naming rules; inactive (the default) passes
     /// names through.
     pub naming: names::Rules,
+    /// Type classes the destination can't take (see [`crate::hold`]):
+    /// such columns are held back.
+    pub unsupported: Vec<String>,
 }
 
 impl Default for Config {
@@ -60,6 +63,7 @@ impl Default for Config {
             max_document_bytes: DEFAULT_MAX_DOCUMENT_BYTES,
             streams: Vec::new(),
             naming: names::Rules::default(),
+            unsupported: Vec::new(),
         }
     }
 }
@@ -150,6 +154,8 @@ pub struct Engine {
     changes: Vec<SchemaChange>,
     /// Destination table names given, lowercased.
     tables: HashSet<String>,
+    /// The values held back by the last push.
+    held: Vec<hold::Held>,
 }
 
 impl Engine {
@@ -189,6 +195,7 @@ impl Engine {
             stamp: 0,
             changes: Vec::new(),
             tables,
+            held: Vec::new(),
         })
     }
 
@@ -236,6 +243,22 @@ impl Engine {
                     }
                     other => state = Some(other.clone()),
                 },
+                "unsupported" => {
+                    for t in v.as_array().ok_or_else(|| {
+                        Error::invalid_input("engine config: unsupported is not a list")
+                    })? {
+                        let t = t
+                            .as_str()
+                            .filter(|t| hold::CLASSES.contains(t))
+                            .ok_or_else(|| {
+                                Error::invalid_input(format!(
+                                    "engine config: unsupported type {t} is not one of {:?}",
+                                    hold::CLASSES
+                                ))
+                            })?;
+                        cfg.unsupported.push(t.to_string());
+                    }
+                }
                 "naming" => {
                     cfg.naming = parse_naming(v)
                         .map_err(|e| Error::invalid_input(format!("engine config: naming: {e}")))?;
@@ -264,6 +287,25 @@ impl Engine {
     /// The schema outcomes of the last push.
     pub fn changes(&self) -> &[SchemaChange] {
         &self.changes
+    }
+
+    /// The values the last push held back.
+    pub fn held(&self) -> &[hold::Held] {
+        &self.held
+    }
+
+    /// Turns held values of `stream`'s column (by destination name) back
+    /// into an array of the column's type.
+    pub fn release(&self, stream: &str, column: &str, values: &[&[u8]]) -> Result<ArrayRef, Error> {
+        let st = self
+            .streams
+            .get(stream)
+            .ok_or_else(|| Error::invalid_input(format!("unknown stream {stream:?}")))?;
+        hold::release(st, column, values)
+    }
+
+    fn is_held(unsupported: &[String], dt: &arrow_schema::DataType) -> bool {
+        !unsupported.is_empty() && unsupported.iter().any(|u| u == hold::type_class(dt))
     }
 
     pub fn config(&self) -> &Config {
@@ -311,6 +353,7 @@ impl Engine {
             return Err(Error::invalid_input("batch has more than 2^32 rows"));
         }
         self.changes.clear();
+        self.held.clear();
         if !self.streams.contains_key(stream) {
             self.streams
                 .insert(stream.to_string(), StreamSchema::default());
@@ -583,10 +626,30 @@ impl Engine {
             })
             .collect();
         let nested_vals = &sc.nested_vals;
+        let held_cols: Vec<bool> = schema
+            .columns
+            .iter()
+            .map(|c| Self::is_held(&self.cfg.unsupported, &c.data_type()))
+            .collect();
+        let mut held: Vec<(u32, usize, Vec<u8>)> = Vec::new();
         let mut put = |row: usize, k: usize| -> Result<(), Error> {
             let (a, b) = (sc.bounds[k] as usize, sc.bounds[k + 1] as usize);
             for cell in &sc.cells[a..b] {
                 let col = cell.col as usize;
+                if held_cols[col] {
+                    if cell.kind != Kind::Null {
+                        let src = if cell.in_arena {
+                            &sc.arena[..]
+                        } else {
+                            payload_buf
+                        };
+                        let v = src
+                            .get(cell.start as usize..cell.end as usize)
+                            .ok_or_else(|| Error::internal("a cell outside its buffer"))?;
+                        held.push((sc.accepted[k], col, v.to_vec()));
+                    }
+                    continue;
+                }
                 if !slots[col].is_empty() {
                     if cell.kind == Kind::Nested {
                         slots[col][row] = nested_vals.get(cell.num as usize);
@@ -624,14 +687,29 @@ impl Engine {
             stream,
             &mut fields,
         );
-        fields.extend(meta::fields());
-        let mut cols: Vec<ArrayRef> = Vec::with_capacity(fields.len());
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(fields.len() + 4);
         for ((b, c), slot) in builders.into_iter().zip(&schema.columns).zip(&slots) {
             match (&c.tree, c.ty) {
                 (Some(t), ColumnType::Nested) => cols.push(nested::build(t, slot)?),
                 _ => cols.push(b.finish(n)?),
             }
         }
+        if held_cols.iter().any(|&h| h) {
+            held.sort_by_key(|h| (h.0, h.1));
+            self.held = held
+                .into_iter()
+                .map(|(row, col, value)| hold::Held {
+                    row,
+                    column: fields[col].name().clone(),
+                    value,
+                })
+                .collect();
+            let mut i = 0;
+            fields.retain(|_| (!held_cols[i], i += 1).0);
+            let mut i = 0;
+            cols.retain(|_| (!held_cols[i], i += 1).0);
+        }
+        fields.extend(meta::fields());
         cols.extend(meta::columns(
             stream.as_bytes(),
             rows,

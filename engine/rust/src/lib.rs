@@ -26,6 +26,7 @@ pub mod decl;
 pub mod engine;
 pub mod error;
 mod ffi;
+pub mod hold;
 pub mod infer;
 pub mod input;
 pub mod json;
@@ -371,6 +372,119 @@ pub unsafe extern "C" fn openetl_engine_changes(
         unsafe {
             *out = p;
             *out_len = n;
+        }
+        Ok(())
+    })
+}
+
+/// Moves the values the last push held back out as a batch
+/// `row uint32, column utf8, value binary` (see [`hold`]): `*n_rows` is the
+/// count, and when > 0 `out_array`/`out_schema` (released on entry)
+/// receive the batch, owned by the caller.
+///
+/// # Safety
+/// `eng` is a live handle; the out-structs and `n_rows` are writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openetl_engine_held(
+    eng: *mut c_void,
+    out_array: *mut FFI_ArrowArray,
+    out_schema: *mut FFI_ArrowSchema,
+    n_rows: *mut i64,
+    err: *mut *mut c_char,
+) -> i32 {
+    ffi::guard(err, || {
+        if eng.is_null() {
+            return Err(Error::new(Status::Closed, "engine handle is null"));
+        }
+        ffi::non_null(out_array, "out_array")?;
+        ffi::non_null(out_schema, "out_schema")?;
+        ffi::non_null(n_rows, "n_rows")?;
+        // SAFETY: eng is a live handle, not used concurrently.
+        let h = unsafe { &*eng.cast::<Handle>() };
+        let b = hold::batch(h.engine.held())?;
+        // SAFETY: n_rows is non-null and writable.
+        unsafe { *n_rows = b.as_ref().map_or(0, |b| b.num_rows() as i64) };
+        if let Some(b) = b {
+            let s = FFI_ArrowSchema::try_from(b.schema().as_ref())?;
+            let a = FFI_ArrowArray::new(&StructArray::from(b).into_data());
+            // SAFETY: the out-structs are writable and, per the contract,
+            // released; ownership moves to the caller.
+            unsafe {
+                std::ptr::write(out_array, a);
+                std::ptr::write(out_schema, s);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Turns held values of one column back into Arrow: `n` values, value i
+/// being `data[offsets[i]..offsets[i+1]]` (`offsets` has n + 1 entries),
+/// of the column (destination name) of `stream`. On success
+/// `out_array`/`out_schema` (released on entry) receive a struct array
+/// with one field, the column at its type, owned by the caller. A value
+/// the type can't take is status 1.
+///
+/// # Safety
+/// Pointers are valid for the call with the lengths given.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openetl_engine_release(
+    eng: *mut c_void,
+    stream: *const u8,
+    stream_len: usize,
+    column: *const u8,
+    column_len: usize,
+    data: *const u8,
+    data_len: usize,
+    offsets: *const i64,
+    n: usize,
+    out_array: *mut FFI_ArrowArray,
+    out_schema: *mut FFI_ArrowSchema,
+    err: *mut *mut c_char,
+) -> i32 {
+    ffi::guard(err, || {
+        if eng.is_null() {
+            return Err(Error::new(Status::Closed, "engine handle is null"));
+        }
+        ffi::non_null(out_array, "out_array")?;
+        ffi::non_null(out_schema, "out_schema")?;
+        // SAFETY: eng is a live handle, not used concurrently.
+        let h = unsafe { &*eng.cast::<Handle>() };
+        // SAFETY: the caller guarantees the lengths.
+        let (stream, column, data) = unsafe {
+            (
+                ffi::bytes(stream, stream_len, "stream")?,
+                ffi::bytes(column, column_len, "column")?,
+                ffi::bytes(data, data_len, "data")?,
+            )
+        };
+        let offs: &[i64] = if offsets.is_null() {
+            return Err(Error::invalid_input("offsets is null"));
+        } else {
+            // SAFETY: offsets has n + 1 readable entries per the contract.
+            unsafe { std::slice::from_raw_parts(offsets, n + 1) }
+        };
+        let mut values = Vec::with_capacity(n);
+        for w in offs.windows(2) {
+            let (a, b) = (w[0] as usize, w[1] as usize);
+            values.push(
+                data.get(a..b)
+                    .ok_or_else(|| Error::invalid_input("offsets outside data"))?,
+            );
+        }
+        let stream =
+            std::str::from_utf8(stream).map_err(|_| Error::invalid_input("stream is not UTF-8"))?;
+        let column =
+            std::str::from_utf8(column).map_err(|_| Error::invalid_input("column is not UTF-8"))?;
+        let arr = h.engine.release(stream, column, &values)?;
+        let field = arrow_schema::Field::new(column, arr.data_type().clone(), true);
+        let st = StructArray::try_new(vec![field].into(), vec![arr], None)?;
+        let s = FFI_ArrowSchema::try_from(st.data_type())?;
+        let a = FFI_ArrowArray::new(&st.into_data());
+        // SAFETY: the out-structs are writable and released on entry.
+        unsafe {
+            std::ptr::write(out_array, a);
+            std::ptr::write(out_schema, s);
         }
         Ok(())
     })

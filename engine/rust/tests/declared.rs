@@ -421,3 +421,57 @@ fn destination_names_are_stable() {
     assert_eq!(r.schema().field(0).name(), "A b");
     assert!(r.schema().metadata().is_empty());
 }
+
+#[test]
+fn unsupported_types_are_held_and_released() {
+    let cfg = r#"{"unsupported":["interval","struct"],"streams":[{"name":"t","format":"row","columns":[
+      {"name":"id","type":"int4"},{"name":"iv","type":"interval"}]}]}"#;
+    let mut e = engine(cfg);
+    let rows = [
+        encode(&[Some(b"1"), Some(b"1 day")]),
+        encode(&[Some(b"2"), None]),
+        encode(&[Some(b"3"), Some(b"1 fortnight")]),
+    ];
+    let out = push(&mut e, "t", &[(1, &rows[0]), (1, &rows[1]), (1, &rows[2])]);
+    assert_eq!(
+        out.quarantined.len(),
+        1,
+        "a bad held value still quarantines its row"
+    );
+    let r = out.record.unwrap();
+    assert!(r.column_by_name("iv").is_none(), "held column not written");
+    assert_eq!(r.num_columns(), 1 + 4);
+    let held = e.held().to_vec();
+    assert_eq!(held.len(), 1);
+    assert_eq!(
+        (
+            held[0].row,
+            held[0].column.as_str(),
+            held[0].value.as_slice()
+        ),
+        (0, "iv", &b"1 day"[..])
+    );
+    let a = e.release("t", "iv", &[b"1 day", b"2 mons"]).unwrap();
+    let iv = a.as_primitive::<IntervalMonthDayNanoType>();
+    assert_eq!((iv.value(0).days, iv.value(1).months), (1, 2));
+    assert!(e.release("t", "iv", &[b"nope"]).is_err());
+
+    let out = push(
+        &mut e,
+        "j",
+        &[
+            (1, br#"{"a":1,"s":{"x":"y"}}"#),
+            (1, br#"{"a":2,"s":null}"#),
+        ],
+    );
+    let r = out.record.unwrap();
+    assert!(r.column_by_name("s").is_none());
+    let held = e.held().to_vec();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].value, br#"{"x":"y"}"#);
+    let a = e.release("j", "s", &[br#"{"x":"z"}"#]).unwrap();
+    assert_eq!(a.data_type(), &e.column_types("j")[1].1);
+    // A push without held values clears them.
+    push(&mut e, "j", &[(1, br#"{"a":3}"#)]);
+    assert!(e.held().is_empty());
+}

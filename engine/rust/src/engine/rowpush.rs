@@ -33,6 +33,11 @@ impl Engine {
             .as_ref()
             .ok_or_else(|| Error::internal("declared stream vanished"))?;
         let ncols = decl.columns.len();
+        let held_cols: Vec<bool> = decl
+            .columns
+            .iter()
+            .map(|c| Self::is_held(&self.cfg.unsupported, &c.decl.data_type()))
+            .collect();
         let sc = &mut self.scratch;
         sc.vals.clear();
         sc.elems.clear();
@@ -73,9 +78,14 @@ impl Engine {
                 Ok(())
             } else {
                 let mut pos = 0;
+                let mut last = (0, 0);
                 let mut res = Ok(());
-                for col in &decl.columns {
-                    let v = match rows::next_entry(payload, &mut pos) {
+                for (ci, col) in decl.columns.iter().enumerate() {
+                    let entry = rows::next_entry(payload, &mut pos);
+                    if let Ok(Some(Entry::Value(s, e))) = entry {
+                        last = (s, e);
+                    }
+                    let v = match entry {
                         Err(m) => Err((Reason::Parse, format!("row payload: {m}"))),
                         Ok(None) => Err((
                             Reason::Parse,
@@ -107,6 +117,13 @@ impl Engine {
                         }),
                     };
                     match v {
+                        // A held column keeps the value's text (checked above).
+                        Ok(Val::Null) => sc.vals.push(Val::Null),
+                        Ok(_) if held_cols[ci] => sc.vals.push(Val::Text {
+                            arena: false,
+                            start: (base + last.0) as u32,
+                            end: (base + last.1) as u32,
+                        }),
                         Ok(v) => sc.vals.push(v),
                         Err(e) => {
                             res = Err(e);
@@ -168,8 +185,21 @@ impl Engine {
 
         let mut fields: Vec<Field> = Vec::with_capacity(ncols + 4);
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(ncols + 4);
+        let mut held: Vec<(u32, usize, Vec<u8>)> = Vec::new();
         for (c, col) in decl.columns.iter().enumerate() {
             fields.push(Field::new(col.name.as_str(), col.decl.data_type(), true));
+            if held_cols[c] {
+                for (&k, &r) in sc.order.iter().zip(&sc.out_rows) {
+                    if let Val::Text { start, end, .. } = sc.vals[k as usize * ncols + c] {
+                        let v = payload_buf
+                            .get(start as usize..end as usize)
+                            .ok_or_else(|| Error::internal("a held value outside the payload"))?;
+                        held.push((r, c, v.to_vec()));
+                    }
+                }
+                cols.push(Arc::new(arrow_array::NullArray::new(n)));
+                continue;
+            }
             let vals = &sc.vals;
             let it = sc.order.iter().map(|&k| &vals[k as usize * ncols + c]);
             cols.push(rows::build(
@@ -188,6 +218,21 @@ impl Engine {
             stream,
             &mut fields,
         );
+        if held_cols.iter().any(|&h| h) {
+            held.sort_by_key(|h| (h.0, h.1));
+            self.held = held
+                .into_iter()
+                .map(|(row, col, value)| crate::hold::Held {
+                    row,
+                    column: fields[col].name().clone(),
+                    value,
+                })
+                .collect();
+            let mut i = 0;
+            fields.retain(|_| (!held_cols[i], i += 1).0);
+            let mut i = 0;
+            cols.retain(|_| (!held_cols[i], i += 1).0);
+        }
         fields.extend(meta::fields());
         cols.extend(meta::columns(
             stream.as_bytes(),
