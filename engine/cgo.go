@@ -11,6 +11,7 @@ package engine
 import "C"
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"runtime"
@@ -182,12 +183,13 @@ func New(cfg Config) (Engine, error) {
 		nm = &naming{n.MaxLength, n.Case, n.Simple, append([]string{}, n.Reserved...)}
 	}
 	js, err := json.Marshal(struct {
-		Lanes    int     `json:"lanes"`
-		MaxBytes int     `json:"max_document_bytes"`
-		State    any     `json:"state"`
-		Streams  []spec  `json:"streams"`
-		Naming   *naming `json:"naming,omitempty"`
-	}{lanes, maxDoc, state, specs, nm})
+		Lanes    int      `json:"lanes"`
+		MaxBytes int      `json:"max_document_bytes"`
+		State    any      `json:"state"`
+		Streams  []spec   `json:"streams"`
+		Naming   *naming  `json:"naming,omitempty"`
+		Unsupp   []string `json:"unsupported,omitempty"`
+	}{lanes, maxDoc, state, specs, nm, cfg.Unsupported})
 	if err != nil {
 		return nil, fmt.Errorf("%w: encoding the engine config: %v", ErrInvalidInput, err)
 	}
@@ -305,6 +307,9 @@ func (e *cEngine) Push(b *RawBatch, syncedAt time.Time) (Output, error) {
 	if err == nil {
 		out.SchemaChanges, err = e.changes()
 	}
+	if err == nil {
+		out.Held, err = e.held()
+	}
 	if out.Record != nil {
 		if t, ok := out.Record.Schema().Metadata().GetValue(TableMetadataKey); ok {
 			out.Table = t
@@ -317,6 +322,71 @@ func (e *cEngine) Push(b *RawBatch, syncedAt time.Time) (Output, error) {
 		return Output{}, err
 	}
 	return out, nil
+}
+
+// held reads the values the last push held back.
+func (e *cEngine) held() ([]Held, error) {
+	h := e.h
+	var n C.int64_t
+	var cerr *C.char
+	if st := C.openetl_engine_held(h.eng, h.qArr, h.qSch, &n, &cerr); st != 0 {
+		return nil, statusError(st, cerr)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	r, err := cdata.ImportCRecordBatch((*cdata.CArrowArray)(unsafe.Pointer(h.qArr)), (*cdata.CArrowSchema)(unsafe.Pointer(h.qSch)))
+	if err != nil {
+		cdata.ReleaseCArrowArray((*cdata.CArrowArray)(unsafe.Pointer(h.qArr)))
+		return nil, fmt.Errorf("%w: importing held values: %v", ErrInternal, err)
+	}
+	defer r.Release()
+	rows, ok1 := r.Column(0).(*array.Uint32)
+	cols, ok2 := r.Column(1).(*array.String)
+	vals, ok3 := r.Column(2).(*array.Binary)
+	if !ok1 || !ok2 || !ok3 {
+		return nil, fmt.Errorf("%w: unexpected held schema %s", ErrInternal, r.Schema())
+	}
+	out := make([]Held, r.NumRows())
+	for i := range out {
+		// The values alias Rust memory freed with r: copy.
+		out[i] = Held{Row: int(rows.Value(i)), Column: strings.Clone(cols.Value(i)), Value: bytes.Clone(vals.Value(i))}
+	}
+	return out, nil
+}
+
+// Release implements Releaser.
+func (e *cEngine) Release(stream, column string, values [][]byte) (arrow.Array, error) {
+	if e.h == nil {
+		return nil, ErrClosed
+	}
+	h := e.h
+	var data []byte
+	offs := make([]int64, 0, len(values)+1)
+	offs = append(offs, 0)
+	for _, v := range values {
+		data = append(data, v...)
+		offs = append(offs, int64(len(data)))
+	}
+	var cerr *C.char
+	st := C.openetl_engine_release(h.eng,
+		(*C.uint8_t)(unsafe.Pointer(unsafe.StringData(stream))), C.size_t(len(stream)),
+		(*C.uint8_t)(unsafe.Pointer(unsafe.StringData(column))), C.size_t(len(column)),
+		(*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(data))), C.size_t(len(data)),
+		(*C.int64_t)(unsafe.Pointer(unsafe.SliceData(offs))), C.size_t(len(values)),
+		h.qArr, h.qSch, &cerr)
+	if st != 0 {
+		return nil, statusError(st, cerr)
+	}
+	r, err := cdata.ImportCRecordBatch((*cdata.CArrowArray)(unsafe.Pointer(h.qArr)), (*cdata.CArrowSchema)(unsafe.Pointer(h.qSch)))
+	if err != nil {
+		cdata.ReleaseCArrowArray((*cdata.CArrowArray)(unsafe.Pointer(h.qArr)))
+		return nil, fmt.Errorf("%w: importing released values: %v", ErrInternal, err)
+	}
+	defer r.Release()
+	a := r.Column(0)
+	a.Retain()
+	return a, nil
 }
 
 // changes reads the schema outcomes of the last push.

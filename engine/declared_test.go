@@ -274,3 +274,40 @@ func TestDestinationNames(t *testing.T) {
 		t.Errorf("MaxLength 3: %v", err)
 	}
 }
+
+func TestHoldBackAndRelease(t *testing.T) {
+	spec := rowSpec("t", "", "id", "int4", "iv", "interval", "u", "uuid")
+	e := newEngine(t, engine.Config{Unsupported: []string{"interval", "struct"}, Streams: []engine.StreamSpec{spec}})
+	b := &engine.RawBatch{Stream: "t"}
+	b.Append(source.OpInsert, 1, []byte("k1"), row("1", "1 day", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"))
+	b.Append(source.OpInsert, 2, []byte("k2"), row("2", null, null))
+	b.Append(source.OpInsert, 3, []byte("k3"), row("3", "1 fortnight", null))
+	out := push(t, e, b)
+	equal(t, "quarantined", len(out.Quarantined), 1)
+	equal(t, "columns", colNames(out.Record)[:3], []string{"id", "u", "_openetl_id"})
+	equal(t, "held", out.Held, []engine.Held{{Row: 0, Column: "iv", Value: []byte("1 day")}})
+	_, _, key, _ := b.Row(out.Held[0].Row)
+	equal(t, "held key", string(key), "k1")
+
+	rel, ok := e.(engine.Releaser)
+	if !ok {
+		t.Fatal("the engine is not a Releaser")
+	}
+	a, err := rel.Release("t", "iv", [][]byte{[]byte("1 day"), []byte("2 mons 00:00:01")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	iv := a.(*array.MonthDayNanoInterval)
+	equal(t, "released", []arrow.MonthDayNanoInterval{iv.Value(0), iv.Value(1)},
+		[]arrow.MonthDayNanoInterval{{Days: 1}, {Months: 2, Nanoseconds: 1e9}})
+	if _, err := rel.Release("t", "iv", [][]byte{[]byte("x")}); !errors.Is(err, engine.ErrInvalidInput) {
+		t.Errorf("bad held value: %v", err)
+	}
+
+	out = push(t, e, docs("j", `{"a":1,"s":{"x":"y"}}`))
+	equal(t, "json held", out.Held, []engine.Held{{Row: 0, Column: "s", Value: []byte(`{"x":"y"}`)}})
+	equal(t, "json columns", colNames(out.Record)[0], "a")
+	out = push(t, e, docs("j", `{"a":1}`))
+	equal(t, "no held", len(out.Held), 0)
+}

@@ -182,6 +182,13 @@ type Config struct {
 	// schema policies. A spec overrides what State says about the
 	// stream's policy and declared columns; inferred columns are kept.
 	Streams []StreamSpec
+	// Unsupported lists the Arrow type classes the destination can't
+	// take: int, uint, float32, float64, decimal, bool, utf8, binary,
+	// fixed_size_binary, date, time, duration, timestamp (no zone),
+	// timestamptz, interval, list, struct, null. Columns of these types
+	// are left out of Output.Record and their values returned in
+	// Output.Held. Default none.
+	Unsupported []string
 	// Naming is the destination's naming rules; nil passes names through
 	// unchanged. Names once given never change (they are in State), even
 	// under other rules later.
@@ -366,10 +373,35 @@ type Output struct {
 	Quarantined []Quarantined
 	// SchemaChanges lists the push's schema outcomes; nil when none.
 	SchemaChanges []SchemaChange
+	// Held lists the values of columns held back (Config.Unsupported),
+	// by input row and then column, for the runner to keep under _held/
+	// with the row's key; nil when none. A row whose held value does not
+	// parse as its type is quarantined like any other.
+	Held []Held
 	// Table is the stream's destination table name under NamingRules
 	// (also in the record schema's metadata under TableMetadataKey); the
 	// stream name when there are none.
 	Table string
+}
+
+// Held is one value held back because the destination can't take its
+// column's type.
+type Held struct {
+	Row    int    // index of the record in the RawBatch (its key is there)
+	Column string // the column's destination name
+	// Value is the value's text: the source's text form for declared
+	// rows; for documents a string's content or another value's JSON text.
+	Value []byte
+}
+
+// Releaser is implemented by engines (the Rust engine's) that can turn
+// held values back into Arrow once the destination takes their type.
+type Releaser interface {
+	// Release types held values of one column of a stream (by its
+	// destination name), in order, as the column's current type. A value
+	// the type can't take is an error wrapping ErrInvalidInput. The caller
+	// releases the array.
+	Release(stream, column string, values [][]byte) (arrow.Array, error)
 }
 
 // TableMetadataKey is the Arrow schema metadata key of an output record's
