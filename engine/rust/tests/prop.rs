@@ -82,7 +82,7 @@ fn row_cfg() -> String {
         .map(|(i, (t, _))| format!(r#"{{"name":"c{i}","type":"{t}"}}"#))
         .collect();
     format!(
-        r#"{{"lanes":3,"streams":[{{"name":"r","format":"row","columns":[{}]}}]}}"#,
+        r#"{{"lanes":3,"unsupported":["interval"],"naming":{{"case":"upper"}},"streams":[{{"name":"r","format":"row","columns":[{}]}}]}}"#,
         cols.join(",")
     )
 }
@@ -135,31 +135,46 @@ proptest! {
     #[test]
     fn json_documents(batches in prop::collection::vec(
         prop::collection::vec((ops(), "[0-9]{0,2}", json_doc()), 1..12), 1..4)) {
-        let mut e = Engine::from_config_json(br#"{"lanes":2}"#).unwrap();
+        // Naming rules, a hold-back, a stream option: all must survive
+        // export/import (rules and unsupported types are config, not state).
+        const CFG: &str = r#""lanes":2,"naming":{"max_len":10,"case":"lower","simple":true,"reserved":["a"]},"unsupported":["timestamptz"]"#;
+        let mut e = Engine::from_config_json(
+            format!(r#"{{{CFG},"streams":[{{"name":"s","timestamps":true}}]}}"#).as_bytes(),
+        )
+        .unwrap();
         let mut twin: Option<Engine> = None;
         for (bi, b) in batches.iter().enumerate() {
             let rows: Vec<(u8, Vec<u8>, Vec<u8>)> =
                 b.iter().map(|(o, k, d)| (*o, k.clone().into_bytes(), d.clone().into_bytes())).collect();
             let out = push(&mut e, "s", &rows);
             if let Some(r) = &out.record {
-                // The batch's schema is the reported one plus metadata.
-                let cols = e.column_types("s");
+                // The batch's schema is the reported one (less held
+                // columns, under destination names) plus metadata.
+                let cols: Vec<_> = e
+                    .column_types("s")
+                    .into_iter()
+                    .filter(|(_, t)| !matches!(t, arrow_schema::DataType::Timestamp(_, Some(_))))
+                    .collect();
                 prop_assert_eq!(r.num_columns(), cols.len() + 4);
-                for (f, (name, ty)) in r.schema().fields().iter().zip(&cols) {
-                    prop_assert_eq!(f.name(), name);
+                for (f, (_, ty)) in r.schema().fields().iter().zip(&cols) {
                     prop_assert_eq!(f.data_type(), ty);
                 }
+            }
+            for h in e.held() {
+                prop_assert!(out.quarantined.iter().all(|q| q.row != h.row), "held row quarantined");
             }
             if let Some(t) = twin.as_mut() {
                 let o2 = push(t, "s", &rows);
                 prop_assert_eq!(&out.record, &o2.record);
                 prop_assert_eq!(&out.quarantined, &o2.quarantined);
+                prop_assert_eq!(t.held(), e.held());
+                prop_assert_eq!(t.changes(), e.changes());
                 prop_assert_eq!(t.state(), e.state());
             }
             if bi == 0 {
                 // import(export(s)) from here on must behave the same.
                 let st = String::from_utf8(e.state()).unwrap();
-                twin = Some(Engine::from_config_json(format!(r#"{{"lanes":2,"state":{st}}}"#).as_bytes()).unwrap());
+                twin = Some(Engine::from_config_json(format!(r#"{{{CFG},"state":{st}}}"#).as_bytes()).unwrap());
             }
         }
     }
@@ -169,7 +184,11 @@ proptest! {
         prop::collection::vec((ops(), "[0-9]{0,2}", row_payload()), 1..12), 1..4)) {
         let mut e = Engine::from_config_json(row_cfg().as_bytes()).unwrap();
         let st = String::from_utf8(e.state()).unwrap();
-        let mut twin = Engine::from_config_json(format!(r#"{{"lanes":3,"state":{st}}}"#).as_bytes()).unwrap();
+        let mut twin = Engine::from_config_json(
+            format!(r#"{{"lanes":3,"unsupported":["interval"],"naming":{{"case":"upper"}},"state":{st}}}"#)
+                .as_bytes(),
+        )
+        .unwrap();
         for b in &batches {
             let b: Vec<(u8, Vec<u8>, Vec<u8>)> =
                 b.iter().map(|(o, k, p)| (*o, k.clone().into_bytes(), p.clone())).collect();
@@ -177,8 +196,12 @@ proptest! {
             let o2 = push(&mut twin, "r", &b);
             prop_assert_eq!(&out.record, &o2.record);
             prop_assert_eq!(&out.quarantined, &o2.quarantined);
+            prop_assert_eq!(e.held(), twin.held());
             if let Some(r) = &out.record {
-                prop_assert_eq!(r.num_columns(), TYPES.len() + 4);
+                // The interval column is held back; names are upper case.
+                prop_assert_eq!(r.num_columns(), TYPES.len() - 1 + 4);
+                let first = r.schema().field(0).name().clone();
+                prop_assert_eq!(first.as_str(), "C0");
             }
         }
         prop_assert_eq!(e.state(), twin.state());
