@@ -446,7 +446,7 @@ impl Engine {
             let result = result.and_then(|()| {
                 for ci in cells_mark..sc.cells.len() {
                     let mut c = sc.cells[ci];
-                    if c.kind == Kind::Text && opts.timestamps {
+                    if opts.timestamps && c.kind == Kind::Text {
                         let src = if c.in_arena {
                             &sc.arena[..]
                         } else {
@@ -462,7 +462,12 @@ impl Engine {
                         }
                     }
                     let col = &schema.columns[c.col as usize];
-                    let mut to = col.ty.widen(c.kind.column_type_with(opts.nested_text));
+                    let kt = c.kind.column_type_with(opts.nested_text);
+                    // Fast path: the value fits the column as it is.
+                    if kt == ColumnType::Null || (kt == col.ty && kt != ColumnType::Nested) {
+                        continue;
+                    }
+                    let mut to = col.ty.widen(kt);
                     let mut tree = None;
                     if to == ColumnType::Nested && c.kind == Kind::Nested {
                         let text = payload_buf
