@@ -137,7 +137,9 @@
 //	u32le(len(stream)) ‖ stream ‖ 0x01 ‖ u32le(len(key)) ‖ key ‖ i64le(seq)      when key is non-empty
 //	u32le(len(stream)) ‖ stream ‖ 0x02 ‖ u32le(len(payload)) ‖ payload ‖ i64le(seq)  when key is empty
 //
-// Test vectors (stream, key, payload, seq → ID):
+// Test vectors (stream, key, payload, seq → ID), also in
+// testdata/openetl_id_vectors.json, which the Go and Rust tests check (it
+// adds one for a declared row payload):
 //
 //	"orders", "42", `{"id":42}`, 7  → 79f31045bf5ab5655cdd3b5607862643
 //	"orders", "",   `{"id":42}`, 7  → 0a203a32206444d5c896477c05649d92
@@ -341,10 +343,10 @@ type Reason string
 
 // The reasons a record is quarantined.
 const (
-	ReasonParse        Reason = "parse_error"   // not a JSON object
-	ReasonTypeConflict Reason = "type_conflict" // a value the frozen schema can't take
-	ReasonOutOfRange   Reason = "out_of_range"  // a number or time the type can't hold
-	ReasonMissingKey   Reason = "missing_key"   // a keyed stream's record without a key
+	ReasonParse        Reason = "parse_error"   // not a JSON object, a malformed row payload, an unknown op
+	ReasonTypeConflict Reason = "type_conflict" // a declared value that isn't its type; a change a frozen schema refuses
+	ReasonOutOfRange   Reason = "out_of_range"  // a declared value its type can't hold (overflow, scale, infinity)
+	ReasonMissingKey   Reason = "missing_key"   // a keyed stream's record without a key (not produced yet)
 	ReasonTooLarge     Reason = "too_large"     // payload over MaxDocumentBytes
 	ReasonTooDeep      Reason = "too_deep"      // nesting over the limit
 	// ReasonUnchanged: a declared row with a value the source did not

@@ -11,13 +11,17 @@ use crate::error::Error;
 /// (engine.Reason) and the quarantine files use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reason {
-    /// Not one JSON object, an unknown op code, or a field the engine refuses.
+    /// Not one JSON object, a malformed row payload, an unknown op code,
+    /// or a field the engine refuses.
     Parse,
-    /// A value the frozen schema can't take (full engine).
+    /// A declared value that does not parse as its type, or a document
+    /// the frozen schema can't take.
     TypeConflict,
-    /// A number or time the type can't hold (full engine).
+    /// A declared value that parses but doesn't fit its type (overflow,
+    /// scale, infinity, a zero date).
     OutOfRange,
-    /// A keyed stream's record without a key (full engine).
+    /// A keyed stream's record without a key (not produced yet: the
+    /// engine does not know which streams are keyed).
     MissingKey,
     /// The payload is over `max_document_bytes`.
     TooLarge,

@@ -211,7 +211,7 @@ impl Engine {
                 &sc.elems,
             )?);
         }
-        let table = super::apply_names(
+        let table = super::config::apply_names(
             &self.cfg.naming,
             &mut self.tables,
             names,
@@ -241,7 +241,8 @@ impl Engine {
             synced_at_micros,
             &mut sc.id_buf,
         )?);
-        let record = RecordBatch::try_new(Arc::new(super::out_schema(fields, table)), cols)?;
+        let record =
+            RecordBatch::try_new(Arc::new(super::config::out_schema(fields, table)), cols)?;
         Ok(PushOutput {
             record: Some(record),
             lane_offsets,
