@@ -311,3 +311,26 @@ func TestHoldBackAndRelease(t *testing.T) {
 	out = push(t, e, docs("j", `{"a":1}`))
 	equal(t, "no held", len(out.Held), 0)
 }
+
+func TestJSONDecimals(t *testing.T) {
+	e := newEngine(t, engine.Config{})
+	out := push(t, e, docs("d",
+		`{"big":123456789012345678901234567890,"pi":3.14159265358979323846,"f":0.6046602879796196,"n":1}`,
+		`{"big":-1,"pi":2.5,"f":0.5,"n":12345678901234567890}`,
+	))
+	r := out.Record
+	want := map[string]arrow.DataType{
+		"big": &arrow.Decimal128Type{Precision: 38, Scale: 0},
+		"pi":  arrow.BinaryTypes.String, // a decimal meeting a float: exact text
+		"f":   arrow.PrimitiveTypes.Float64,
+		"n":   &arrow.Decimal128Type{Precision: 38, Scale: 0},
+	}
+	for name, w := range want {
+		if got := column(t, r, name).DataType(); !arrow.TypeEqual(got, w) {
+			t.Errorf("%s: %s, want %s", name, got, w)
+		}
+	}
+	equal(t, "big", cells(t, r, "big"), []string{"123456789012345678901234567890", "-1"})
+	equal(t, "pi", cells(t, r, "pi"), []string{"3.14159265358979323846", "2.5"})
+	equal(t, "n", cells(t, r, "n"), []string{"1", "12345678901234567890"})
+}

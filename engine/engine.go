@@ -14,9 +14,11 @@
 //	null                           null (until another value arrives)
 //	true / false                   bool
 //	integer within int64           int64
-//	other number, a finite f64     float64
-//	integer beyond int64, number   utf8: the exact JSON text
-//	beyond f64
+//	other number float64 holds     float64 (its text is a float64's
+//	                               shortest form, or has an exponent)
+//	integer beyond int64, or a     decimal128(38, s), s its fraction
+//	number float64 can't hold      digits, when it has at most 38
+//	(no exponent)                  digits; else utf8, the exact text
 //	string                         utf8
 //	RFC 3339 string                timestamp[us, UTC], only with
 //	                               StreamSpec.Timestamps (else utf8)
@@ -26,6 +28,10 @@
 //	widening (join)                result
 //	null ⊔ T                       T
 //	int64 ⊔ float64                float64
+//	decimal(s1) ⊔ decimal(s2)      decimal(max s), while the largest
+//	                               integer part and scale fit 38 digits;
+//	                               else utf8
+//	int64 ⊔ decimal(s)             decimal(s) if s ≤ 19, else utf8
 //	struct ⊔ struct                struct with the union of fields, each
 //	                               field joined
 //	list ⊔ list                    list of the joined elements
@@ -37,9 +43,10 @@
 // values as their JSON text. Inside structs and lists the same tables
 // apply to each child; nesting deeper than 8 levels below the column is
 // JSON text, and so is every nested value of a stream with
-// StreamSpec.NestedAsText. Numbers that don't fit int64 or a finite
-// float64 keep their exact JSON text (utf8), never rounded (decimal128
-// inference for JSON is not done yet). New columns are nullable and
+// StreamSpec.NestedAsText. No number is rounded: a float64 column meeting
+// a decimal becomes utf8 (exact text), and inside structs and lists a
+// number float64 can't hold is utf8 (decimals are inferred for top-level
+// fields only). New columns are nullable and
 // appended after the existing ones; a column absent from a batch is still
 // in its output, all null. Payloads over MaxDocumentBytes are quarantined
 // ReasonTooLarge, nesting over 64 levels ReasonTooDeep, and a document

@@ -380,7 +380,7 @@ impl Engine {
                         }
                     }
                     let col = &schema.columns[c.col as usize];
-                    let kt = c.kind.column_type_with(opts.nested_text);
+                    let kt = c.kind.column_type_with(c.num, opts.nested_text);
                     // Fast path: the value fits the column as it is.
                     if kt == ColumnType::Null || (kt == col.ty && kt != ColumnType::Nested) {
                         continue;

@@ -153,6 +153,14 @@ pub fn release(st: &StreamSchema, column: &str, values: &[&[u8]]) -> Result<Arra
         (ColumnType::Int64, _) => nested::JType::Int64,
         (ColumnType::Float64, _) => nested::JType::Float64,
         (ColumnType::Utf8, _) => nested::JType::Utf8,
+        (ColumnType::Decimal { scale, .. }, _) => {
+            let mut b = arrow_array::builder::Decimal128Builder::with_capacity(values.len())
+                .with_precision_and_scale(38, scale as i8)?;
+            for (i, v) in values.iter().enumerate() {
+                b.append_value(coerce::decimal(v, 38, scale as i8, false).map_err(|_| bad(i))?);
+            }
+            return Ok(Arc::new(b.finish()));
+        }
         (ColumnType::Timestamp, _) => {
             let mut b =
                 arrow_array::builder::TimestampMicrosecondBuilder::with_capacity(values.len())

@@ -20,6 +20,10 @@ pub enum Kind {
     Int,
     /// A number with a fraction or exponent that fits a finite f64.
     Float,
+    /// A number without exponent that float64 can't be trusted to hold
+    /// (beyond int64, or more than 15 significant digits) and that has at
+    /// most 38 digits; `num` is its shape (`json::decimal_shape`).
+    Decimal,
     /// A number no numeric type here holds exactly: kept as its text.
     BigNum,
     /// A string.
@@ -32,10 +36,26 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The narrowest column type that holds a value of this kind and
+    /// `num` (nested values as structs and lists).
+    pub fn column_type_of(self, num: u64) -> ColumnType {
+        match self {
+            Kind::Decimal => ColumnType::Decimal {
+                scale: (num & 0xff) as u8,
+                int_digits: ((num >> 8) & 0xff) as u8,
+            },
+            k => k.column_type(),
+        }
+    }
+
     /// The narrowest column type that holds a value of this kind (nested
-    /// values as structs and lists).
+    /// values as structs and lists; decimals at their smallest shape).
     pub fn column_type(self) -> ColumnType {
         match self {
+            Kind::Decimal => ColumnType::Decimal {
+                scale: 0,
+                int_digits: 0,
+            },
             Kind::Null => ColumnType::Null,
             Kind::Bool => ColumnType::Bool,
             Kind::Int => ColumnType::Int64,
@@ -49,12 +69,21 @@ impl Kind {
     /// As [`Kind::column_type`], with nested values as JSON text when
     /// `nested_text`.
     #[inline]
-    pub fn column_type_with(self, nested_text: bool) -> ColumnType {
+    pub fn column_type_with(self, num: u64, nested_text: bool) -> ColumnType {
         if nested_text && self == Kind::Nested {
             ColumnType::Utf8
         } else {
-            self.column_type()
+            self.column_type_of(num)
         }
+    }
+}
+
+/// A decimal column type, or utf8 when 38 digits can't hold it.
+fn decimal(scale: u8, int_digits: u8) -> ColumnType {
+    if u16::from(scale) + u16::from(int_digits) <= 38 {
+        ColumnType::Decimal { scale, int_digits }
+    } else {
+        ColumnType::Utf8
     }
 }
 
@@ -65,6 +94,12 @@ pub enum ColumnType {
     Bool,
     Int64,
     Float64,
+    /// decimal128(38, scale); `int_digits` is the most integer digits seen
+    /// (scale + int_digits ≤ 38).
+    Decimal {
+        scale: u8,
+        int_digits: u8,
+    },
     /// timestamp[us, UTC] (RFC 3339 strings, when the stream asks).
     Timestamp,
     /// A struct or list; its shape is the column's `JType` tree.
@@ -81,6 +116,20 @@ impl ColumnType {
             (a, b) if a == b => a,
             (Null, x) | (x, Null) => x,
             (Int64, Float64) | (Float64, Int64) => Float64,
+            (
+                Decimal {
+                    scale: s1,
+                    int_digits: i1,
+                },
+                Decimal {
+                    scale: s2,
+                    int_digits: i2,
+                },
+            ) => decimal(s1.max(s2), i1.max(i2)),
+            // An int64 has up to 19 integer digits.
+            (Int64, Decimal { scale, int_digits }) | (Decimal { scale, int_digits }, Int64) => {
+                decimal(scale, int_digits.max(19))
+            }
             _ => Utf8,
         }
     }
@@ -92,6 +141,7 @@ impl ColumnType {
             ColumnType::Bool => DataType::Boolean,
             ColumnType::Int64 => DataType::Int64,
             ColumnType::Float64 => DataType::Float64,
+            ColumnType::Decimal { scale, .. } => DataType::Decimal128(38, scale as i8),
             ColumnType::Timestamp => {
                 DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("UTC".into()))
             }
@@ -108,6 +158,7 @@ impl ColumnType {
             ColumnType::Bool => "bool",
             ColumnType::Int64 => "int64",
             ColumnType::Float64 => "float64",
+            ColumnType::Decimal { .. } => "decimal",
             ColumnType::Timestamp => "timestamp",
             ColumnType::Nested => "nested",
             ColumnType::Utf8 => "utf8",
@@ -136,7 +187,21 @@ mod tests {
 
     #[test]
     fn widen_is_a_join() {
-        let all = [Null, Bool, Int64, Float64, Timestamp, Nested, Utf8];
+        let d = |scale, int_digits| Decimal { scale, int_digits };
+        let all = [
+            Null,
+            Bool,
+            Int64,
+            Float64,
+            Timestamp,
+            Nested,
+            Utf8,
+            d(0, 20),
+            d(2, 16),
+            d(20, 10),
+            d(18, 19),
+            d(0, 38),
+        ];
         for a in all {
             for b in all {
                 let w = a.widen(b);
@@ -160,6 +225,23 @@ mod tests {
         for t in [Null, Bool, Int64, Float64, Timestamp, Nested, Utf8] {
             assert_eq!(ColumnType::from_name(t.name()), Some(t));
         }
+        assert_eq!(
+            Int64.widen(Decimal {
+                scale: 20,
+                int_digits: 10
+            }),
+            Utf8
+        );
+        assert_eq!(
+            Int64.widen(Decimal {
+                scale: 2,
+                int_digits: 1
+            }),
+            Decimal {
+                scale: 2,
+                int_digits: 19
+            }
+        );
         assert_eq!(ColumnType::from_name("int32"), None);
     }
 }

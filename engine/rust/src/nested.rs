@@ -48,7 +48,7 @@ impl JType {
                     // arbitrary_precision: the number keeps its text; one
                     // that f64 can't hold (overflow) stays text.
                     match n.as_f64() {
-                        Some(f) if f.is_finite() => JType::Float64,
+                        Some(f) if f.is_finite() && !too_precise(&n.to_string()) => JType::Float64,
                         _ => JType::Utf8,
                     }
                 }
@@ -150,6 +150,26 @@ impl JType {
             _ => return None,
         })
     }
+}
+
+/// Whether a number's text is not exactly a float64 (more than 15
+/// significant digits that don't round-trip): such numbers inside nested
+/// values are kept as text (decimal inference is for top-level fields).
+fn too_precise(text: &str) -> bool {
+    if text.contains(['e', 'E']) {
+        return false;
+    }
+    let t = text.trim_start_matches('-');
+    let (int, frac) = t.split_once('.').unwrap_or((t, ""));
+    let sig = int
+        .bytes()
+        .chain(frac.bytes())
+        .skip_while(|&d| d == b'0')
+        .count();
+    sig > 15
+        && !text
+            .parse::<f64>()
+            .is_ok_and(|f| crate::json::roundtrips(int.as_bytes(), frac.as_bytes(), f))
 }
 
 fn fields(f: &[(String, JType)]) -> Fields {

@@ -189,6 +189,10 @@ pub fn export(streams: &HashMap<String, StreamSchema>) -> Vec<u8> {
                 .iter()
                 .map(|c| {
                     let mut v = json!({"name": c.name, "type": c.ty.name()});
+                    if let ColumnType::Decimal { scale, int_digits } = c.ty {
+                        v["scale"] = json!(scale);
+                        v["int_digits"] = json!(int_digits);
+                    }
                     if let Some(t) = &c.tree {
                         v["tree"] = t.to_json();
                     }
@@ -268,11 +272,26 @@ pub fn import(v: &Value) -> Result<HashMap<String, StreamSchema>, Error> {
             let c = object(c, "a column")?;
             let cname = string(c, "name", "a column")?;
             let ty = string(c, "type", "a column")?;
-            let ty = ColumnType::from_name(ty).ok_or_else(|| {
-                bad(format!(
-                    "stream {name:?} column {cname:?} has unknown type {ty:?}"
-                ))
-            })?;
+            let ty = if ty == "decimal" {
+                let n = |k: &str| c.get(k).and_then(Value::as_u64).filter(|&v| v <= 38);
+                match (n("scale"), n("int_digits")) {
+                    (Some(s), Some(i)) if s + i <= 38 => ColumnType::Decimal {
+                        scale: s as u8,
+                        int_digits: i as u8,
+                    },
+                    _ => {
+                        return Err(bad(format!(
+                            "stream {name:?} column {cname:?} has a bad decimal shape"
+                        )));
+                    }
+                }
+            } else {
+                ColumnType::from_name(ty).ok_or_else(|| {
+                    bad(format!(
+                        "stream {name:?} column {cname:?} has unknown type {ty:?}"
+                    ))
+                })?
+            };
             if cname.starts_with(RESERVED_PREFIX) {
                 return Err(bad(format!(
                     "stream {name:?} column {cname:?} uses the reserved prefix"

@@ -189,8 +189,7 @@ fn widening_across_batches() {
     assert!(col(&r, "b").is_null(0));
     assert!(col(&r, "c").is_null(0));
 
-    // Numbers written to a utf8 column keep their JSON text; an integer
-    // beyond i64 turns the column utf8 with its exact text.
+    // Numbers written to a utf8 column keep their JSON text.
     let r = push(
         &mut e,
         "s",
@@ -206,13 +205,16 @@ fn widening_across_batches() {
         utf8(&r, "b"),
         [Some("1.50e3".into()), Some("t".into()), None]
     );
+    // An integer beyond i64 with int64s: decimal128(38, 0), exact.
     assert_eq!(
-        utf8(&r, "e"),
-        [
-            Some("12".into()),
-            Some("123456789012345678901234567890".into()),
-            Some("-5".into())
-        ]
+        col(&r, "e")
+            .as_primitive::<arrow_array::types::Decimal128Type>()
+            .values(),
+        &[12, 123456789012345678901234567890, -5]
+    );
+    assert_eq!(
+        r.schema().field_with_name("e").unwrap().data_type(),
+        &DataType::Decimal128(38, 0)
     );
     assert_eq!(
         e.columns("s").iter().map(|c| c.1).collect::<Vec<_>>(),
@@ -221,9 +223,21 @@ fn widening_across_batches() {
             ColumnType::Utf8,
             ColumnType::Bool,
             ColumnType::Utf8,
-            ColumnType::Utf8
+            ColumnType::Decimal {
+                scale: 0,
+                int_digits: 30
+            }
         ]
     );
+    // A scale that no longer fits 38 digits with the integer digits: utf8.
+    let r = push(&mut e, "s", &[r#"{"e":0.12345678901234567890}"#])
+        .record
+        .unwrap();
+    assert_eq!(
+        r.schema().field_with_name("e").unwrap().data_type(),
+        &DataType::Utf8
+    );
+    assert_eq!(utf8(&r, "e"), [Some("0.12345678901234567890".into())]);
     // Streams are independent.
     let r = push(&mut e, "t", &[r#"{"a":"x"}"#]).record.unwrap();
     assert_eq!(names(&r)[..1], ["a"]);

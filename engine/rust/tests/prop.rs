@@ -17,7 +17,8 @@ fn json_value() -> impl Strategy<Value = String> {
         any::<f64>()
             .prop_filter("finite", |f| f.is_finite())
             .prop_map(|f| format!("{f:e}")),
-        "[0-9]{19,25}".prop_map(|s| s),
+        "[1-9][0-9]{18,40}".prop_map(|s| s),
+        "-?[0-9]\\.[0-9]{10,40}".prop_map(|s| s),
         "[a-z\\\\\"é ]{0,8}".prop_map(|s| serde_json::to_string(&s).unwrap()),
         Just("\"2024-01-02T03:04:05Z\"".to_string()),
         Just("tru".to_string()), // invalid
