@@ -41,41 +41,55 @@ pub fn decimal_shape(scale: usize, int_digits: usize) -> u64 {
 /// digits `frac` is exactly the shortest round-trip representation of
 /// `f`'s magnitude, i.e. float64 holds it without rounding.
 pub fn roundtrips(int: &[u8], frac: &[u8], f: f64) -> bool {
-    use std::io::Write;
-    let mut buf = [0u8; 40];
-    let mut w = &mut buf[..];
-    if write!(w, "{:e}", f.abs()).is_err() {
-        return false;
+    let mut buf = zmij::Buffer::new();
+    let shortest = buf.format_finite(f.abs()).as_bytes();
+    let (mut a, mut b) = ([0u8; 24], [0u8; 24]);
+    match (normal(int, frac, 0, &mut a), split_normal(shortest, &mut b)) {
+        (Some((na, ea)), Some((nb, eb))) => na == nb && ea == eb && a[..na] == b[..nb],
+        _ => false,
     }
-    let n = 40 - w.len();
-    let s = &buf[..n];
-    let Some(epos) = s.iter().position(|&b| b == b'e') else {
-        return false;
-    };
-    let Some(fexp) = std::str::from_utf8(&s[epos + 1..])
-        .ok()
-        .and_then(|e| e.parse::<i64>().ok())
-    else {
-        return false;
-    };
-    let fdigits = s[..epos].iter().filter(|b| b.is_ascii_digit());
-    // The text's digits without leading zeros, and its exponent.
+}
+
+/// A number's significant digits (into `out`) and the decimal exponent of
+/// the first; `None` when there are more digits than `out` holds.
+fn normal(int: &[u8], frac: &[u8], exp: i64, out: &mut [u8; 24]) -> Option<(usize, i64)> {
     let all = || int.iter().chain(frac);
-    let lead = all().take_while(|&&d| d == b'0').count();
     let total = int.len() + frac.len();
+    let lead = all().take_while(|&&d| d == b'0').count();
     if lead == total {
-        return f == 0.0;
+        return Some((0, 0));
     }
-    let texp = int.len() as i64 - 1 - lead as i64;
-    let mut tdigits: Vec<u8> = all().skip(lead).copied().collect();
-    while tdigits.last() == Some(&b'0') {
-        tdigits.pop();
+    let trail = frac
+        .iter()
+        .rev()
+        .chain(int.iter().rev())
+        .take_while(|&&d| d == b'0')
+        .count();
+    let n = total - lead - trail;
+    if n > out.len() {
+        return None;
     }
-    let mut fd: Vec<u8> = fdigits.copied().collect();
-    while fd.len() > 1 && fd.last() == Some(&b'0') {
-        fd.pop();
+    for (o, &d) in out.iter_mut().zip(all().skip(lead).take(n)) {
+        *o = d;
     }
-    texp == fexp && tdigits == fd
+    Some((n, int.len() as i64 - 1 - lead as i64 + exp))
+}
+
+/// [`normal`] of a float's text: `[-]int[.frac][e[+-]exp]`.
+fn split_normal(t: &[u8], out: &mut [u8; 24]) -> Option<(usize, i64)> {
+    let t = t.strip_prefix(b"-").unwrap_or(t);
+    let (mant, exp) = match t.iter().position(|&b| b == b'e' || b == b'E') {
+        Some(p) => {
+            let e = std::str::from_utf8(&t[p + 1..]).ok()?;
+            (&t[..p], e.trim_start_matches('+').parse::<i64>().ok()?)
+        }
+        None => (t, 0),
+    };
+    let (int, frac) = match mant.iter().position(|&b| b == b'.') {
+        Some(p) => (&mant[..p], &mant[p + 1..]),
+        None => (mant, &mant[mant.len()..]),
+    };
+    normal(int, frac, exp, out)
 }
 
 /// Receives the fields of a document, in document order.
@@ -406,6 +420,7 @@ impl<'a> Scanner<'a> {
             }
         }
         self.pos = i;
+        let mut parsed = None;
         if !exp {
             // A number float64 can't be trusted to hold exactly (integers
             // beyond i64, more than 15 significant digits) is a decimal
@@ -427,11 +442,15 @@ impl<'a> Scanner<'a> {
                     .skip_while(|&&d| d == b'0')
                     .count();
                 // Up to 15 significant digits always round-trip.
-                sig > 15
-                    && !text.parse::<f64>().is_ok_and(|f| {
+                sig > 15 && {
+                    let p = text.parse::<f64>();
+                    let ok = p.as_ref().is_ok_and(|&f| {
                         f.is_finite()
                             && roundtrips(&doc[int_start..int_end], &doc[frac.0..frac.1], f)
-                    })
+                    });
+                    parsed = Some(p);
+                    !ok
+                }
             };
             if big_int || inexact {
                 if int_digits + frac_digits <= 38 {
@@ -462,7 +481,7 @@ impl<'a> Scanner<'a> {
         // SAFETY: the span holds only ASCII digits, signs, '.' and 'e'/'E',
         // as matched above.
         let text = unsafe { std::str::from_utf8_unchecked(raw) };
-        match text.parse::<f64>() {
+        match parsed.unwrap_or_else(|| text.parse::<f64>()) {
             Ok(f) if f.is_finite() => Ok((Kind::Float, f.to_bits())),
             Ok(_) => Ok((Kind::BigNum, 0)),
             Err(_) => Err(self.err("invalid number")),
