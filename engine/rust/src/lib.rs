@@ -3,8 +3,15 @@
 //!
 //! The Rust API is sans-IO and push-based: [`Engine::push`] takes one input
 //! batch ([`input::RawRows`]) and returns Arrow rows, quarantined rows and
-//! lane boundaries. This file is the C surface over it; its header is
-//! `engine/include/openetl_engine.h`.
+//! lane boundaries; after it, [`Engine::changes`] and [`Engine::held`]
+//! report the push's schema outcomes and held-back values. One file per
+//! concern: `json.rs` (scanner), `infer.rs` and `nested.rs` (inference),
+//! `decl.rs`, `coerce.rs` and `rows.rs` (declared rows), `state.rs`,
+//! `names.rs`, `hold.rs`, `quarantine.rs`, `route.rs`, `meta.rs`. This
+//! file is the C surface over it; its header is
+//! `engine/include/openetl_engine.h`. The ABI stays `v1`: the functions
+//! added since (`openetl_engine_changes`, `_held`, `_release`) are new
+//! symbols, so a stale library fails to link.
 //!
 //! # The C contract
 //!
