@@ -66,6 +66,20 @@ struct Handle {
     poisoned: bool,
 }
 
+impl Handle {
+    /// Fails when an earlier panic left the engine unusable.
+    fn usable(&self) -> Result<(), Error> {
+        if self.poisoned {
+            Err(Error::new(
+                Status::Panic,
+                "engine is unusable after an earlier panic",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// Returns the ABI version (1). Its name is the link-time check.
 #[unsafe(no_mangle)]
 pub extern "C" fn openetl_engine_abi_v1() -> u32 {
@@ -362,6 +376,7 @@ pub unsafe extern "C" fn openetl_engine_changes(
         ffi::non_null(out_len, "out_len")?;
         // SAFETY: eng is a live handle, not used concurrently.
         let h = unsafe { &*eng.cast::<Handle>() };
+        h.usable()?;
         let changes = h.engine.changes();
         let (p, n) = if changes.is_empty() {
             (std::ptr::null_mut(), 0)
@@ -408,6 +423,7 @@ pub unsafe extern "C" fn openetl_engine_held(
         ffi::non_null(n_rows, "n_rows")?;
         // SAFETY: eng is a live handle, not used concurrently.
         let h = unsafe { &*eng.cast::<Handle>() };
+        h.usable()?;
         let b = hold::batch(h.engine.held())?;
         // SAFETY: n_rows is non-null and writable.
         unsafe { *n_rows = b.as_ref().map_or(0, |b| b.num_rows() as i64) };
@@ -457,6 +473,7 @@ pub unsafe extern "C" fn openetl_engine_release(
         ffi::non_null(out_schema, "out_schema")?;
         // SAFETY: eng is a live handle, not used concurrently.
         let h = unsafe { &*eng.cast::<Handle>() };
+        h.usable()?;
         // SAFETY: the caller guarantees the lengths.
         let (stream, column, data) = unsafe {
             (
