@@ -152,10 +152,11 @@ func New(cfg Config) (Engine, error) {
 		Policy  Policy `json:"policy,omitempty"`
 		Nested  bool   `json:"nested_text,omitempty"`
 		Times   bool   `json:"timestamps,omitempty"`
+		Keyed   bool   `json:"keyed,omitempty"`
 	}
 	specs := make([]spec, 0, len(cfg.Streams))
 	for _, s := range cfg.Streams {
-		sp := spec{Name: s.Name, Format: "json", Types: s.Types, Policy: s.Policy, Nested: s.NestedAsText, Times: s.Timestamps}
+		sp := spec{Name: s.Name, Format: "json", Types: s.Types, Policy: s.Policy, Nested: s.NestedAsText, Times: s.Timestamps, Keyed: s.Keyed}
 		switch s.Format {
 		case source.FormatJSON:
 		case source.FormatRow:

@@ -334,3 +334,14 @@ func TestJSONDecimals(t *testing.T) {
 	equal(t, "pi", cells(t, r, "pi"), []string{"3.14159265358979323846", "2.5"})
 	equal(t, "n", cells(t, r, "n"), []string{"1", "12345678901234567890"})
 }
+
+func TestMissingKey(t *testing.T) {
+	st := source.Stream{Name: "k", Format: source.FormatRow, PrimaryKey: []string{"id"},
+		Columns: []source.Column{{Name: "id", Type: "int4"}}}
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{engine.SpecOf(st)}})
+	b := &engine.RawBatch{Stream: "k"}
+	b.Append(source.OpInsert, 1, []byte("1"), row("1"))
+	b.Append(source.OpInsert, 2, nil, row("2"))
+	out := push(t, e, b)
+	equal(t, "quarantined", out.Quarantined, []engine.Quarantined{{Row: 1, Reason: engine.ReasonMissingKey, Detail: "the stream has a primary key but the record has none"}})
+}

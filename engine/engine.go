@@ -314,11 +314,14 @@ type StreamSpec struct {
 	// Timestamps types a JSON stream's RFC 3339 strings as
 	// timestamp[us, UTC]. Default false.
 	Timestamps bool
+	// Keyed says the stream has a primary key: a record without a key is
+	// quarantined ReasonMissingKey. Default false.
+	Keyed bool
 }
 
 // SpecOf returns the spec of a stream from a source's catalog.
 func SpecOf(s source.Stream) StreamSpec {
-	return StreamSpec{Name: s.Name, Format: s.Format, Types: s.Types, Columns: s.Columns}
+	return StreamSpec{Name: s.Name, Format: s.Format, Types: s.Types, Columns: s.Columns, Keyed: len(s.PrimaryKey) > 0}
 }
 
 // ChangeKind is the kind of a SchemaChange.
@@ -353,7 +356,7 @@ const (
 	ReasonParse        Reason = "parse_error"   // not a JSON object, a malformed row payload, an unknown op
 	ReasonTypeConflict Reason = "type_conflict" // a declared value that isn't its type; a change a frozen schema refuses
 	ReasonOutOfRange   Reason = "out_of_range"  // a declared value its type can't hold (overflow, scale, infinity)
-	ReasonMissingKey   Reason = "missing_key"   // a keyed stream's record without a key (not produced yet)
+	ReasonMissingKey   Reason = "missing_key"   // a record without a key in a StreamSpec.Keyed stream
 	ReasonTooLarge     Reason = "too_large"     // payload over MaxDocumentBytes
 	ReasonTooDeep      Reason = "too_deep"      // nesting over the limit
 	// ReasonUnchanged: a declared row with a value the source did not

@@ -301,6 +301,7 @@ impl Engine {
         sc.before.extend(schema.columns.iter().map(|c| c.ty));
         let policy = schema.policy;
         let opts = schema.opts;
+        let keyed = opts.keyed;
         sc.nested_vals.clear();
         sc.before_trees.clear();
         sc.before_trees
@@ -322,6 +323,14 @@ impl Engine {
                 continue;
             }
             let payload = rows.payload(i);
+            if keyed && rows.key(i).is_empty() {
+                quarantined.push(Quarantined {
+                    row: i as u32,
+                    reason: Reason::MissingKey,
+                    detail: "the stream has a primary key but the record has none".into(),
+                });
+                continue;
+            }
             if payload.len() > self.cfg.max_document_bytes {
                 quarantined.push(Quarantined {
                     row: i as u32,

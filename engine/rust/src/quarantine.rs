@@ -20,8 +20,7 @@ pub enum Reason {
     /// A declared value that parses but doesn't fit its type (overflow,
     /// scale, infinity, a zero date).
     OutOfRange,
-    /// A keyed stream's record without a key (not produced yet: the
-    /// engine does not know which streams are keyed).
+    /// A keyed stream's record without a key.
     MissingKey,
     /// The payload is over `max_document_bytes`.
     TooLarge,

@@ -126,6 +126,9 @@ pub struct JsonOpts {
     pub nested_text: bool,
     /// Strings that are RFC 3339 timestamps are typed timestamp[us, UTC].
     pub timestamps: bool,
+    /// The stream has a primary key: a record without one is quarantined
+    /// `missing_key` (JSON and row streams alike).
+    pub keyed: bool,
 }
 
 /// A stream's inferred schema. Columns only ever get added at the end and
@@ -212,6 +215,9 @@ pub fn export(streams: &HashMap<String, StreamSchema>) -> Vec<u8> {
             }
             if st.opts.timestamps {
                 v["timestamps"] = json!(true);
+            }
+            if st.opts.keyed {
+                v["keyed"] = json!(true);
             }
             if let Some(d) = &st.declared {
                 v["types"] = json!(d.types.name());
@@ -330,6 +336,7 @@ pub fn import(v: &Value) -> Result<HashMap<String, StreamSchema>, Error> {
             .get("timestamps")
             .and_then(Value::as_bool)
             .unwrap_or(false);
+        schema.opts.keyed = s.get("keyed").and_then(Value::as_bool).unwrap_or(false);
         if let Some(p) = s.get("policy") {
             schema.policy = p
                 .as_str()

@@ -475,3 +475,28 @@ fn unsupported_types_are_held_and_released() {
     push(&mut e, "j", &[(1, br#"{"a":3}"#)]);
     assert!(e.held().is_empty());
 }
+
+#[test]
+fn keyed_streams_need_keys() {
+    let mut e = engine(
+        r#"{"streams":[{"name":"k","keyed":true},{"name":"r","format":"row","keyed":true,"columns":[{"name":"id","type":"int4"}]}]}"#,
+    );
+    let batch = input::batch(&[
+        (1u8, 1i64, &b"1"[..], &br#"{"a":1}"#[..]),
+        (1, 2, b"", br#"{"a":2}"#),
+        (3, 3, b"", b""),
+    ]);
+    let out = e.push("k", &RawRows::new(&batch).unwrap(), 0).unwrap();
+    let reasons: Vec<(u32, Reason)> = out.quarantined.iter().map(|q| (q.row, q.reason)).collect();
+    assert_eq!(reasons, [(1, Reason::MissingKey), (2, Reason::MissingKey)]);
+    let row = encode(&[Some(b"1")]);
+    let batch = input::batch(&[(1u8, 1i64, &b""[..], &row[..]), (1, 2, b"1", &row[..])]);
+    let out = e.push("r", &RawRows::new(&batch).unwrap(), 0).unwrap();
+    assert_eq!(out.quarantined.len(), 1);
+    assert_eq!(out.quarantined[0].reason, Reason::MissingKey);
+    assert!(
+        String::from_utf8(e.state())
+            .unwrap()
+            .contains(r#""keyed":true"#)
+    );
+}

@@ -52,6 +52,7 @@ fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
         opts: state::JsonOpts {
             nested_text: flag("nested_text"),
             timestamps: flag("timestamps"),
+            keyed: flag("keyed"),
         },
     })
 }

@@ -28,6 +28,7 @@ impl Engine {
             .get_mut(stream)
             .ok_or_else(|| Error::internal("declared stream vanished"))?;
         let names = &mut st.names;
+        let keyed = st.opts.keyed;
         let decl = st
             .declared
             .as_ref()
@@ -59,6 +60,14 @@ impl Engine {
                 continue;
             }
             let payload = rows.payload(i);
+            if keyed && rows.key(i).is_empty() {
+                quarantined.push(Quarantined {
+                    row: i as u32,
+                    reason: Reason::MissingKey,
+                    detail: "the stream has a primary key but the record has none".into(),
+                });
+                continue;
+            }
             if payload.len() > self.cfg.max_document_bytes {
                 quarantined.push(Quarantined {
                     row: i as u32,
