@@ -78,9 +78,105 @@ func BenchmarkPush(b *testing.B) {
 // BenchmarkArrowGoJSONReader decodes the same documents with arrow-go's
 // JSON reader, given the schema the engine inferred (its source columns),
 // as the baseline for BenchmarkPush.
-func BenchmarkArrowGoJSONReader(b *testing.B) {
+func BenchmarkArrowGoJSONReader(b *testing.B) { benchArrowGo(b, benchDocs()) }
+
+// benchWideDocs returns benchRows documents of 50 fields (ints, floats,
+// bools and short strings in turn), about 1.1 KB each.
+func benchWideDocs() [][]byte {
+	rng := rand.New(rand.NewPCG(3, 4))
+	docs := make([][]byte, benchRows)
+	for i := range docs {
+		d := []byte{'{'}
+		for c := 0; c < 50; c++ {
+			if c > 0 {
+				d = append(d, ',')
+			}
+			switch c % 4 {
+			case 0:
+				d = fmt.Appendf(d, `"col_%02d":%d`, c, rng.Int64N(1_000_000_000))
+			case 1:
+				d = fmt.Appendf(d, `"col_%02d":%.3f`, c, rng.Float64()*1e4)
+			case 2:
+				d = fmt.Appendf(d, `"col_%02d":%t`, c, rng.IntN(2) == 0)
+			default:
+				d = fmt.Appendf(d, `"col_%02d":"v%06d"`, c, rng.IntN(1_000_000))
+			}
+		}
+		docs[i] = append(d, '}')
+	}
+	return docs
+}
+
+// BenchmarkPushWide pushes 50-column documents (compare
+// BenchmarkArrowGoJSONReaderWide).
+func BenchmarkPushWide(b *testing.B) {
 	e := newEngine(b, engine.Config{})
-	docs := benchDocs()
+	batch, size := benchBatch(benchWideDocs())
+	benchPush(b, e, batch, size)
+}
+
+// BenchmarkArrowGoJSONReaderWide is arrow-go's JSON reader on the same
+// 50-column documents, given the engine's schema.
+func BenchmarkArrowGoJSONReaderWide(b *testing.B) { benchArrowGo(b, benchWideDocs()) }
+
+// benchPgRows returns benchRows declared Postgres rows of 10 mixed columns
+// in text form (about 150 bytes each) and their spec.
+func benchPgRows() ([][]byte, engine.StreamSpec) {
+	spec := rowSpec("pg", source.TypesPostgres,
+		"id", "int8", "qty", "int4", "price", "numeric(12,2)", "ratio", "float8", "active", "bool",
+		"name", "text", "created", "timestamptz", "day", "date", "uid", "uuid", "tags", "_text")
+	rng := rand.New(rand.NewPCG(5, 6))
+	rows := make([][]byte, benchRows)
+	for i := range rows {
+		rows[i] = row(
+			fmt.Sprint(1_000_000+i), fmt.Sprint(rng.IntN(500)), fmt.Sprintf("%d.%02d", rng.IntN(100000), rng.IntN(100)),
+			fmt.Sprint(rng.Float64()), []string{"t", "f"}[rng.IntN(2)], fmt.Sprintf("customer %d", rng.IntN(10000)),
+			fmt.Sprintf("2025-06-%02d %02d:%02d:%02d.%06d+02", 1+rng.IntN(28), rng.IntN(24), rng.IntN(60), rng.IntN(60), rng.IntN(1000000)),
+			fmt.Sprintf("2025-%02d-%02d", 1+rng.IntN(12), 1+rng.IntN(28)),
+			fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", rng.Uint32(), rng.IntN(1<<16), rng.IntN(1<<12), rng.IntN(1<<12), rng.Int64N(1<<48)),
+			`{red,"dark blue",NULL}`,
+		)
+	}
+	return rows, spec
+}
+
+// BenchmarkPushDeclaredRows pushes declared Postgres text rows of 10
+// mixed columns (goal: ≥ 1,000,000 rows/s on one core).
+func BenchmarkPushDeclaredRows(b *testing.B) {
+	rows, spec := benchPgRows()
+	e := newEngine(b, engine.Config{Streams: []engine.StreamSpec{spec}})
+	batch, size := benchBatch(rows)
+	batch.Stream = "pg"
+	benchPush(b, e, batch, size)
+}
+
+func benchPush(b *testing.B, e engine.Engine, batch *engine.RawBatch, size int) {
+	b.Helper()
+	if out, err := e.Push(batch, syncedAt); err != nil {
+		b.Fatal(err)
+	} else if len(out.Quarantined) != 0 {
+		b.Fatalf("quarantined %v", out.Quarantined[0])
+	} else {
+		out.Record.Release()
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		out, err := e.Push(batch, syncedAt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(out.Quarantined) != 0 || out.Record.NumRows() != int64(batch.Len()) {
+			b.Fatalf("quarantined %d", len(out.Quarantined))
+		}
+		out.Record.Release()
+	}
+	b.ReportMetric(float64(batch.Len())*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+func benchArrowGo(b *testing.B, docs [][]byte) {
+	e := newEngine(b, engine.Config{})
 	batch, size := benchBatch(docs)
 	out, err := e.Push(batch, syncedAt)
 	if err != nil {

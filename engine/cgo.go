@@ -11,6 +11,7 @@ package engine
 import "C"
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"runtime"
@@ -22,6 +23,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/cdata"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/openetl/etl/source"
 )
 
 // abiVersion is the engine library ABI this file is written against. The
@@ -136,11 +139,58 @@ func New(cfg Config) (Engine, error) {
 		// corrupt state (ErrState), not as a malformed config.
 		state = string(cfg.State)
 	}
+	type col struct {
+		Name     string `json:"name"`
+		Type     string `json:"type"`
+		Nullable bool   `json:"nullable"`
+	}
+	type spec struct {
+		Name    string `json:"name"`
+		Format  string `json:"format"`
+		Types   string `json:"types,omitempty"`
+		Columns []col  `json:"columns,omitempty"`
+		Policy  Policy `json:"policy,omitempty"`
+		Nested  bool   `json:"nested_text,omitempty"`
+		Times   bool   `json:"timestamps,omitempty"`
+		Keyed   bool   `json:"keyed,omitempty"`
+	}
+	specs := make([]spec, 0, len(cfg.Streams))
+	for _, s := range cfg.Streams {
+		sp := spec{Name: s.Name, Format: "json", Types: s.Types, Policy: s.Policy, Nested: s.NestedAsText, Times: s.Timestamps, Keyed: s.Keyed}
+		switch s.Format {
+		case source.FormatJSON:
+		case source.FormatRow:
+			sp.Format = "row"
+			sp.Columns = make([]col, 0, len(s.Columns))
+			for _, c := range s.Columns {
+				sp.Columns = append(sp.Columns, col{c.Name, c.Type, c.Nullable})
+			}
+		default:
+			return nil, fmt.Errorf("%w: stream %q has unknown format %d", ErrInvalidInput, s.Name, s.Format)
+		}
+		specs = append(specs, sp)
+	}
+	type naming struct {
+		MaxLen   int      `json:"max_len"`
+		Case     Case     `json:"case"`
+		Simple   bool     `json:"simple"`
+		Reserved []string `json:"reserved"`
+	}
+	var nm *naming
+	if n := cfg.Naming; n != nil {
+		if n.MaxLength < 0 || (n.MaxLength > 0 && n.MaxLength < 8) {
+			return nil, fmt.Errorf("%w: naming: MaxLength %d is under 8", ErrInvalidInput, n.MaxLength)
+		}
+		nm = &naming{n.MaxLength, n.Case, n.Simple, append([]string{}, n.Reserved...)}
+	}
 	js, err := json.Marshal(struct {
-		Lanes    int `json:"lanes"`
-		MaxBytes int `json:"max_document_bytes"`
-		State    any `json:"state"`
-	}{lanes, maxDoc, state})
+		Lanes    int      `json:"lanes"`
+		MaxBytes int      `json:"max_document_bytes"`
+		State    any      `json:"state"`
+		Streams  []spec   `json:"streams"`
+		Naming   *naming  `json:"naming,omitempty"`
+		Unsupp   []string `json:"unsupported,omitempty"`
+	}{lanes, maxDoc, state, specs, nm, cfg.Unsupported})
 	if err != nil {
 		return nil, fmt.Errorf("%w: encoding the engine config: %v", ErrInvalidInput, err)
 	}
@@ -193,7 +243,7 @@ func (e *cEngine) Push(b *RawBatch, syncedAt time.Time) (Output, error) {
 	if e.h == nil {
 		return Output{}, ErrClosed
 	}
-	out := Output{LaneOffsets: make([]int, e.lanes+1)}
+	out := Output{LaneOffsets: make([]int, e.lanes+1), Table: b.Stream}
 	if b.Len() == 0 {
 		return out, nil
 	}
@@ -255,11 +305,106 @@ func (e *cEngine) Push(b *RawBatch, syncedAt time.Time) (Output, error) {
 			}
 		}
 	}
+	if err == nil {
+		out.SchemaChanges, err = e.changes()
+	}
+	if err == nil {
+		out.Held, err = e.held()
+	}
+	if out.Record != nil {
+		if t, ok := out.Record.Schema().Metadata().GetValue(TableMetadataKey); ok {
+			out.Table = t
+		}
+	}
 	if err != nil {
 		if out.Record != nil {
 			out.Record.Release()
 		}
 		return Output{}, err
+	}
+	return out, nil
+}
+
+// held reads the values the last push held back.
+func (e *cEngine) held() ([]Held, error) {
+	h := e.h
+	var n C.int64_t
+	var cerr *C.char
+	if st := C.openetl_engine_held(h.eng, h.qArr, h.qSch, &n, &cerr); st != 0 {
+		return nil, statusError(st, cerr)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	r, err := cdata.ImportCRecordBatch((*cdata.CArrowArray)(unsafe.Pointer(h.qArr)), (*cdata.CArrowSchema)(unsafe.Pointer(h.qSch)))
+	if err != nil {
+		cdata.ReleaseCArrowArray((*cdata.CArrowArray)(unsafe.Pointer(h.qArr)))
+		return nil, fmt.Errorf("%w: importing held values: %v", ErrInternal, err)
+	}
+	defer r.Release()
+	rows, ok1 := r.Column(0).(*array.Uint32)
+	cols, ok2 := r.Column(1).(*array.String)
+	vals, ok3 := r.Column(2).(*array.Binary)
+	if !ok1 || !ok2 || !ok3 {
+		return nil, fmt.Errorf("%w: unexpected held schema %s", ErrInternal, r.Schema())
+	}
+	out := make([]Held, r.NumRows())
+	for i := range out {
+		// The values alias Rust memory freed with r: copy.
+		out[i] = Held{Row: int(rows.Value(i)), Column: strings.Clone(cols.Value(i)), Value: bytes.Clone(vals.Value(i))}
+	}
+	return out, nil
+}
+
+// Release implements Releaser.
+func (e *cEngine) Release(stream, column string, values [][]byte) (arrow.Array, error) {
+	if e.h == nil {
+		return nil, ErrClosed
+	}
+	h := e.h
+	var data []byte
+	offs := make([]int64, 0, len(values)+1)
+	offs = append(offs, 0)
+	for _, v := range values {
+		data = append(data, v...)
+		offs = append(offs, int64(len(data)))
+	}
+	var cerr *C.char
+	st := C.openetl_engine_release(h.eng,
+		(*C.uint8_t)(unsafe.Pointer(unsafe.StringData(stream))), C.size_t(len(stream)),
+		(*C.uint8_t)(unsafe.Pointer(unsafe.StringData(column))), C.size_t(len(column)),
+		(*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(data))), C.size_t(len(data)),
+		(*C.int64_t)(unsafe.Pointer(unsafe.SliceData(offs))), C.size_t(len(values)),
+		h.qArr, h.qSch, &cerr)
+	if st != 0 {
+		return nil, statusError(st, cerr)
+	}
+	r, err := cdata.ImportCRecordBatch((*cdata.CArrowArray)(unsafe.Pointer(h.qArr)), (*cdata.CArrowSchema)(unsafe.Pointer(h.qSch)))
+	if err != nil {
+		cdata.ReleaseCArrowArray((*cdata.CArrowArray)(unsafe.Pointer(h.qArr)))
+		return nil, fmt.Errorf("%w: importing released values: %v", ErrInternal, err)
+	}
+	defer r.Release()
+	a := r.Column(0)
+	a.Retain()
+	return a, nil
+}
+
+// changes reads the schema outcomes of the last push.
+func (e *cEngine) changes() ([]SchemaChange, error) {
+	var p *C.uint8_t
+	var n C.size_t
+	var cerr *C.char
+	if st := C.openetl_engine_changes(e.h.eng, &p, &n, &cerr); st != 0 {
+		return nil, statusError(st, cerr)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	defer C.openetl_bytes_free(p, n)
+	var out []SchemaChange
+	if err := json.Unmarshal(unsafe.Slice((*byte)(unsafe.Pointer(p)), int(n)), &out); err != nil {
+		return nil, fmt.Errorf("%w: decoding schema changes: %v", ErrInternal, err)
 	}
 	return out, nil
 }

@@ -10,18 +10,123 @@
 // ReasonParse. Its top-level fields become columns, typed by inference
 // that only ever widens, per stream and across pushes:
 //
-//	null → bool → int64 → float64 → utf8
+//	value                          column type
+//	null                           null (until another value arrives)
+//	true / false                   bool
+//	integer within int64           int64
+//	other number float64 holds     float64 (its text is a float64's
+//	                               shortest form, or has an exponent)
+//	integer beyond int64, or a     decimal128(38, s), s its fraction
+//	number float64 can't hold      digits, when it has at most 38
+//	(no exponent)                  digits; else utf8, the exact text
+//	string                         utf8
+//	RFC 3339 string                timestamp[us, UTC], only with
+//	                               StreamSpec.Timestamps (else utf8)
+//	object                         struct (fields ordered by name)
+//	array                          list (elements joined)
 //
-// A bool meeting a number makes the column utf8; so do integers beyond
-// int64 and numbers beyond float64, which keep their exact JSON text, as
-// every number written to a utf8 column does. Nested objects and arrays
-// are utf8 columns holding their JSON text (structs and lists come with
-// the full engine). New columns are nullable and appended after the
-// existing ones; a column absent from a batch is still in its output, all
-// null. Payloads over MaxDocumentBytes are quarantined ReasonTooLarge,
-// nesting over 64 levels ReasonTooDeep, and a document with a duplicate
-// field or a field named with the reserved prefix "_openetl_" ReasonParse.
-// A delete with an empty payload is taken, with all source columns null.
+//	widening (join)                result
+//	null ⊔ T                       T
+//	int64 ⊔ float64                float64
+//	decimal(s1) ⊔ decimal(s2)      decimal(max s), while the largest
+//	                               integer part and scale fit 38 digits;
+//	                               else utf8
+//	int64 ⊔ decimal(s)             decimal(s) if s ≤ 19, else utf8
+//	struct ⊔ struct                struct with the union of fields, each
+//	                               field joined
+//	list ⊔ list                    list of the joined elements
+//	any other two different types  utf8 (a bool meeting a number, a
+//	                               timestamp meeting a plain string, an
+//	                               object meeting an array or a scalar)
+//
+// A utf8 column keeps each value's text: strings as they are, other
+// values as their JSON text. Inside structs and lists the same tables
+// apply to each child; nesting deeper than 8 levels below the column is
+// JSON text, and so is every nested value of a stream with
+// StreamSpec.NestedAsText. No number is rounded: a float64 column meeting
+// a decimal becomes utf8 (exact text), and inside structs and lists a
+// number float64 can't hold is utf8 (decimals are inferred for top-level
+// fields only). New columns are nullable and
+// appended after the existing ones; a column absent from a batch is still
+// in its output, all null. Payloads over MaxDocumentBytes are quarantined
+// ReasonTooLarge, nesting over 64 levels ReasonTooDeep, and a document
+// with a duplicate field or a field named with the reserved prefix
+// "_openetl_" ReasonParse. A delete with an empty payload is taken, with
+// all source columns null.
+//
+// # Declared rows
+//
+// A stream configured as source.FormatRow (Config.Streams, from the
+// source's catalog) has a declared schema: each payload is one row, the
+// concatenation of one entry per declared column in order (written by
+// source.AppendRow):
+//
+//	uvarint(0)              null
+//	uvarint(1)              unchanged: not sent by the source (a Postgres
+//	                        unchanged TOAST value); the row is quarantined
+//	                        ReasonUnchanged until a later version fills it
+//	uvarint(len+2) ‖ bytes  the value in the source's text form
+//
+// Fewer or more entries than columns, or a malformed entry, is
+// ReasonParse; a delete with an empty payload is taken with all columns
+// null. Each value is coerced to its column's exact type; a value that
+// does not parse as its type is ReasonTypeConflict, one that parses but
+// does not fit (overflow, more fractional digits than the scale, more than
+// 6 fractional digits of seconds, infinity, a zero date, NaN in a decimal)
+// is ReasonOutOfRange: nothing is rounded or truncated. The row's output
+// columns are the declared columns, all nullable (Column.Nullable is not
+// enforced), then the metadata columns.
+//
+//	Postgres                         Arrow
+//	int2 / int4 / int8               int16 / int32 / int64
+//	float4 / float8 (NaN, ±Infinity) float32 / float64
+//	numeric(p,s), p ≤ 38             decimal128(p,s)
+//	numeric, numeric(p>38)           utf8: the exact text (no fixed scale
+//	                                 holds every value; never float)
+//	bool                             bool
+//	text, varchar, char, bpchar,     utf8
+//	name, citext
+//	bytea (hex form \x..)            binary
+//	date (BC dates allowed)          date32
+//	time                             time64[us]
+//	timetz                           utf8: the validated text; a time of day
+//	                                 with an offset has no Arrow type, and
+//	                                 moving it to UTC changes the time of day
+//	timestamp                        timestamp[us]
+//	timestamptz                      timestamp[us, UTC], converted from the
+//	                                 value's offset
+//	interval (default output style)  interval[month_day_nano]
+//	uuid                             fixed_size_binary[16], big-endian
+//	json, jsonb                      utf8: the JSON text (validated)
+//	_T, T[] (one-dimensional)        list<T>; multidimensional arrays and
+//	                                 explicit bounds are ReasonTypeConflict
+//	enums, any other type            utf8: the source's text form
+//
+//	MySQL                            Arrow
+//	tinyint / smallint / mediumint,  int8 / int16 / int32 / int64, or the
+//	int / bigint [unsigned]          unsigned type of that width (bigint
+//	                                 unsigned is uint64: max is max, not -1)
+//	decimal(p,s) [unsigned]          decimal128(p,s) (p > 38: utf8 text)
+//	float / double                   float32 / float64
+//	bit(n)                           uint64 (the value as a decimal number)
+//	bool, boolean                    bool
+//	date / datetime / timestamp      date32 / timestamp[us] /
+//	                                 timestamp[us, UTC] (the value in UTC)
+//	time                             duration[us] (a span to ±838:59:59)
+//	year                             int16
+//	char, varchar, *text             utf8
+//	binary, varbinary, *blob         binary (the bytes as sent)
+//	json                             utf8
+//	enum, set, any other type        utf8 (the text form, e.g. "a,b")
+//
+// # Schema policy
+//
+// Each stream has a policy (StreamSpec.Policy): PolicyEvolve (default)
+// adds and widens; PolicyFreeze quarantines ReasonTypeConflict any
+// document with a new field or a value that would change a column's type
+// or shape; PolicyDiscard drops new fields. Output.SchemaChanges reports
+// what a push did: added, widened, blocked, discarded. Policies, options
+// and declared schemas are part of the exported State.
 //
 // # Metadata columns
 //
@@ -39,7 +144,9 @@
 //	u32le(len(stream)) ‖ stream ‖ 0x01 ‖ u32le(len(key)) ‖ key ‖ i64le(seq)      when key is non-empty
 //	u32le(len(stream)) ‖ stream ‖ 0x02 ‖ u32le(len(payload)) ‖ payload ‖ i64le(seq)  when key is empty
 //
-// Test vectors (stream, key, payload, seq → ID):
+// Test vectors (stream, key, payload, seq → ID), also in
+// testdata/openetl_id_vectors.json, which the Go and Rust tests check (it
+// adds one for a declared row payload):
 //
 //	"orders", "42", `{"id":42}`, 7  → 79f31045bf5ab5655cdd3b5607862643
 //	"orders", "",   `{"id":42}`, 7  → 0a203a32206444d5c896477c05649d92
@@ -57,7 +164,9 @@
 package engine
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -77,6 +186,165 @@ type Config struct {
 	// State is an engine state exported by State, from the checkpoint the
 	// attempt resumes from; nil for a new pipeline.
 	State []byte
+	// Streams configures streams: the declared columns of FormatRow
+	// streams (required for them: without a spec a stream is JSON) and
+	// schema policies. A spec overrides what State says about the
+	// stream's policy and declared columns; inferred columns are kept.
+	Streams []StreamSpec
+	// Unsupported lists the Arrow type classes the destination can't
+	// take: int, uint, float32, float64, decimal, bool, utf8, binary,
+	// fixed_size_binary, date, time, duration, timestamp (no zone),
+	// timestamptz, interval, list, struct, null. Columns of these types
+	// are left out of Output.Record and their values returned in
+	// Output.Held. Default none.
+	Unsupported []string
+	// Naming is the destination's naming rules; nil passes names through
+	// unchanged. Names once given never change (they are in State), even
+	// under other rules later.
+	Naming *NamingRules
+}
+
+// Case is how NamingRules fold letters.
+type Case string
+
+// The case foldings.
+const (
+	CaseKeep  Case = ""
+	CaseLower Case = "lower"
+	CaseUpper Case = "upper"
+)
+
+// NamingRules describe the names a destination accepts. Table names are
+// given from stream names and column names from source column names: the
+// case is folded, characters outside [A-Za-z0-9_] become '_' and a leading
+// digit gets a '_' in front (Simple), a reserved word gets a '_' appended,
+// the name is cut to MaxLength bytes, and a name already given (compared
+// case-insensitively: to another stream's table, or another column of the
+// stream, or a metadata column) gets the first free suffix of _2, _3, ...
+// Names are given in a deterministic order (columns in schema order,
+// tables in first-push order). Metadata columns keep their names; nested
+// struct fields are not renamed.
+type NamingRules struct {
+	// MaxLength is the longest name in bytes (sink.Capabilities'
+	// MaxIdentifier); 0 for no limit, else at least 8.
+	MaxLength int
+	// Case folds letters; default CaseKeep.
+	Case Case
+	// Simple allows only ASCII letters, digits and '_', not leading with
+	// a digit.
+	Simple bool
+	// Reserved lists words the destination reserves (case-insensitive).
+	Reserved []string
+}
+
+// StreamNames is the destination names given to one stream.
+type StreamNames struct {
+	// Table is the destination table name.
+	Table string
+	// Columns maps source column names to destination column names.
+	Columns map[string]string
+}
+
+// NamesFromState returns the destination names recorded in an engine
+// state (from Engine.State), by stream name; streams that were never
+// given names (no NamingRules) are absent.
+func NamesFromState(state []byte) (map[string]StreamNames, error) {
+	var st struct {
+		Streams []struct {
+			Name  string `json:"name"`
+			Names *struct {
+				Table   *string     `json:"table"`
+				Columns [][2]string `json:"columns"`
+			} `json:"names"`
+		} `json:"streams"`
+	}
+	if err := json.Unmarshal(state, &st); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrState, err)
+	}
+	out := map[string]StreamNames{}
+	for _, s := range st.Streams {
+		if s.Names == nil {
+			continue
+		}
+		n := StreamNames{Columns: make(map[string]string, len(s.Names.Columns))}
+		if s.Names.Table != nil {
+			n.Table = *s.Names.Table
+		}
+		for _, c := range s.Names.Columns {
+			n.Columns[c[0]] = c[1]
+		}
+		out[s.Name] = n
+	}
+	return out, nil
+}
+
+// Policy is a stream's schema policy: what a record that would change the
+// schema does.
+type Policy string
+
+// The schema policies.
+const (
+	// PolicyEvolve adds new columns and widens types (the default).
+	PolicyEvolve Policy = "evolve"
+	// PolicyFreeze keeps the schema: a document with a new field or a
+	// value that would widen a column is quarantined ReasonTypeConflict,
+	// reported as a ChangeBlocked.
+	PolicyFreeze Policy = "freeze"
+	// PolicyDiscard drops new fields from documents (ChangeDiscarded);
+	// existing columns still widen.
+	PolicyDiscard Policy = "discard"
+)
+
+// StreamSpec configures one stream.
+type StreamSpec struct {
+	Name string
+	// Format is the stream's payload format; FormatRow needs Columns.
+	Format source.Format
+	// Types is the type system of Columns: source.TypesPostgres (default)
+	// or source.TypesMySQL.
+	Types string
+	// Columns is the declared schema of a FormatRow stream, in payload
+	// order.
+	Columns []source.Column
+	// Policy is the schema policy; default PolicyEvolve.
+	Policy Policy
+	// NestedAsText keeps a JSON stream's nested objects and arrays as
+	// JSON text (utf8) instead of structs and lists. Default false.
+	NestedAsText bool
+	// Timestamps types a JSON stream's RFC 3339 strings as
+	// timestamp[us, UTC]. Default false.
+	Timestamps bool
+	// Keyed says the stream has a primary key: a record without a key is
+	// quarantined ReasonMissingKey. Default false.
+	Keyed bool
+}
+
+// SpecOf returns the spec of a stream from a source's catalog.
+func SpecOf(s source.Stream) StreamSpec {
+	return StreamSpec{Name: s.Name, Format: s.Format, Types: s.Types, Columns: s.Columns, Keyed: len(s.PrimaryKey) > 0}
+}
+
+// ChangeKind is the kind of a SchemaChange.
+type ChangeKind string
+
+// The schema outcomes a push reports.
+const (
+	ChangeAdded     ChangeKind = "added"     // a new column (To is its type)
+	ChangeWidened   ChangeKind = "widened"   // a column's type widened From → To
+	ChangeBlocked   ChangeKind = "blocked"   // PolicyFreeze refused a new column or widening
+	ChangeDiscarded ChangeKind = "discarded" // PolicyDiscard dropped a new field
+)
+
+// SchemaChange is one schema outcome of a push, for the runner's
+// schema.changed (added, widened) and schema.blocked (blocked, discarded)
+// events. Types are the engine's inferred type names: null, bool, int64,
+// float64, utf8.
+type SchemaChange struct {
+	Stream string     `json:"stream"`
+	Column string     `json:"column"`
+	Kind   ChangeKind `json:"kind"`
+	From   string     `json:"from"`
+	To     string     `json:"to"`
 }
 
 // Reason is why a record was quarantined. The set is fixed and documented;
@@ -85,12 +353,16 @@ type Reason string
 
 // The reasons a record is quarantined.
 const (
-	ReasonParse        Reason = "parse_error"   // not a JSON object
-	ReasonTypeConflict Reason = "type_conflict" // a value the frozen schema can't take
-	ReasonOutOfRange   Reason = "out_of_range"  // a number or time the type can't hold
-	ReasonMissingKey   Reason = "missing_key"   // a keyed stream's record without a key
+	ReasonParse        Reason = "parse_error"   // not a JSON object, a malformed row payload, an unknown op
+	ReasonTypeConflict Reason = "type_conflict" // a declared value that isn't its type; a change a frozen schema refuses
+	ReasonOutOfRange   Reason = "out_of_range"  // a declared value its type can't hold (overflow, scale, infinity)
+	ReasonMissingKey   Reason = "missing_key"   // a record without a key in a StreamSpec.Keyed stream
 	ReasonTooLarge     Reason = "too_large"     // payload over MaxDocumentBytes
 	ReasonTooDeep      Reason = "too_deep"      // nesting over the limit
+	// ReasonUnchanged: a declared row with a value the source did not
+	// send (a Postgres unchanged TOAST value, source.AppendRowUnchanged);
+	// a later version fills it from the previous row version.
+	ReasonUnchanged Reason = "unchanged_value"
 )
 
 // Quarantined describes one record the engine set aside.
@@ -111,7 +383,42 @@ type Output struct {
 	LaneOffsets []int
 	// Quarantined lists the rows set aside, in row order.
 	Quarantined []Quarantined
+	// SchemaChanges lists the push's schema outcomes; nil when none.
+	SchemaChanges []SchemaChange
+	// Held lists the values of columns held back (Config.Unsupported),
+	// by input row and then column, for the runner to keep under _held/
+	// with the row's key; nil when none. A row whose held value does not
+	// parse as its type is quarantined like any other.
+	Held []Held
+	// Table is the stream's destination table name under NamingRules
+	// (also in the record schema's metadata under TableMetadataKey); the
+	// stream name when there are none.
+	Table string
 }
+
+// Held is one value held back because the destination can't take its
+// column's type.
+type Held struct {
+	Row    int    // index of the record in the RawBatch (its key is there)
+	Column string // the column's destination name
+	// Value is the value's text: the source's text form for declared
+	// rows; for documents a string's content or another value's JSON text.
+	Value []byte
+}
+
+// Releaser is implemented by engines (the Rust engine's) that can turn
+// held values back into Arrow once the destination takes their type.
+type Releaser interface {
+	// Release types held values of one column of a stream (by its
+	// destination name), in order, as the column's current type. A value
+	// the type can't take is an error wrapping ErrInvalidInput. The caller
+	// releases the array.
+	Release(stream, column string, values [][]byte) (arrow.Array, error)
+}
+
+// TableMetadataKey is the Arrow schema metadata key of an output record's
+// destination table name, set when NamingRules are in force.
+const TableMetadataKey = "openetl.table"
 
 // Engine normalizes raw batches. An Engine is not safe for concurrent use:
 // the runner keeps one per engine lane. Close must be called.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -114,7 +115,9 @@ func equal(t testing.TB, what string, got, want any) {
 }
 
 func TestDocumentsToArrow(t *testing.T) {
-	e := newEngine(t, engine.Config{})
+	// Nested values as JSON text here; structs and lists are in
+	// TestNestedStructsAndLists.
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{{Name: "orders", NestedAsText: true}}})
 	out := push(t, e, docs("orders",
 		`{"id":1,"name":"a\"b","price":9.5,"ok":true,"tags":["x",1],"addr":{"city":"Paris"},"none":null}`,
 		`{"id":2,"price":10,"name":"é\n"}`,
@@ -229,18 +232,30 @@ func TestQuarantine(t *testing.T) {
 	}
 }
 
-// idVectors are the published _openetl_id test vectors (see the package doc).
-var idVectors = []struct {
-	stream, key, payload string
-	seq                  int64
-	id                   string
-}{
-	{"orders", "42", `{"id":42}`, 7, "79f31045bf5ab5655cdd3b5607862643"},
-	{"orders", "", `{"id":42}`, 7, "0a203a32206444d5c896477c05649d92"},
-	{"orders", "42", `{"id":42,"note":"other payload, same key"}`, 7, "79f31045bf5ab5655cdd3b5607862643"},
-	{"orders", "42", `{"id":42}`, 8, "612569515ae994aa12ef4bd465665389"},
-	{"", "", "", 0, "0a92a762d88e9a8dd845fcbc05d3a4b7"},
-	{"événements", "k", "", -1, "d449e4e163ce8019a82a6595809c16af"},
+// idVector is one published _openetl_id test vector, from
+// testdata/openetl_id_vectors.json (the Rust tests read the same file).
+type idVector struct {
+	Stream  string `json:"stream"`
+	Key     string `json:"key"`
+	Payload string `json:"payload"`
+	Seq     int64  `json:"seq"`
+	ID      string `json:"id"`
+}
+
+func loadIDVectors(t testing.TB) []idVector {
+	t.Helper()
+	b, err := os.ReadFile("testdata/openetl_id_vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct{ Vectors []idVector }
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Vectors) < 7 {
+		t.Fatalf("only %d vectors", len(f.Vectors))
+	}
+	return f.Vectors
 }
 
 // goID computes _openetl_id in Go, independently of the Rust engine.
@@ -266,18 +281,19 @@ func goID(stream, key, payload string, seq int64) string {
 }
 
 func TestIDVectors(t *testing.T) {
+	idVectors := loadIDVectors(t)
 	for _, v := range idVectors {
-		if got := goID(v.stream, v.key, v.payload, v.seq); got != v.id {
-			t.Errorf("Go xxh3 of %+v = %s, want %s", v, got, v.id)
+		if got := goID(v.Stream, v.Key, v.Payload, v.Seq); got != v.ID {
+			t.Errorf("Go xxh3 of %+v = %s, want %s", v, got, v.ID)
 		}
 	}
 	e := newEngine(t, engine.Config{})
 	for _, v := range idVectors {
-		if v.stream == "" || v.payload == "" {
-			continue // not pushable as a document; covered by the Rust tests
+		if v.Stream == "" || v.Payload == "" || v.Payload[0] != '{' {
+			continue // not pushable as a document; covered by the Rust tests and TestDeclaredIDVector
 		}
-		r := push(t, e, batch(v.stream, rec{source.OpInsert, v.seq, v.key, v.payload})).Record
-		equal(t, fmt.Sprintf("id of %+v", v), cells(t, r, "_openetl_id"), []string{v.id})
+		r := push(t, e, batch(v.Stream, rec{source.OpInsert, v.Seq, v.Key, v.Payload})).Record
+		equal(t, fmt.Sprintf("id of %+v", v), cells(t, r, "_openetl_id"), []string{v.ID})
 	}
 	// Deletes without payload use the key.
 	r := push(t, e, batch("événements", rec{source.OpDelete, -1, "k", ""})).Record

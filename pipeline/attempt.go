@@ -147,7 +147,14 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 	if r.head != nil {
 		state = r.head.Engine
 	}
-	r.eng, err = cfg.NewEngine(engine.Config{Lanes: cfg.Lanes, MaxDocumentBytes: cfg.MaxDocumentBytes, State: state})
+	// Declared (FormatRow) streams need their columns in the engine.
+	var specs []engine.StreamSpec
+	for _, name := range streams {
+		if st, ok := catalog.Stream(name); ok && st.Format == source.FormatRow {
+			specs = append(specs, engine.SpecOf(st))
+		}
+	}
+	r.eng, err = cfg.NewEngine(engine.Config{Lanes: cfg.Lanes, MaxDocumentBytes: cfg.MaxDocumentBytes, State: state, Streams: specs})
 	if err != nil {
 		return Result{}, fmt.Errorf("engine: %w", err)
 	}

@@ -82,7 +82,30 @@ const (
 	// FormatJSON: each payload is one JSON object, a document whose schema
 	// the engine infers, only ever widening it.
 	FormatJSON Format = iota
+	// FormatRow: each payload is one row of the stream's declared Columns,
+	// encoded with AppendRow; the engine coerces each value, given in the
+	// source's text form, to the column's exact Arrow type.
+	FormatRow
 )
+
+// The type systems a declared column's Type is named in (Stream.Types).
+const (
+	TypesPostgres = "postgres" // Postgres type names: int4, numeric(10,2), timestamptz, _int4 ...
+	TypesMySQL    = "mysql"    // MySQL type names: bigint unsigned, decimal(20,4), datetime ...
+)
+
+// Column is one declared column of a FormatRow stream.
+type Column struct {
+	// Name is the column's name at the source.
+	Name string
+	// Type is the source's type name as the source's catalog spells it,
+	// with modifiers: "int4", "numeric(10,2)", "timestamptz", "_int4" or
+	// "int4[]", "bigint unsigned", "decimal(20,4)", "enum('a','b')". The
+	// engine package doc lists how each maps to Arrow.
+	Type string
+	// Nullable is false when the source forbids nulls in the column.
+	Nullable bool
+}
 
 // Stream describes one table or topic.
 type Stream struct {
@@ -100,6 +123,12 @@ type Stream struct {
 	// CDC is true when the stream emits updates and deletes as well as
 	// inserts.
 	CDC bool
+	// Columns is the declared schema of a FormatRow stream, in the order
+	// its row payloads list values; empty for FormatJSON.
+	Columns []Column
+	// Types names the type system of Columns' types: TypesPostgres
+	// (default when empty) or TypesMySQL.
+	Types string
 }
 
 // Catalog is what a source reports it can read.

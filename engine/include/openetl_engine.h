@@ -59,7 +59,14 @@ uint32_t openetl_engine_abi_v1(void);
 
 /* Creates an engine. cfg is JSON:
  *   {"lanes":N,"max_document_bytes":N,"state":<saved state, as a JSON value
- *    or a JSON string holding it, or null>}
+ *    or a JSON string holding it, or null>,
+ *    "streams":[{"name":S,"format":"json"|"row","types":"postgres"|"mysql",
+ *                "columns":[{"name":S,"type":S,"nullable":B}],
+ *                "policy":"evolve"|"freeze"|"discard",
+ *                "nested_text":B,"timestamps":B}],
+ *    "naming":{"max_len":N,"case":"lower"|"upper"|"","simple":B,
+ *              "reserved":[S...]},
+ *    "unsupported":[type class...]}
  * On success *out holds a handle for openetl_engine_free. A corrupt state is
  * status 2. */
 int32_t openetl_engine_new(const uint8_t* cfg, size_t cfg_len, void** out, char** err);
@@ -89,6 +96,30 @@ int32_t openetl_engine_push(void* eng, const uint8_t* stream, size_t stream_len,
 /* Exports the engine state (JSON bytes) into *out/*out_len, freed with
  * openetl_bytes_free. */
 int32_t openetl_engine_state(void* eng, uint8_t** out, size_t* out_len, char** err);
+
+/* Exports the schema outcomes of the last push as JSON bytes (a list of
+ * {"stream","column","kind","from","to"}); *out is NULL and *out_len 0
+ * when there are none. Free with openetl_bytes_free. */
+int32_t openetl_engine_changes(void* eng, uint8_t** out, size_t* out_len, char** err);
+
+/* Moves the values the last push held back (columns of a type listed in
+ * the config's "unsupported") out as {row uint32, column utf8, value
+ * binary}: *n_rows is the count; when > 0 out_array/out_schema (released on
+ * entry) receive the batch, owned by the caller. */
+int32_t openetl_engine_held(void* eng, struct ArrowArray* out_array, struct ArrowSchema* out_schema,
+                            int64_t* n_rows, char** err);
+
+/* Turns n held values of one column back into Arrow: value i is
+ * data[offsets[i]..offsets[i+1]] (offsets has n+1 entries). On status 0
+ * out_array/out_schema (released on entry) receive a struct array with one
+ * field, the column at its type, owned by the caller. A value the type
+ * can't take is status 1. */
+int32_t openetl_engine_release(void* eng, const uint8_t* stream, size_t stream_len,
+                               const uint8_t* column, size_t column_len,
+                               const uint8_t* data, size_t data_len,
+                               const int64_t* offsets, size_t n,
+                               struct ArrowArray* out_array, struct ArrowSchema* out_schema,
+                               char** err);
 
 void openetl_bytes_free(uint8_t* ptr, size_t len);
 void openetl_engine_free(void* eng);

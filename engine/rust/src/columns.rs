@@ -3,7 +3,10 @@
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, NullArray, StringArray};
+use arrow_array::{
+    ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, NullArray, StringArray,
+    TimestampMicrosecondArray,
+};
 use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 
 use crate::error::Error;
@@ -28,6 +31,8 @@ pub struct Cell {
 
 enum Values {
     Null,
+    Dec(Vec<i128>, u8),
+    Ts(Vec<i64>),
     Bool(BooleanBufferBuilder),
     Int(Vec<i64>),
     Float(Vec<f64>),
@@ -51,7 +56,11 @@ impl ColumnBuilder {
     /// A builder for `rows` rows; `bytes` bounds the text of a utf8 column.
     pub fn new(ty: ColumnType, rows: usize, bytes: usize) -> Self {
         let values = match ty {
-            ColumnType::Null => Values::Null,
+            // Nested columns are built from parsed values (nested::build);
+            // no cell reaches this builder.
+            ColumnType::Null | ColumnType::Nested => Values::Null,
+            ColumnType::Timestamp => Values::Ts(Vec::with_capacity(rows)),
+            ColumnType::Decimal { scale, .. } => Values::Dec(Vec::with_capacity(rows), scale),
             ColumnType::Bool => Values::Bool(BooleanBufferBuilder::new(rows)),
             ColumnType::Int64 => Values::Int(Vec::with_capacity(rows)),
             ColumnType::Float64 => Values::Float(Vec::with_capacity(rows)),
@@ -82,7 +91,8 @@ impl ColumnBuilder {
         match &mut self.values {
             Values::Null => {}
             Values::Bool(b) => b.append_n(n, false),
-            Values::Int(v) => v.resize(v.len() + n, 0),
+            Values::Int(v) | Values::Ts(v) => v.resize(v.len() + n, 0),
+            Values::Dec(v, _) => v.resize(v.len() + n, 0),
             Values::Float(v) => v.resize(v.len() + n, 0.0),
             Values::Utf8 { offsets, .. } => {
                 let last = offsets.last().copied().unwrap_or(0);
@@ -120,6 +130,23 @@ impl ColumnBuilder {
                 Kind::Int => v.push(cell.num as i64),
                 k => return Err(mismatch("int64", k)),
             },
+            Values::Dec(v, scale) => match cell.kind {
+                Kind::Int => v.push(i128::from(cell.num as i64) * 10i128.pow(u32::from(*scale))),
+                Kind::Decimal => {
+                    let text = payload
+                        .get(cell.start as usize..cell.end as usize)
+                        .ok_or_else(|| Error::internal("a cell outside its buffer"))?;
+                    // The column's shape holds every value that widened it.
+                    let d = crate::coerce::decimal(text, 38, *scale as i8, false)
+                        .map_err(|r| Error::internal(format!("a decimal cell: {}", r.detail)))?;
+                    v.push(d);
+                }
+                k => return Err(mismatch("decimal", k)),
+            },
+            Values::Ts(v) => match cell.kind {
+                Kind::Timestamp => v.push(cell.num as i64),
+                k => return Err(mismatch("timestamp", k)),
+            },
             Values::Float(v) => match cell.kind {
                 Kind::Int => v.push(cell.num as i64 as f64),
                 Kind::Float => v.push(f64::from_bits(cell.num)),
@@ -152,6 +179,13 @@ impl ColumnBuilder {
             Values::Null => Arc::new(NullArray::new(rows)),
             Values::Bool(mut b) => Arc::new(BooleanArray::new(b.finish(), nulls)),
             Values::Int(v) => Arc::new(Int64Array::new(ScalarBuffer::from(v), nulls)),
+            Values::Dec(v, scale) => Arc::new(
+                Decimal128Array::new(ScalarBuffer::from(v), nulls)
+                    .with_precision_and_scale(38, scale as i8)?,
+            ),
+            Values::Ts(v) => Arc::new(
+                TimestampMicrosecondArray::new(ScalarBuffer::from(v), nulls).with_timezone("UTC"),
+            ),
             Values::Float(v) => Arc::new(Float64Array::new(ScalarBuffer::from(v), nulls)),
             Values::Utf8 { offsets, data } => {
                 let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));

@@ -8,22 +8,33 @@
 //! recording its fields as cells and widening the stream's column types;
 //! the build then writes each column at its final type, in lane order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{Field, Schema};
+use arrow_schema::Field;
 use serde_json::Value;
 
+use crate::coerce::{self, Val};
 use crate::columns::{Cell, ColumnBuilder};
 use crate::error::Error;
 use crate::infer::ColumnType;
+use crate::infer::Kind;
 use crate::input::RawRows;
 use crate::json::{self, FieldSink};
 use crate::meta::{self, OP_DELETE, RESERVED_PREFIX};
+use crate::nested::{self, JType};
 use crate::quarantine::{Quarantined, Reason, Reject};
 use crate::route;
-use crate::state::{self, StreamSchema};
+use crate::rows;
+use crate::state::{self, Policy, StreamSchema};
+use crate::{hold, names};
+
+mod config;
+mod rowpush;
+
+pub use config::TABLE_METADATA_KEY;
+use config::{apply_names, out_schema};
 
 /// The default for `max_document_bytes`: 16 MiB.
 pub const DEFAULT_MAX_DOCUMENT_BYTES: usize = 16 << 20;
@@ -31,13 +42,21 @@ pub const DEFAULT_MAX_DOCUMENT_BYTES: usize = 16 << 20;
 pub const MAX_LANES: u32 = 1 << 16;
 
 /// Engine settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Writer lanes rows are routed to; 1 to 65536. Default 1.
     pub lanes: u32,
     /// The largest payload accepted; larger ones are quarantined
     /// `too_large`. Default 16 MiB.
     pub max_document_bytes: usize,
+    /// Per-stream settings: format, declared columns, schema policy.
+    pub streams: Vec<StreamSpec>,
+    /// The destination's naming rules; inactive (the default) passes
+    /// names through.
+    pub naming: names::Rules,
+    /// Type classes the destination can't take (see [`crate::hold`]):
+    /// such columns are held back.
+    pub unsupported: Vec<String>,
 }
 
 impl Default for Config {
@@ -45,8 +64,36 @@ impl Default for Config {
         Config {
             lanes: 1,
             max_document_bytes: DEFAULT_MAX_DOCUMENT_BYTES,
+            streams: Vec::new(),
+            naming: names::Rules::default(),
+            unsupported: Vec::new(),
         }
     }
+}
+
+/// One stream's settings. A spec overrides what a saved state says about
+/// the stream's policy and declared columns; inferred columns are kept.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamSpec {
+    pub name: String,
+    pub policy: Policy,
+    /// The declared columns of a row stream; `None` for a JSON stream.
+    pub declared: Option<rows::DeclStream>,
+    /// Inference options of a JSON stream.
+    pub opts: state::JsonOpts,
+}
+
+/// A schema outcome of a push, for the runner's schema events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchemaChange {
+    pub stream: String,
+    pub column: String,
+    /// "added", "widened", "blocked" (freeze quarantined a document) or
+    /// "discarded" (discard dropped a new field).
+    pub kind: &'static str,
+    /// The column's type before ("" when new) and after (or wanted).
+    pub from: &'static str,
+    pub to: &'static str,
 }
 
 /// The result of one push.
@@ -83,6 +130,19 @@ struct Scratch {
     order: Vec<u32>,
     out_rows: Vec<u32>,
     offsets: Vec<usize>,
+    /// Column types at the start of a push, to report changes.
+    before: Vec<ColumnType>,
+    /// Declared rows: coerced values, row-major, `ncols` per accepted row.
+    vals: Vec<Val>,
+    /// Declared rows: list elements.
+    elems: Vec<Val>,
+    unescape: Vec<u8>,
+    /// Parsed nested values of this push (cells of nested columns hold
+    /// their index).
+    nested_vals: Vec<Value>,
+    /// A document's column changes: (column, new type, new tree).
+    proposals: Vec<(u32, ColumnType, Option<JType>)>,
+    before_trees: Vec<Option<JType>>,
 }
 
 /// An engine: the schemas of the streams it has seen and its scratch
@@ -93,6 +153,12 @@ pub struct Engine {
     scratch: Scratch,
     /// Stamps documents for duplicate-field detection; never repeats.
     stamp: u64,
+    /// The schema outcomes of the last push.
+    changes: Vec<SchemaChange>,
+    /// Destination table names given, lowercased.
+    tables: HashSet<String>,
+    /// The values held back by the last push.
+    held: Vec<hold::Held>,
 }
 
 impl Engine {
@@ -111,70 +177,53 @@ impl Engine {
                 cfg.max_document_bytes
             )));
         }
-        let streams = match state {
+        let mut streams = match state {
             Some(v) => state::import(v)?,
             None => HashMap::new(),
         };
+        let tables = streams
+            .values()
+            .filter_map(|s| s.names.table.as_ref().map(|t| t.to_lowercase()))
+            .collect();
+        for spec in &cfg.streams {
+            let st = streams.entry(spec.name.clone()).or_default();
+            st.policy = spec.policy;
+            st.declared = spec.declared.clone();
+            st.opts = spec.opts;
+        }
         Ok(Engine {
             cfg,
             streams,
             scratch: Scratch::default(),
             stamp: 0,
+            changes: Vec::new(),
+            tables,
+            held: Vec::new(),
         })
     }
 
-    /// Parses a config as the C surface receives it:
-    /// `{"lanes":N,"max_document_bytes":N,"state":<state or null>}`, where
-    /// the state is the JSON value [`Engine::state`] wrote, or a string
-    /// holding it. A flawed state is an `InvalidState` error.
-    pub fn from_config_json(b: &[u8]) -> Result<Engine, Error> {
-        let v: Value = serde_json::from_slice(b)
-            .map_err(|e| Error::invalid_input(format!("engine config: {e}")))?;
-        let m = v
-            .as_object()
-            .ok_or_else(|| Error::invalid_input("engine config is not an object"))?;
-        let mut cfg = Config::default();
-        let mut state = None;
-        for (k, v) in m {
-            match k.as_str() {
-                "lanes" => {
-                    cfg.lanes =
-                        v.as_u64()
-                            .and_then(|n| u32::try_from(n).ok())
-                            .ok_or_else(|| {
-                                Error::invalid_input(
-                                    "engine config: lanes is not a small unsigned integer",
-                                )
-                            })?;
-                }
-                "max_document_bytes" => {
-                    cfg.max_document_bytes = v
-                        .as_u64()
-                        .and_then(|n| usize::try_from(n).ok())
-                        .ok_or_else(|| {
-                            Error::invalid_input(
-                                "engine config: max_document_bytes is not an unsigned integer",
-                            )
-                        })?;
-                }
-                "state" => match v {
-                    Value::Null => {}
-                    Value::String(s) => {
-                        let parsed = serde_json::from_str::<Value>(s).map_err(|e| {
-                            Error::invalid_state(format!("engine state: not JSON: {e}"))
-                        })?;
-                        state = Some(parsed);
-                    }
-                    other => state = Some(other.clone()),
-                },
-                other => {
-                    return Err(Error::invalid_input(format!(
-                        "engine config: unknown field {other:?}"
-                    )));
-                }
-            }
-        }
-        Engine::new(cfg, state.as_ref())
+    /// The schema outcomes of the last push.
+    pub fn changes(&self) -> &[SchemaChange] {
+        &self.changes
+    }
+
+    /// The values the last push held back.
+    pub fn held(&self) -> &[hold::Held] {
+        &self.held
+    }
+
+    /// Turns held values of `stream`'s column (by destination name) back
+    /// into an array of the column's type.
+    pub fn release(&self, stream: &str, column: &str, values: &[&[u8]]) -> Result<ArrayRef, Error> {
+        let st = self
+            .streams
+            .get(stream)
+            .ok_or_else(|| Error::invalid_input(format!("unknown stream {stream:?}")))?;
+        hold::release(st, column, values)
+    }
+
+    fn is_held(unsupported: &[String], dt: &arrow_schema::DataType) -> bool {
+        !unsupported.is_empty() && unsupported.iter().any(|u| u == hold::type_class(dt))
     }
 
     pub fn config(&self) -> &Config {
@@ -184,6 +233,19 @@ impl Engine {
     /// The saved state: each stream's columns.
     pub fn state(&self) -> Vec<u8> {
         state::export(&self.streams)
+    }
+
+    /// The Arrow types of `stream`'s columns so far, in output order.
+    pub fn column_types(&self, stream: &str) -> Vec<(String, arrow_schema::DataType)> {
+        self.streams
+            .get(stream)
+            .map(|s| {
+                s.columns
+                    .iter()
+                    .map(|c| (c.name.clone(), c.data_type()))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The columns of `stream` so far (name, type), in output order.
@@ -208,9 +270,18 @@ impl Engine {
         if rows.len() > u32::MAX as usize {
             return Err(Error::invalid_input("batch has more than 2^32 rows"));
         }
+        self.changes.clear();
+        self.held.clear();
         if !self.streams.contains_key(stream) {
             self.streams
                 .insert(stream.to_string(), StreamSchema::default());
+        }
+        if self
+            .streams
+            .get(stream)
+            .is_some_and(|s| s.declared.is_some())
+        {
+            return self.push_rows(stream, rows, synced_at_micros);
         }
         let schema = self
             .streams
@@ -226,6 +297,17 @@ impl Engine {
         sc.col_bytes.clear();
         sc.col_bytes.resize(schema.len(), 0);
         sc.seen.resize(schema.len(), 0);
+        sc.before.clear();
+        sc.before.extend(schema.columns.iter().map(|c| c.ty));
+        let policy = schema.policy;
+        let opts = schema.opts;
+        let keyed = opts.keyed;
+        sc.nested_vals.clear();
+        sc.before_trees.clear();
+        sc.before_trees
+            .extend(schema.columns.iter().map(|c| c.tree.clone()));
+        let mut blocked: Vec<(String, &'static str)> = Vec::new();
+        let mut discarded: Vec<String> = Vec::new();
         let mut quarantined = Vec::new();
         let lanes = self.cfg.lanes;
         let payload_buf = rows.payload_buffer();
@@ -241,6 +323,14 @@ impl Engine {
                 continue;
             }
             let payload = rows.payload(i);
+            if keyed && rows.key(i).is_empty() {
+                quarantined.push(Quarantined {
+                    row: i as u32,
+                    reason: Reason::MissingKey,
+                    detail: "the stream has a primary key but the record has none".into(),
+                });
+                continue;
+            }
             if payload.len() > self.cfg.max_document_bytes {
                 quarantined.push(Quarantined {
                     row: i as u32,
@@ -269,15 +359,98 @@ impl Engine {
                     stamp: self.stamp,
                     base: rows.payload_start(i),
                     next: 0,
+                    policy,
+                    blocked: &mut blocked,
+                    discarded: &mut discarded,
                 };
                 json::scan_object(payload, &mut sc.key_buf, &mut sc.arena, &mut sink)
             };
+            // Classify the document's values against its columns: the
+            // type each column would widen to and, for nested values,
+            // the shape; under freeze any change blocks the document.
+            let nested_mark = sc.nested_vals.len();
+            sc.proposals.clear();
+            let result = result.and_then(|()| {
+                for ci in cells_mark..sc.cells.len() {
+                    let mut c = sc.cells[ci];
+                    if opts.timestamps && c.kind == Kind::Text {
+                        let src = if c.in_arena {
+                            &sc.arena[..]
+                        } else {
+                            payload_buf
+                        };
+                        if let Some(us) = src
+                            .get(c.start as usize..c.end as usize)
+                            .and_then(coerce::rfc3339_micros)
+                        {
+                            c.kind = Kind::Timestamp;
+                            c.num = us as u64;
+                            sc.cells[ci] = c;
+                        }
+                    }
+                    let col = &schema.columns[c.col as usize];
+                    let kt = c.kind.column_type_with(c.num, opts.nested_text);
+                    // Fast path: the value fits the column as it is.
+                    if kt == ColumnType::Null || (kt == col.ty && kt != ColumnType::Nested) {
+                        continue;
+                    }
+                    let mut to = col.ty.widen(kt);
+                    let mut tree = None;
+                    if to == ColumnType::Nested && c.kind == Kind::Nested {
+                        let text = payload_buf
+                            .get(c.start as usize..c.end as usize)
+                            .ok_or_else(|| Reject::parse("nested value outside the payload"))?;
+                        let v: Value = serde_json::from_slice(text)
+                            .map_err(|e| Reject::parse(format!("nested value: {e}")))?;
+                        let t = JType::of(&v, 1);
+                        let joined = match &col.tree {
+                            Some(old) => old.join(&t),
+                            None => t,
+                        };
+                        if joined.is_nested() {
+                            if col.tree.as_ref() != Some(&joined) {
+                                tree = Some(joined);
+                            }
+                        } else {
+                            // An object meeting an array: JSON text from now on.
+                            to = ColumnType::Utf8;
+                        }
+                        sc.cells[ci].num = sc.nested_vals.len() as u64;
+                        sc.nested_vals.push(v);
+                    }
+                    if policy == Policy::Freeze && (to != col.ty || tree.is_some()) {
+                        if !blocked.iter().any(|(n, _)| *n == col.name) {
+                            blocked.push((col.name.clone(), to.name()));
+                        }
+                        return Err(Reject::new(
+                            Reason::TypeConflict,
+                            format!(
+                                "field {:?} would change the frozen column's type {} to {}",
+                                col.name,
+                                col.ty.name(),
+                                to.name()
+                            ),
+                        ));
+                    }
+                    if to != col.ty || tree.is_some() {
+                        sc.proposals.push((c.col, to, tree));
+                    }
+                }
+                Ok(())
+            });
             match result {
                 Ok(()) => {
                     sc.col_bytes.resize(schema.len(), 0);
+                    for (col, to, tree) in sc.proposals.drain(..) {
+                        let col = &mut schema.columns[col as usize];
+                        col.ty = to;
+                        if to != ColumnType::Nested {
+                            col.tree = None;
+                        } else if tree.is_some() {
+                            col.tree = tree;
+                        }
+                    }
                     for c in &sc.cells[cells_mark..] {
-                        let col = &mut schema.columns[c.col as usize];
-                        col.ty = col.ty.widen(c.kind.column_type());
                         sc.col_bytes[c.col as usize] += (c.end - c.start) as usize;
                     }
                     sc.accepted.push(i as u32);
@@ -287,6 +460,7 @@ impl Engine {
                     }
                 }
                 Err(rej) => {
+                    sc.nested_vals.truncate(nested_mark);
                     sc.cells.truncate(cells_mark);
                     sc.arena.truncate(arena_mark);
                     schema.truncate(ncols);
@@ -298,6 +472,49 @@ impl Engine {
                     });
                 }
             }
+        }
+
+        for (i, c) in schema.columns.iter().enumerate() {
+            match sc.before.get(i) {
+                None => self.changes.push(SchemaChange {
+                    stream: stream.to_string(),
+                    column: c.name.clone(),
+                    kind: "added",
+                    from: "",
+                    to: c.ty.name(),
+                }),
+                Some(&b) if b != c.ty || sc.before_trees.get(i).is_some_and(|t| *t != c.tree) => {
+                    self.changes.push(SchemaChange {
+                        stream: stream.to_string(),
+                        column: c.name.clone(),
+                        kind: "widened",
+                        from: b.name(),
+                        to: c.ty.name(),
+                    })
+                }
+                _ => {}
+            }
+        }
+        for (col, to) in blocked {
+            let from = schema
+                .lookup(&col)
+                .map_or("", |i| schema.columns[i].ty.name());
+            self.changes.push(SchemaChange {
+                stream: stream.to_string(),
+                column: col,
+                kind: "blocked",
+                from,
+                to,
+            });
+        }
+        for col in discarded {
+            self.changes.push(SchemaChange {
+                stream: stream.to_string(),
+                column: col,
+                kind: "discarded",
+                from: "",
+                to: "",
+            });
         }
 
         let n = sc.accepted.len();
@@ -328,10 +545,50 @@ impl Engine {
             .zip(&sc.col_bytes)
             .map(|(c, &bytes)| ColumnBuilder::new(c.ty, n, bytes))
             .collect();
+        // Nested columns: one parsed value (or none) per output row.
+        let mut slots: Vec<Vec<Option<&Value>>> = schema
+            .columns
+            .iter()
+            .map(|c| {
+                if c.ty == ColumnType::Nested {
+                    vec![None; n]
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        let nested_vals = &sc.nested_vals;
+        let held_cols: Vec<bool> = schema
+            .columns
+            .iter()
+            .map(|c| Self::is_held(&self.cfg.unsupported, &c.data_type()))
+            .collect();
+        let mut held: Vec<(u32, usize, Vec<u8>)> = Vec::new();
         let mut put = |row: usize, k: usize| -> Result<(), Error> {
             let (a, b) = (sc.bounds[k] as usize, sc.bounds[k + 1] as usize);
             for cell in &sc.cells[a..b] {
-                builders[cell.col as usize].push(row, cell, payload_buf, &sc.arena)?;
+                let col = cell.col as usize;
+                if held_cols[col] {
+                    if cell.kind != Kind::Null {
+                        let src = if cell.in_arena {
+                            &sc.arena[..]
+                        } else {
+                            payload_buf
+                        };
+                        let v = src
+                            .get(cell.start as usize..cell.end as usize)
+                            .ok_or_else(|| Error::internal("a cell outside its buffer"))?;
+                        held.push((sc.accepted[k], col, v.to_vec()));
+                    }
+                    continue;
+                }
+                if !slots[col].is_empty() {
+                    if cell.kind == Kind::Nested {
+                        slots[col][row] = nested_vals.get(cell.num as usize);
+                    }
+                    continue;
+                }
+                builders[col].push(row, cell, payload_buf, &sc.arena)?;
             }
             Ok(())
         };
@@ -353,13 +610,38 @@ impl Engine {
         let mut fields: Vec<Field> = schema
             .columns
             .iter()
-            .map(|c| Field::new(c.name.as_str(), c.ty.data_type(), true))
+            .map(|c| Field::new(c.name.as_str(), c.data_type(), true))
             .collect();
-        fields.extend(meta::fields());
-        let mut cols: Vec<ArrayRef> = Vec::with_capacity(fields.len());
-        for b in builders {
-            cols.push(b.finish(n)?);
+        let table = apply_names(
+            &self.cfg.naming,
+            &mut self.tables,
+            &mut schema.names,
+            stream,
+            &mut fields,
+        );
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(fields.len() + 4);
+        for ((b, c), slot) in builders.into_iter().zip(&schema.columns).zip(&slots) {
+            match (&c.tree, c.ty) {
+                (Some(t), ColumnType::Nested) => cols.push(nested::build(t, slot)?),
+                _ => cols.push(b.finish(n)?),
+            }
         }
+        if held_cols.iter().any(|&h| h) {
+            held.sort_by_key(|h| (h.0, h.1));
+            self.held = held
+                .into_iter()
+                .map(|(row, col, value)| hold::Held {
+                    row,
+                    column: fields[col].name().clone(),
+                    value,
+                })
+                .collect();
+            let mut i = 0;
+            fields.retain(|_| (!held_cols[i], i += 1).0);
+            let mut i = 0;
+            cols.retain(|_| (!held_cols[i], i += 1).0);
+        }
+        fields.extend(meta::fields());
         cols.extend(meta::columns(
             stream.as_bytes(),
             rows,
@@ -367,7 +649,7 @@ impl Engine {
             synced_at_micros,
             &mut sc.id_buf,
         )?);
-        let record = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?;
+        let record = RecordBatch::try_new(Arc::new(out_schema(fields, table)), cols)?;
         Ok(PushOutput {
             record: Some(record),
             lane_offsets,
@@ -387,6 +669,11 @@ struct RowSink<'a> {
     /// The column the next field most likely is: documents of a stream
     /// usually list fields in one order, so this skips the hash lookup.
     next: usize,
+    policy: Policy,
+    /// Columns a frozen schema refused this push (name, wanted type).
+    blocked: &'a mut Vec<(String, &'static str)>,
+    /// New fields the discard policy dropped this push.
+    discarded: &'a mut Vec<String>,
 }
 
 impl FieldSink for RowSink<'_> {
@@ -401,6 +688,25 @@ impl FieldSink for RowSink<'_> {
                         return Err(Reject::parse(format!(
                             "field {key:?} uses the prefix {RESERVED_PREFIX:?}, reserved for metadata columns"
                         )));
+                    }
+                    match self.policy {
+                        Policy::Evolve => {}
+                        Policy::Freeze => {
+                            if !self.blocked.iter().any(|(n, _)| n == key) {
+                                self.blocked
+                                    .push((key.to_string(), v.kind.column_type().name()));
+                            }
+                            return Err(Reject::new(
+                                Reason::TypeConflict,
+                                format!("field {key:?} is not in the frozen schema"),
+                            ));
+                        }
+                        Policy::Discard => {
+                            if !self.discarded.iter().any(|n| n == key) {
+                                self.discarded.push(key.to_string());
+                            }
+                            return Ok(());
+                        }
                     }
                     self.seen.push(0);
                     self.schema.add(key, ColumnType::Null)

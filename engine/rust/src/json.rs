@@ -26,8 +26,70 @@ pub struct Value {
     pub end: usize,
     pub in_arena: bool,
     /// [`Kind::Int`]: the value as i64 bits; [`Kind::Float`]: f64 bits;
+    /// [`Kind::Decimal`]: [`decimal_shape`];
     /// [`Kind::Bool`]: 0 or 1.
     pub num: u64,
+}
+
+/// The `num` of a [`Kind::Decimal`]: its scale and its integer digits.
+#[inline]
+pub fn decimal_shape(scale: usize, int_digits: usize) -> u64 {
+    (scale as u64) | ((int_digits as u64) << 8)
+}
+
+/// Whether the decimal number with integer digits `int` and fraction
+/// digits `frac` is exactly the shortest round-trip representation of
+/// `f`'s magnitude, i.e. float64 holds it without rounding.
+pub fn roundtrips(int: &[u8], frac: &[u8], f: f64) -> bool {
+    let mut buf = zmij::Buffer::new();
+    let shortest = buf.format_finite(f.abs()).as_bytes();
+    let (mut a, mut b) = ([0u8; 24], [0u8; 24]);
+    match (normal(int, frac, 0, &mut a), split_normal(shortest, &mut b)) {
+        (Some((na, ea)), Some((nb, eb))) => na == nb && ea == eb && a[..na] == b[..nb],
+        _ => false,
+    }
+}
+
+/// A number's significant digits (into `out`) and the decimal exponent of
+/// the first; `None` when there are more digits than `out` holds.
+fn normal(int: &[u8], frac: &[u8], exp: i64, out: &mut [u8; 24]) -> Option<(usize, i64)> {
+    let all = || int.iter().chain(frac);
+    let total = int.len() + frac.len();
+    let lead = all().take_while(|&&d| d == b'0').count();
+    if lead == total {
+        return Some((0, 0));
+    }
+    let trail = frac
+        .iter()
+        .rev()
+        .chain(int.iter().rev())
+        .take_while(|&&d| d == b'0')
+        .count();
+    let n = total - lead - trail;
+    if n > out.len() {
+        return None;
+    }
+    for (o, &d) in out.iter_mut().zip(all().skip(lead).take(n)) {
+        *o = d;
+    }
+    Some((n, int.len() as i64 - 1 - lead as i64 + exp))
+}
+
+/// [`normal`] of a float's text: `[-]int[.frac][e[+-]exp]`.
+fn split_normal(t: &[u8], out: &mut [u8; 24]) -> Option<(usize, i64)> {
+    let t = t.strip_prefix(b"-").unwrap_or(t);
+    let (mant, exp) = match t.iter().position(|&b| b == b'e' || b == b'E') {
+        Some(p) => {
+            let e = std::str::from_utf8(&t[p + 1..]).ok()?;
+            (&t[..p], e.trim_start_matches('+').parse::<i64>().ok()?)
+        }
+        None => (t, 0),
+    };
+    let (int, frac) = match mant.iter().position(|&b| b == b'.') {
+        Some(p) => (&mant[..p], &mant[p + 1..]),
+        None => (mant, &mant[mant.len()..]),
+    };
+    normal(int, frac, exp, out)
 }
 
 /// Receives the fields of a document, in document order.
@@ -304,6 +366,7 @@ impl<'a> Scanner<'a> {
         }
         let mut mag: u64 = 0;
         let mut overflow = false;
+        let int_start = i;
         match doc.get(i) {
             Some(b'0') => i += 1,
             Some(b'1'..=b'9') => {
@@ -323,6 +386,8 @@ impl<'a> Scanner<'a> {
                 return Err(self.err("invalid number"));
             }
         }
+        let int_end = i;
+        let mut frac = (i, i);
         let mut float = false;
         if doc.get(i) == Some(&b'.') {
             float = true;
@@ -335,9 +400,12 @@ impl<'a> Scanner<'a> {
                 self.pos = i;
                 return Err(self.err("invalid number: no digits after '.'"));
             }
+            frac = (digits, i);
         }
+        let mut exp = false;
         if let Some(b'e' | b'E') = doc.get(i) {
             float = true;
+            exp = true;
             i += 1;
             if let Some(b'+' | b'-') = doc.get(i) {
                 i += 1;
@@ -352,6 +420,45 @@ impl<'a> Scanner<'a> {
             }
         }
         self.pos = i;
+        let mut parsed = None;
+        if !exp {
+            // A number float64 can't be trusted to hold exactly (integers
+            // beyond i64, more than 15 significant digits) is a decimal
+            // when it has at most 38 digits.
+            let int_digits = doc[int_start..int_end]
+                .iter()
+                .skip_while(|&&d| d == b'0')
+                .count();
+            let frac_digits = frac.1 - frac.0;
+            let big_int =
+                !float && (overflow || (neg && mag > 1 << 63) || (!neg && mag > i64::MAX as u64));
+            let inexact = float && {
+                let raw = &doc[start..i];
+                // SAFETY: only ASCII digits, a sign and '.' were matched.
+                let text = unsafe { std::str::from_utf8_unchecked(raw) };
+                let sig = doc[int_start..int_end]
+                    .iter()
+                    .chain(&doc[frac.0..frac.1])
+                    .skip_while(|&&d| d == b'0')
+                    .count();
+                // Up to 15 significant digits always round-trip.
+                sig > 15 && {
+                    let p = text.parse::<f64>();
+                    let ok = p.as_ref().is_ok_and(|&f| {
+                        f.is_finite()
+                            && roundtrips(&doc[int_start..int_end], &doc[frac.0..frac.1], f)
+                    });
+                    parsed = Some(p);
+                    !ok
+                }
+            };
+            if big_int || inexact {
+                if int_digits + frac_digits <= 38 {
+                    return Ok((Kind::Decimal, decimal_shape(frac_digits, int_digits)));
+                }
+                return Ok((Kind::BigNum, 0));
+            }
+        }
         if !float {
             if overflow {
                 return Ok((Kind::BigNum, 0));
@@ -374,7 +481,7 @@ impl<'a> Scanner<'a> {
         // SAFETY: the span holds only ASCII digits, signs, '.' and 'e'/'E',
         // as matched above.
         let text = unsafe { std::str::from_utf8_unchecked(raw) };
-        match text.parse::<f64>() {
+        match parsed.unwrap_or_else(|| text.parse::<f64>()) {
             Ok(f) if f.is_finite() => Ok((Kind::Float, f.to_bits())),
             Ok(_) => Ok((Kind::BigNum, 0)),
             Err(_) => Err(self.err("invalid number")),
@@ -562,7 +669,7 @@ mod tests {
                 ("d", Kind::Bool),
                 ("e", Kind::Null),
                 ("f", Kind::Nested),
-                ("h", Kind::BigNum),
+                ("h", Kind::Decimal),
                 ("i", Kind::BigNum),
                 ("j", Kind::Text),
                 ("A", Kind::Bool),
@@ -589,9 +696,37 @@ mod tests {
         assert_eq!(f[0].1.num as i64, i64::MAX);
         assert_eq!(f[1].1.kind, Kind::Int);
         assert_eq!(f[1].1.num as i64, i64::MIN);
-        assert_eq!(f[2].1.kind, Kind::BigNum);
-        assert_eq!(f[3].1.kind, Kind::BigNum);
+        assert_eq!(f[2].1.kind, Kind::Decimal);
+        assert_eq!(f[2].1.num, decimal_shape(0, 19));
+        assert_eq!(f[3].1.kind, Kind::Decimal);
         assert_eq!(f[4].1.kind, Kind::Int);
+    }
+
+    #[test]
+    fn decimals() {
+        let (f, _) = scan(
+            r#"{"a":1.2345678901234567123,"b":0.000000000000000001,"c":123456789012345.6,"d":1.5,"e":1234567890123456789012345678901234567890,"f":1.23456789012345678e5,"g":-0.1000000000000000000}"#,
+        )
+        .unwrap();
+        let k: Vec<(Kind, u64)> = f.iter().map(|(_, v)| (v.kind, v.num)).collect();
+        assert_eq!(k[0], (Kind::Decimal, decimal_shape(19, 1)));
+        // Shortest float64 texts (what Go, JS and Rust print) stay floats.
+        let (f, _) =
+            scan(r#"{"a":0.6046602879796196,"b":9007199254740993.0,"c":0.30000000000000004}"#)
+                .unwrap();
+        assert_eq!(f[0].1.kind, Kind::Float);
+        assert_eq!(f[1].1.kind, Kind::Decimal, "2^53+1 is not a float64");
+        assert_eq!(f[2].1.kind, Kind::Float);
+        assert_eq!(k[1].0, Kind::Float, "one significant digit");
+        assert_eq!(
+            k[2].0,
+            Kind::Float,
+            "16 significant digits, but a float64's"
+        );
+        assert_eq!(k[3].0, Kind::Float);
+        assert_eq!(k[4].0, Kind::BigNum, "over 38 digits");
+        assert_eq!(k[5].0, Kind::Float, "exponents stay float");
+        assert_eq!(k[6].0, Kind::Float, "trailing zeros do not count");
     }
 
     #[test]

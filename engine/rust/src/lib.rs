@@ -3,8 +3,15 @@
 //!
 //! The Rust API is sans-IO and push-based: [`Engine::push`] takes one input
 //! batch ([`input::RawRows`]) and returns Arrow rows, quarantined rows and
-//! lane boundaries. This file is the C surface over it; its header is
-//! `engine/include/openetl_engine.h`.
+//! lane boundaries; after it, [`Engine::changes`] and [`Engine::held`]
+//! report the push's schema outcomes and held-back values. One file per
+//! concern: `json.rs` (scanner), `infer.rs` and `nested.rs` (inference),
+//! `decl.rs`, `coerce.rs` and `rows.rs` (declared rows), `state.rs`,
+//! `names.rs`, `hold.rs`, `quarantine.rs`, `route.rs`, `meta.rs`. This
+//! file is the C surface over it; its header is
+//! `engine/include/openetl_engine.h`. The ABI stays `v1`: the functions
+//! added since (`openetl_engine_changes`, `_held`, `_release`) are new
+//! symbols, so a stale library fails to link.
 //!
 //! # The C contract
 //!
@@ -20,16 +27,22 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod coerce;
 pub mod columns;
+pub mod decl;
 pub mod engine;
 pub mod error;
 mod ffi;
+pub mod hold;
 pub mod infer;
 pub mod input;
 pub mod json;
 pub mod meta;
+pub mod names;
+pub mod nested;
 pub mod quarantine;
 pub mod route;
+pub mod rows;
 pub mod state;
 
 use std::ffi::{c_char, c_void};
@@ -51,6 +64,20 @@ struct Handle {
     engine: Engine,
     /// Set when a push panicked: the engine's state may be half-updated.
     poisoned: bool,
+}
+
+impl Handle {
+    /// Fails when an earlier panic left the engine unusable.
+    fn usable(&self) -> Result<(), Error> {
+        if self.poisoned {
+            Err(Error::new(
+                Status::Panic,
+                "engine is unusable after an earlier panic",
+            ))
+        } else {
+            Ok(())
+        }
+    }
 }
 
 /// Returns the ABI version (1). Its name is the link-time check.
@@ -327,7 +354,167 @@ pub unsafe extern "C" fn openetl_engine_state(
     })
 }
 
-/// Frees bytes returned by `openetl_engine_state`.
+/// Exports the schema outcomes of the last push as JSON bytes, a list of
+/// `{"stream","column","kind","from","to"}` (see
+/// [`engine::SchemaChange`]); `*out_len` is 0 and `*out` null when there
+/// are none. Bytes are freed with `openetl_bytes_free`.
+///
+/// # Safety
+/// `eng` is a live handle; `out` and `out_len` are writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openetl_engine_changes(
+    eng: *mut c_void,
+    out: *mut *mut u8,
+    out_len: *mut usize,
+    err: *mut *mut c_char,
+) -> i32 {
+    ffi::guard(err, || {
+        if eng.is_null() {
+            return Err(Error::new(Status::Closed, "engine handle is null"));
+        }
+        ffi::non_null(out, "out")?;
+        ffi::non_null(out_len, "out_len")?;
+        // SAFETY: eng is a live handle, not used concurrently.
+        let h = unsafe { &*eng.cast::<Handle>() };
+        h.usable()?;
+        let changes = h.engine.changes();
+        let (p, n) = if changes.is_empty() {
+            (std::ptr::null_mut(), 0)
+        } else {
+            let list: Vec<serde_json::Value> = changes
+                .iter()
+                .map(|c| {
+                    serde_json::json!({"stream": c.stream, "column": c.column,
+                        "kind": c.kind, "from": c.from, "to": c.to})
+                })
+                .collect();
+            ffi::give_bytes(serde_json::Value::Array(list).to_string().into_bytes())
+        };
+        // SAFETY: out and out_len are non-null and writable.
+        unsafe {
+            *out = p;
+            *out_len = n;
+        }
+        Ok(())
+    })
+}
+
+/// Moves the values the last push held back out as a batch
+/// `row uint32, column utf8, value binary` (see [`hold`]): `*n_rows` is the
+/// count, and when > 0 `out_array`/`out_schema` (released on entry)
+/// receive the batch, owned by the caller.
+///
+/// # Safety
+/// `eng` is a live handle; the out-structs and `n_rows` are writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openetl_engine_held(
+    eng: *mut c_void,
+    out_array: *mut FFI_ArrowArray,
+    out_schema: *mut FFI_ArrowSchema,
+    n_rows: *mut i64,
+    err: *mut *mut c_char,
+) -> i32 {
+    ffi::guard(err, || {
+        if eng.is_null() {
+            return Err(Error::new(Status::Closed, "engine handle is null"));
+        }
+        ffi::non_null(out_array, "out_array")?;
+        ffi::non_null(out_schema, "out_schema")?;
+        ffi::non_null(n_rows, "n_rows")?;
+        // SAFETY: eng is a live handle, not used concurrently.
+        let h = unsafe { &*eng.cast::<Handle>() };
+        h.usable()?;
+        let b = hold::batch(h.engine.held())?;
+        // SAFETY: n_rows is non-null and writable.
+        unsafe { *n_rows = b.as_ref().map_or(0, |b| b.num_rows() as i64) };
+        if let Some(b) = b {
+            let s = FFI_ArrowSchema::try_from(b.schema().as_ref())?;
+            let a = FFI_ArrowArray::new(&StructArray::from(b).into_data());
+            // SAFETY: the out-structs are writable and, per the contract,
+            // released; ownership moves to the caller.
+            unsafe {
+                std::ptr::write(out_array, a);
+                std::ptr::write(out_schema, s);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Turns held values of one column back into Arrow: `n` values, value i
+/// being `data[offsets[i]..offsets[i+1]]` (`offsets` has n + 1 entries),
+/// of the column (destination name) of `stream`. On success
+/// `out_array`/`out_schema` (released on entry) receive a struct array
+/// with one field, the column at its type, owned by the caller. A value
+/// the type can't take is status 1.
+///
+/// # Safety
+/// Pointers are valid for the call with the lengths given.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openetl_engine_release(
+    eng: *mut c_void,
+    stream: *const u8,
+    stream_len: usize,
+    column: *const u8,
+    column_len: usize,
+    data: *const u8,
+    data_len: usize,
+    offsets: *const i64,
+    n: usize,
+    out_array: *mut FFI_ArrowArray,
+    out_schema: *mut FFI_ArrowSchema,
+    err: *mut *mut c_char,
+) -> i32 {
+    ffi::guard(err, || {
+        if eng.is_null() {
+            return Err(Error::new(Status::Closed, "engine handle is null"));
+        }
+        ffi::non_null(out_array, "out_array")?;
+        ffi::non_null(out_schema, "out_schema")?;
+        // SAFETY: eng is a live handle, not used concurrently.
+        let h = unsafe { &*eng.cast::<Handle>() };
+        h.usable()?;
+        // SAFETY: the caller guarantees the lengths.
+        let (stream, column, data) = unsafe {
+            (
+                ffi::bytes(stream, stream_len, "stream")?,
+                ffi::bytes(column, column_len, "column")?,
+                ffi::bytes(data, data_len, "data")?,
+            )
+        };
+        let offs: &[i64] = if offsets.is_null() {
+            return Err(Error::invalid_input("offsets is null"));
+        } else {
+            // SAFETY: offsets has n + 1 readable entries per the contract.
+            unsafe { std::slice::from_raw_parts(offsets, n + 1) }
+        };
+        let mut values = Vec::with_capacity(n);
+        for w in offs.windows(2) {
+            let (a, b) = (w[0] as usize, w[1] as usize);
+            values.push(
+                data.get(a..b)
+                    .ok_or_else(|| Error::invalid_input("offsets outside data"))?,
+            );
+        }
+        let stream =
+            std::str::from_utf8(stream).map_err(|_| Error::invalid_input("stream is not UTF-8"))?;
+        let column =
+            std::str::from_utf8(column).map_err(|_| Error::invalid_input("column is not UTF-8"))?;
+        let arr = h.engine.release(stream, column, &values)?;
+        let field = arrow_schema::Field::new(column, arr.data_type().clone(), true);
+        let st = StructArray::try_new(vec![field].into(), vec![arr], None)?;
+        let s = FFI_ArrowSchema::try_from(st.data_type())?;
+        let a = FFI_ArrowArray::new(&st.into_data());
+        // SAFETY: the out-structs are writable and released on entry.
+        unsafe {
+            std::ptr::write(out_array, a);
+            std::ptr::write(out_schema, s);
+        }
+        Ok(())
+    })
+}
+
+/// Frees bytes returned by `openetl_engine_state` or `openetl_engine_changes`.
 ///
 /// # Safety
 /// `(ptr, len)` came from `openetl_engine_state` and was not freed before.

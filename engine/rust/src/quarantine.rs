@@ -11,18 +11,24 @@ use crate::error::Error;
 /// (engine.Reason) and the quarantine files use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reason {
-    /// Not one JSON object, an unknown op code, or a field the engine refuses.
+    /// Not one JSON object, a malformed row payload, an unknown op code,
+    /// or a field the engine refuses.
     Parse,
-    /// A value the frozen schema can't take (full engine).
+    /// A declared value that does not parse as its type, or a document
+    /// the frozen schema can't take.
     TypeConflict,
-    /// A number or time the type can't hold (full engine).
+    /// A declared value that parses but doesn't fit its type (overflow,
+    /// scale, infinity, a zero date).
     OutOfRange,
-    /// A keyed stream's record without a key (full engine).
+    /// A keyed stream's record without a key.
     MissingKey,
     /// The payload is over `max_document_bytes`.
     TooLarge,
     /// Nesting deeper than [`crate::json::MAX_DEPTH`].
     TooDeep,
+    /// A declared row with a value the source did not send (a Postgres
+    /// unchanged TOAST value), which the engine can't fill yet.
+    Unchanged,
 }
 
 impl Reason {
@@ -34,6 +40,7 @@ impl Reason {
             Reason::MissingKey => "missing_key",
             Reason::TooLarge => "too_large",
             Reason::TooDeep => "too_deep",
+            Reason::Unchanged => "unchanged_value",
         }
     }
 }

@@ -11,9 +11,91 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
+use crate::decl::{Decl, Types};
 use crate::error::Error;
 use crate::infer::ColumnType;
 use crate::meta::RESERVED_PREFIX;
+use crate::names::StreamNames;
+use crate::nested::JType;
+use crate::rows::{DeclColumn, DeclStream};
+
+/// A stream's schema policy: what a document that would change the schema
+/// does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Policy {
+    /// New columns are added and types widened (the default).
+    #[default]
+    Evolve,
+    /// The schema does not change: a document with a new field or a value
+    /// that would widen a column is quarantined `type_conflict`.
+    Freeze,
+    /// New fields are dropped from documents; types still widen.
+    Discard,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Evolve => "evolve",
+            Policy::Freeze => "freeze",
+            Policy::Discard => "discard",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Policy> {
+        match s {
+            "" | "evolve" => Some(Policy::Evolve),
+            "freeze" => Some(Policy::Freeze),
+            "discard" => Some(Policy::Discard),
+            _ => None,
+        }
+    }
+}
+
+/// Parses a declared column list `[{"name","type","nullable"}]`.
+pub fn declared_from_json(types: Types, cols: &[Value], what: &str) -> Result<DeclStream, String> {
+    let mut out = Vec::with_capacity(cols.len());
+    for c in cols {
+        let m = c
+            .as_object()
+            .ok_or_else(|| format!("{what}: a column is not an object"))?;
+        let name = m
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("{what}: a column has no name"))?;
+        let ty = m
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("{what}: column {name:?} has no type"))?;
+        let nullable = m.get("nullable").and_then(Value::as_bool).unwrap_or(true);
+        if name.is_empty() || name.starts_with(RESERVED_PREFIX) {
+            return Err(format!("{what}: column name {name:?} is empty or reserved"));
+        }
+        if out.iter().any(|c: &DeclColumn| c.name == name) {
+            return Err(format!("{what}: column {name:?} is declared twice"));
+        }
+        let decl = Decl::parse(types, ty).map_err(|e| format!("{what}: column {name:?}: {e}"))?;
+        out.push(DeclColumn {
+            name: name.to_string(),
+            type_name: ty.to_string(),
+            decl,
+            nullable,
+        });
+    }
+    Ok(DeclStream {
+        types,
+        columns: out,
+    })
+}
+
+fn declared_to_json(d: &DeclStream) -> Value {
+    Value::Array(
+        d.columns
+            .iter()
+            .map(|c| json!({"name": c.name, "type": c.type_name, "nullable": c.nullable}))
+            .collect(),
+    )
+}
 
 /// The version written; loading refuses any other.
 pub const VERSION: u64 = 1;
@@ -23,6 +105,30 @@ pub const VERSION: u64 = 1;
 pub struct Column {
     pub name: String,
     pub ty: ColumnType,
+    /// The shape of a [`ColumnType::Nested`] column.
+    pub tree: Option<JType>,
+}
+
+impl Column {
+    pub fn data_type(&self) -> arrow_schema::DataType {
+        match (&self.ty, &self.tree) {
+            (ColumnType::Nested, Some(t)) => t.data_type(),
+            (ty, _) => ty.data_type(),
+        }
+    }
+}
+
+/// Per-stream inference options for JSON documents.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JsonOpts {
+    /// Nested objects and arrays stay JSON text (utf8) instead of
+    /// structs and lists.
+    pub nested_text: bool,
+    /// Strings that are RFC 3339 timestamps are typed timestamp[us, UTC].
+    pub timestamps: bool,
+    /// The stream has a primary key: a record without one is quarantined
+    /// `missing_key` (JSON and row streams alike).
+    pub keyed: bool,
 }
 
 /// A stream's inferred schema. Columns only ever get added at the end and
@@ -31,6 +137,12 @@ pub struct Column {
 pub struct StreamSchema {
     pub columns: Vec<Column>,
     index: HashMap<String, u32>,
+    pub policy: Policy,
+    pub opts: JsonOpts,
+    /// Destination names given to the stream and its columns.
+    pub names: StreamNames,
+    /// The declared schema of a row (FormatRow) stream; `None` for JSON.
+    pub declared: Option<DeclStream>,
 }
 
 impl StreamSchema {
@@ -54,6 +166,7 @@ impl StreamSchema {
         self.columns.push(Column {
             name: name.to_string(),
             ty,
+            tree: None,
         });
         self.index.insert(name.to_string(), i as u32);
         i
@@ -77,9 +190,40 @@ pub fn export(streams: &HashMap<String, StreamSchema>) -> Vec<u8> {
             let cols: Vec<Value> = streams[name]
                 .columns
                 .iter()
-                .map(|c| json!({"name": c.name, "type": c.ty.name()}))
+                .map(|c| {
+                    let mut v = json!({"name": c.name, "type": c.ty.name()});
+                    if let ColumnType::Decimal { scale, int_digits } = c.ty {
+                        v["scale"] = json!(scale);
+                        v["int_digits"] = json!(int_digits);
+                    }
+                    if let Some(t) = &c.tree {
+                        v["tree"] = t.to_json();
+                    }
+                    v
+                })
                 .collect();
-            json!({"name": name, "columns": cols})
+            let st = &streams[name];
+            let mut v = json!({"name": name, "columns": cols});
+            if st.policy != Policy::Evolve {
+                v["policy"] = json!(st.policy.name());
+            }
+            if st.names.table.is_some() || !st.names.columns.is_empty() {
+                v["names"] = st.names.to_json();
+            }
+            if st.opts.nested_text {
+                v["nested_text"] = json!(true);
+            }
+            if st.opts.timestamps {
+                v["timestamps"] = json!(true);
+            }
+            if st.opts.keyed {
+                v["keyed"] = json!(true);
+            }
+            if let Some(d) = &st.declared {
+                v["types"] = json!(d.types.name());
+                v["declared"] = declared_to_json(d);
+            }
+            v
         })
         .collect();
     let v = json!({"version": VERSION, "streams": list});
@@ -134,11 +278,26 @@ pub fn import(v: &Value) -> Result<HashMap<String, StreamSchema>, Error> {
             let c = object(c, "a column")?;
             let cname = string(c, "name", "a column")?;
             let ty = string(c, "type", "a column")?;
-            let ty = ColumnType::from_name(ty).ok_or_else(|| {
-                bad(format!(
-                    "stream {name:?} column {cname:?} has unknown type {ty:?}"
-                ))
-            })?;
+            let ty = if ty == "decimal" {
+                let n = |k: &str| c.get(k).and_then(Value::as_u64).filter(|&v| v <= 38);
+                match (n("scale"), n("int_digits")) {
+                    (Some(s), Some(i)) if s + i <= 38 => ColumnType::Decimal {
+                        scale: s as u8,
+                        int_digits: i as u8,
+                    },
+                    _ => {
+                        return Err(bad(format!(
+                            "stream {name:?} column {cname:?} has a bad decimal shape"
+                        )));
+                    }
+                }
+            } else {
+                ColumnType::from_name(ty).ok_or_else(|| {
+                    bad(format!(
+                        "stream {name:?} column {cname:?} has unknown type {ty:?}"
+                    ))
+                })?
+            };
             if cname.starts_with(RESERVED_PREFIX) {
                 return Err(bad(format!(
                     "stream {name:?} column {cname:?} uses the reserved prefix"
@@ -147,7 +306,53 @@ pub fn import(v: &Value) -> Result<HashMap<String, StreamSchema>, Error> {
             if schema.lookup(cname).is_some() {
                 return Err(bad(format!("stream {name:?} has column {cname:?} twice")));
             }
-            schema.add(cname, ty);
+            let i = schema.add(cname, ty);
+            match (ty, c.get("tree")) {
+                (ColumnType::Nested, Some(t)) => {
+                    let t = JType::from_json(t)
+                        .filter(JType::is_nested)
+                        .ok_or_else(|| {
+                            bad(format!("stream {name:?} column {cname:?} has a bad tree"))
+                        })?;
+                    schema.columns[i].tree = Some(t);
+                }
+                (ColumnType::Nested, None) | (_, Some(_)) => {
+                    return Err(bad(format!(
+                        "stream {name:?} column {cname:?}: a tree goes with type nested only"
+                    )));
+                }
+                _ => {}
+            }
+        }
+        if let Some(n) = s.get("names") {
+            schema.names = StreamNames::from_json(n, &crate::meta::NAMES)
+                .ok_or_else(|| bad(format!("stream {name:?} has bad names")))?;
+        }
+        schema.opts.nested_text = s
+            .get("nested_text")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        schema.opts.timestamps = s
+            .get("timestamps")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        schema.opts.keyed = s.get("keyed").and_then(Value::as_bool).unwrap_or(false);
+        if let Some(p) = s.get("policy") {
+            schema.policy = p
+                .as_str()
+                .and_then(Policy::from_name)
+                .ok_or_else(|| bad(format!("stream {name:?} has an unknown policy")))?;
+        }
+        if let Some(d) = s.get("declared") {
+            let types = s
+                .get("types")
+                .and_then(Value::as_str)
+                .and_then(Types::from_name)
+                .ok_or_else(|| bad(format!("stream {name:?} has no known types")))?;
+            let cols = d
+                .as_array()
+                .ok_or_else(|| bad(format!("stream {name:?} declared is not a list")))?;
+            schema.declared = Some(declared_from_json(types, cols, name).map_err(bad)?);
         }
         if streams.insert(name.to_string(), schema).is_some() {
             return Err(bad(format!("stream {name:?} appears twice")));

@@ -13,6 +13,7 @@ fn engine(lanes: u32) -> Engine {
         Config {
             lanes,
             max_document_bytes: 1024,
+            ..Config::default()
         },
         None,
     )
@@ -65,7 +66,12 @@ fn utf8(r: &RecordBatch, name: &str) -> Vec<Option<String>> {
 
 #[test]
 fn documents_become_columns() {
-    let mut e = engine(1);
+    // Nested values as JSON text (the stream option); structs and lists
+    // are in nested_values_become_structs_and_lists.
+    let mut e = Engine::from_config_json(
+        br#"{"max_document_bytes":1024,"streams":[{"name":"orders","nested_text":true}]}"#,
+    )
+    .unwrap();
     let out = push(
         &mut e,
         "orders",
@@ -183,8 +189,7 @@ fn widening_across_batches() {
     assert!(col(&r, "b").is_null(0));
     assert!(col(&r, "c").is_null(0));
 
-    // Numbers written to a utf8 column keep their JSON text; an integer
-    // beyond i64 turns the column utf8 with its exact text.
+    // Numbers written to a utf8 column keep their JSON text.
     let r = push(
         &mut e,
         "s",
@@ -200,13 +205,16 @@ fn widening_across_batches() {
         utf8(&r, "b"),
         [Some("1.50e3".into()), Some("t".into()), None]
     );
+    // An integer beyond i64 with int64s: decimal128(38, 0), exact.
     assert_eq!(
-        utf8(&r, "e"),
-        [
-            Some("12".into()),
-            Some("123456789012345678901234567890".into()),
-            Some("-5".into())
-        ]
+        col(&r, "e")
+            .as_primitive::<arrow_array::types::Decimal128Type>()
+            .values(),
+        &[12, 123456789012345678901234567890, -5]
+    );
+    assert_eq!(
+        r.schema().field_with_name("e").unwrap().data_type(),
+        &DataType::Decimal128(38, 0)
     );
     assert_eq!(
         e.columns("s").iter().map(|c| c.1).collect::<Vec<_>>(),
@@ -215,9 +223,21 @@ fn widening_across_batches() {
             ColumnType::Utf8,
             ColumnType::Bool,
             ColumnType::Utf8,
-            ColumnType::Utf8
+            ColumnType::Decimal {
+                scale: 0,
+                int_digits: 30
+            }
         ]
     );
+    // A scale that no longer fits 38 digits with the integer digits: utf8.
+    let r = push(&mut e, "s", &[r#"{"e":0.12345678901234567890}"#])
+        .record
+        .unwrap();
+    assert_eq!(
+        r.schema().field_with_name("e").unwrap().data_type(),
+        &DataType::Utf8
+    );
+    assert_eq!(utf8(&r, "e"), [Some("0.12345678901234567890".into())]);
     // Streams are independent.
     let r = push(&mut e, "t", &[r#"{"a":"x"}"#]).record.unwrap();
     assert_eq!(names(&r)[..1], ["a"]);
@@ -725,4 +745,81 @@ mod c_surface {
         assert!(take_err(err).contains("streams"));
         assert!(eng.is_null());
     }
+}
+
+#[test]
+fn nested_values_become_structs_and_lists() {
+    use arrow_array::StructArray;
+    let mut e = engine(1);
+    let out = push(
+        &mut e,
+        "s",
+        &[
+            r#"{"tags":["x","y"],"addr":{"city":"Paris","zip":75001},"m":{"a":1}}"#,
+            r#"{"tags":[],"addr":{"city":"Oslo","zip":1.5,"geo":[1,2]},"m":[1]}"#,
+            r#"{"tags":null}"#,
+        ],
+    );
+    let r = out.record.unwrap();
+    let ty = |n: &str| r.schema().field_with_name(n).unwrap().data_type().clone();
+    assert!(matches!(ty("tags"), DataType::List(f) if f.data_type() == &DataType::Utf8));
+    // Object meeting array: the column is JSON text from then on.
+    assert_eq!(ty("m"), DataType::Utf8);
+    assert_eq!(
+        utf8(&r, "m"),
+        [Some(r#"{"a":1}"#.into()), Some("[1]".into()), None]
+    );
+    let addr = col(&r, "addr")
+        .as_any()
+        .downcast_ref::<StructArray>()
+        .unwrap();
+    let names: Vec<&str> = addr.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, ["city", "geo", "zip"]);
+    assert_eq!(
+        addr.column_by_name("zip").unwrap().data_type(),
+        &DataType::Float64
+    );
+    assert!(addr.is_null(2));
+    let tags = col(&r, "tags").as_list::<i32>();
+    assert_eq!(tags.value_offsets(), &[0, 2, 2, 2]);
+    assert!(tags.is_null(2) && !tags.is_null(1));
+    // The shape is in the state and survives a restart.
+    let st = String::from_utf8(e.state()).unwrap();
+    let mut e2 = Engine::from_config_json(format!(r#"{{"state":{st}}}"#).as_bytes()).unwrap();
+    assert_eq!(e2.column_types("s"), e.column_types("s"));
+    let doc = r#"{"addr":{"city":"Rome","zip":1},"tags":["z"]}"#;
+    let a = push(&mut e, "s", &[doc]).record.unwrap();
+    let b = push(&mut e2, "s", &[doc]).record.unwrap();
+    assert_eq!(a, b);
+    // A new struct field is reported as a widening.
+    push(&mut e, "s", &[r#"{"addr":{"extra":true}}"#]);
+    assert_eq!(e.changes().len(), 1);
+    assert_eq!(
+        (e.changes()[0].kind, e.changes()[0].column.as_str()),
+        ("widened", "addr")
+    );
+}
+
+#[test]
+fn rfc3339_timestamps_on_request() {
+    let mut e =
+        Engine::from_config_json(br#"{"streams":[{"name":"t","timestamps":true}]}"#).unwrap();
+    let out = push(
+        &mut e,
+        "t",
+        &[
+            r#"{"at":"1970-01-01T00:00:01Z","s":"1970-01-01T00:00:01Z"}"#,
+            r#"{"at":"1970-01-01T02:00:00+02:00","s":"later"}"#,
+        ],
+    );
+    let r = out.record.unwrap();
+    let at = col(&r, "at").as_primitive::<TimestampMicrosecondType>();
+    assert_eq!(at.values(), &[1_000_000, 0]);
+    assert_eq!(
+        utf8(&r, "s"),
+        [Some("1970-01-01T00:00:01Z".into()), Some("later".into())]
+    );
+    // Without the option they are strings.
+    let out = push(&mut engine(1), "u", &[r#"{"at":"1970-01-01T00:00:01Z"}"#]);
+    assert_eq!(out.record.unwrap().column(0).data_type(), &DataType::Utf8);
 }

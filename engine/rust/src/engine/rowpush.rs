@@ -1,0 +1,261 @@
+//! The push of a declared (FormatRow) stream: each row's values are
+//! coerced to the declared types; a row with any value that can't be
+//! represented is quarantined whole.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::Field;
+
+use super::{Engine, PushOutput};
+use crate::coerce::{self, Src, Val};
+use crate::error::Error;
+use crate::input::RawRows;
+use crate::meta::{self, OP_DELETE};
+use crate::quarantine::{Quarantined, Reason};
+use crate::route;
+use crate::rows::{self, Entry};
+
+impl Engine {
+    pub(super) fn push_rows(
+        &mut self,
+        stream: &str,
+        rows: &RawRows<'_>,
+        synced_at_micros: i64,
+    ) -> Result<PushOutput, Error> {
+        let st = self
+            .streams
+            .get_mut(stream)
+            .ok_or_else(|| Error::internal("declared stream vanished"))?;
+        let names = &mut st.names;
+        let keyed = st.opts.keyed;
+        let decl = st
+            .declared
+            .as_ref()
+            .ok_or_else(|| Error::internal("declared stream vanished"))?;
+        let ncols = decl.columns.len();
+        let held_cols: Vec<bool> = decl
+            .columns
+            .iter()
+            .map(|c| Self::is_held(&self.cfg.unsupported, &c.decl.data_type()))
+            .collect();
+        let sc = &mut self.scratch;
+        sc.vals.clear();
+        sc.elems.clear();
+        sc.arena.clear();
+        sc.accepted.clear();
+        sc.lanes.clear();
+        let lanes = self.cfg.lanes;
+        let payload_buf = rows.payload_buffer();
+        let mut quarantined = Vec::new();
+
+        for i in 0..rows.len() {
+            let op = rows.op(i);
+            if meta::op_name(op).is_none() {
+                quarantined.push(Quarantined {
+                    row: i as u32,
+                    reason: Reason::Parse,
+                    detail: format!("unknown op code {op} (want 1 insert, 2 update or 3 delete)"),
+                });
+                continue;
+            }
+            let payload = rows.payload(i);
+            if keyed && rows.key(i).is_empty() {
+                quarantined.push(Quarantined {
+                    row: i as u32,
+                    reason: Reason::MissingKey,
+                    detail: "the stream has a primary key but the record has none".into(),
+                });
+                continue;
+            }
+            if payload.len() > self.cfg.max_document_bytes {
+                quarantined.push(Quarantined {
+                    row: i as u32,
+                    reason: Reason::TooLarge,
+                    detail: format!(
+                        "payload of {} bytes is over the limit of {} bytes",
+                        payload.len(),
+                        self.cfg.max_document_bytes
+                    ),
+                });
+                continue;
+            }
+            let (vmark, emark, amark) = (sc.vals.len(), sc.elems.len(), sc.arena.len());
+            let base = rows.payload_start(i);
+            let result = if payload.is_empty() && op == OP_DELETE {
+                sc.vals.resize(vmark + ncols, Val::Null);
+                Ok(())
+            } else {
+                let mut pos = 0;
+                let mut last = (0, 0);
+                let mut res = Ok(());
+                for (ci, col) in decl.columns.iter().enumerate() {
+                    let entry = rows::next_entry(payload, &mut pos);
+                    if let Ok(Some(Entry::Value(s, e))) = entry {
+                        last = (s, e);
+                    }
+                    let v = match entry {
+                        Err(m) => Err((Reason::Parse, format!("row payload: {m}"))),
+                        Ok(None) => Err((
+                            Reason::Parse,
+                            format!(
+                                "row payload has fewer values than the {ncols} declared columns"
+                            ),
+                        )),
+                        Ok(Some(Entry::Null)) => Ok(Val::Null),
+                        Ok(Some(Entry::Unchanged)) => Err((
+                            Reason::Unchanged,
+                            format!(
+                                "column {:?}: value unchanged and not sent by the source (an unchanged TOAST value)",
+                                col.name
+                            ),
+                        )),
+                        Ok(Some(Entry::Value(s, e))) => coerce::coerce(
+                            &col.decl,
+                            &payload[s..e],
+                            Src::Payload(base + s),
+                            &mut sc.arena,
+                            &mut sc.elems,
+                            &mut sc.unescape,
+                        )
+                        .map_err(|r| {
+                            (
+                                r.reason,
+                                format!("column {:?} ({}): {}", col.name, col.type_name, r.detail),
+                            )
+                        }),
+                    };
+                    match v {
+                        // A held column keeps the value's text (checked above).
+                        Ok(Val::Null) => sc.vals.push(Val::Null),
+                        Ok(_) if held_cols[ci] => sc.vals.push(Val::Text {
+                            arena: false,
+                            start: (base + last.0) as u32,
+                            end: (base + last.1) as u32,
+                        }),
+                        Ok(v) => sc.vals.push(v),
+                        Err(e) => {
+                            res = Err(e);
+                            break;
+                        }
+                    }
+                }
+                if res.is_ok() && pos != payload.len() {
+                    res = Err((
+                        Reason::Parse,
+                        format!("row payload has more values than the {ncols} declared columns"),
+                    ));
+                }
+                res
+            };
+            match result {
+                Ok(()) => {
+                    sc.accepted.push(i as u32);
+                    if lanes > 1 {
+                        sc.lanes.push(route::lane_of(rows.key(i), payload, lanes));
+                    }
+                }
+                Err((reason, detail)) => {
+                    sc.vals.truncate(vmark);
+                    sc.elems.truncate(emark);
+                    sc.arena.truncate(amark);
+                    quarantined.push(Quarantined {
+                        row: i as u32,
+                        reason,
+                        detail,
+                    });
+                }
+            }
+        }
+
+        let n = sc.accepted.len();
+        // order[k] is the accepted index of output row k.
+        sc.order.clear();
+        if lanes > 1 {
+            sc.ks.clear();
+            sc.ks.extend(0..n as u32);
+            route::group(&sc.ks, &sc.lanes, lanes, &mut sc.order, &mut sc.offsets);
+        } else {
+            sc.order.extend(0..n as u32);
+            sc.offsets.clear();
+            sc.offsets.extend([0, n]);
+        }
+        let lane_offsets = sc.offsets.clone();
+        if n == 0 {
+            return Ok(PushOutput {
+                record: None,
+                lane_offsets,
+                quarantined,
+            });
+        }
+        sc.out_rows.clear();
+        sc.out_rows
+            .extend(sc.order.iter().map(|&k| sc.accepted[k as usize]));
+
+        let mut fields: Vec<Field> = Vec::with_capacity(ncols + 4);
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(ncols + 4);
+        let mut held: Vec<(u32, usize, Vec<u8>)> = Vec::new();
+        for (c, col) in decl.columns.iter().enumerate() {
+            fields.push(Field::new(col.name.as_str(), col.decl.data_type(), true));
+            if held_cols[c] {
+                for (&k, &r) in sc.order.iter().zip(&sc.out_rows) {
+                    if let Val::Text { start, end, .. } = sc.vals[k as usize * ncols + c] {
+                        let v = payload_buf
+                            .get(start as usize..end as usize)
+                            .ok_or_else(|| Error::internal("a held value outside the payload"))?;
+                        held.push((r, c, v.to_vec()));
+                    }
+                }
+                cols.push(Arc::new(arrow_array::NullArray::new(n)));
+                continue;
+            }
+            let vals = &sc.vals;
+            let it = sc.order.iter().map(|&k| &vals[k as usize * ncols + c]);
+            cols.push(rows::build(
+                &col.decl,
+                it,
+                n,
+                payload_buf,
+                &sc.arena,
+                &sc.elems,
+            )?);
+        }
+        let table = super::config::apply_names(
+            &self.cfg.naming,
+            &mut self.tables,
+            names,
+            stream,
+            &mut fields,
+        );
+        if held_cols.iter().any(|&h| h) {
+            held.sort_by_key(|h| (h.0, h.1));
+            self.held = held
+                .into_iter()
+                .map(|(row, col, value)| crate::hold::Held {
+                    row,
+                    column: fields[col].name().clone(),
+                    value,
+                })
+                .collect();
+            let mut i = 0;
+            fields.retain(|_| (!held_cols[i], i += 1).0);
+            let mut i = 0;
+            cols.retain(|_| (!held_cols[i], i += 1).0);
+        }
+        fields.extend(meta::fields());
+        cols.extend(meta::columns(
+            stream.as_bytes(),
+            rows,
+            &sc.out_rows,
+            synced_at_micros,
+            &mut sc.id_buf,
+        )?);
+        let record =
+            RecordBatch::try_new(Arc::new(super::config::out_schema(fields, table)), cols)?;
+        Ok(PushOutput {
+            record: Some(record),
+            lane_offsets,
+            quarantined,
+        })
+    }
+}
