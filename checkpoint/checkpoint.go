@@ -48,17 +48,19 @@ type Ref struct {
 }
 
 // Counts are the rows of one stream in one epoch. Read = Written +
-// Quarantined.
+// Quarantined. Held counts values (cells) of written rows that were held
+// back because the destination can't take their column's type.
 type Counts struct {
 	Read        int64 `json:"read"`
 	Written     int64 `json:"written"`
 	Quarantined int64 `json:"quarantined"`
+	Held        int64 `json:"held,omitempty"`
 }
 
 // File is a side file an epoch wrote (quarantined records, say), relative
 // to the pipeline's directory in the store.
 type File struct {
-	Kind   string `json:"kind"` // "quarantine"
+	Kind   string `json:"kind"` // "quarantine" or "held"
 	Stream string `json:"stream"`
 	Path   string `json:"path"`
 	Rows   int64  `json:"rows"`

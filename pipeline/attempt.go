@@ -20,6 +20,7 @@ import (
 
 type runner struct {
 	cfg     Config
+	log     *slog.Logger
 	bounded bool
 	start   time.Time
 
@@ -128,6 +129,7 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 		return Result{}, fmt.Errorf("checkpoints: claim %q: %w", cfg.Name, err)
 	}
 	log = log.With("generation", uint64(r.gen))
+	r.log = log
 	log.Info("attempt started", "bounded", bounded, "resume_epoch", headEpoch(r.head))
 
 	defer func() { r.closeWriters(log) }()
@@ -154,7 +156,9 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 			specs = append(specs, engine.SpecOf(st))
 		}
 	}
-	r.eng, err = cfg.NewEngine(engine.Config{Lanes: cfg.Lanes, MaxDocumentBytes: cfg.MaxDocumentBytes, State: state, Streams: specs})
+	caps := cfg.Destination.Capabilities()
+	r.eng, err = cfg.NewEngine(engine.Config{Lanes: cfg.Lanes, MaxDocumentBytes: cfg.MaxDocumentBytes, State: state, Streams: specs,
+		Naming: namingRules(caps), Unsupported: caps.Unsupported})
 	if err != nil {
 		return Result{}, fmt.Errorf("engine: %w", err)
 	}
@@ -238,6 +242,16 @@ func Guarantees(cfg Config, catalog source.Catalog, streams []string) ([]deliver
 		errs = append(errs, err)
 	}
 	return gs, errors.Join(errs...)
+}
+
+// namingRules turns a destination's naming capabilities into the engine's
+// rules; nil when the destination takes any name.
+func namingRules(c sink.Capabilities) *engine.NamingRules {
+	if c.MaxIdentifier == 0 && c.IdentifierCase == "" && !c.SimpleIdentifiers && len(c.ReservedWords) == 0 {
+		return nil
+	}
+	return &engine.NamingRules{MaxLength: c.MaxIdentifier, Case: engine.Case(c.IdentifierCase),
+		Simple: c.SimpleIdentifiers, Reserved: c.ReservedWords}
 }
 
 // validStreamName reports whether a stream name can name directories and

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -324,16 +325,21 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 				Engine: info.engine, Committables: cs, Counts: info.counts,
 				Totals: addCounts(totals, info.counts),
 			}
-			// Quarantined records are staged under a name of this
-			// generation, listed in the record, and published under the
-			// epoch's name only once the epoch is committed: a crashed or
-			// fenced attempt leaves nothing a reader of _quarantine/ sees.
-			for _, stream := range slices.Sorted(maps.Keys(info.quarantine)) {
-				name := stagedQuarantineName(stream, next, r.gen)
-				if err := r.cfg.Store.WriteFile(ctx, r.cfg.Name, name, info.quarantine[stream]); err != nil {
-					return fmt.Errorf("checkpoints: stage quarantine file: %w", err)
+			// Quarantined records and held values are staged under names
+			// of this generation, listed in the record, and published
+			// under the epoch's name only once the epoch is committed: a
+			// crashed or fenced attempt leaves nothing a reader of
+			// _quarantine/ or _held/ sees.
+			for _, k := range sortedSideKeys(info.side) {
+				name := stagedSideName(k, next, r.gen)
+				if err := r.cfg.Store.WriteFile(ctx, r.cfg.Name, name, info.side[k]); err != nil {
+					return fmt.Errorf("checkpoints: stage %s file: %w", k.kind, err)
 				}
-				rec.Files = append(rec.Files, checkpoint.File{Kind: "quarantine", Stream: stream, Path: name, Rows: info.counts[stream].Quarantined})
+				rows := info.counts[k.stream].Quarantined
+				if k.kind == kindHeld {
+					rows = info.counts[k.stream].Held
+				}
+				rec.Files = append(rec.Files, checkpoint.File{Kind: k.kind, Stream: k.stream, Path: name, Rows: rows})
 			}
 			if err := r.cfg.Store.Commit(ctx, r.gen, rec); err != nil {
 				return fmt.Errorf("checkpoints: commit epoch %d: %w", next, err)
@@ -342,7 +348,7 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 			if err := r.commitDest(ctx, next, cs, log); err != nil {
 				return err
 			}
-			if err := r.publishFiles(ctx, rec, info.quarantine); err != nil {
+			if err := r.publishFiles(ctx, rec, info.side); err != nil {
 				return err
 			}
 			if acker != nil && len(ackStates) > 0 {
@@ -364,10 +370,21 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 	}
 }
 
-// stagedQuarantineName is where an epoch's quarantined records of a stream
-// wait for the epoch's commit.
-func stagedQuarantineName(stream string, epoch uint64, gen checkpoint.Generation) string {
-	return fmt.Sprintf("_staging/%020d-%020d/quarantine/%s.jsonl", epoch, gen, stream)
+func sortedSideKeys(m map[sideKey][]byte) []sideKey {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b sideKey) int {
+		if c := strings.Compare(a.kind, b.kind); c != 0 {
+			return c
+		}
+		return strings.Compare(a.stream, b.stream)
+	})
+	return keys
+}
+
+// stagedSideName is where an epoch's side file waits for the epoch's
+// commit.
+func stagedSideName(k sideKey, epoch uint64, gen checkpoint.Generation) string {
+	return fmt.Sprintf("_staging/%020d-%020d/%s/%s.jsonl", epoch, gen, k.kind, k.stream)
 }
 
 // QuarantineName is where the quarantined records of a committed epoch are
@@ -379,24 +396,40 @@ func QuarantineName(stream string, epoch uint64) string {
 	return fmt.Sprintf("_quarantine/%s/%020d.jsonl", stream, epoch)
 }
 
-// publishFiles publishes rec's staged quarantine files; data holds their
-// contents by stream when the caller has them, else they are read back.
-// Publishing is idempotent: recovery repeats it for HEAD's epoch, which a
-// crash may have committed without publishing.
-func (r *runner) publishFiles(ctx context.Context, rec *checkpoint.Record, data map[string][]byte) error {
+// HeldName is where the values held back in a committed epoch (columns
+// the destination can't take yet) are published, relative to the
+// pipeline's directory: _held/{stream}/{epoch:020d}.jsonl, JSON lines
+// with the stream, destination table, split, epoch, generation, seq, op,
+// key, column and the value's text (value, or value_base64).
+func HeldName(stream string, epoch uint64) string {
+	return fmt.Sprintf("_held/%s/%020d.jsonl", stream, epoch)
+}
+
+func publishedName(kind, stream string, epoch uint64) string {
+	if kind == kindHeld {
+		return HeldName(stream, epoch)
+	}
+	return QuarantineName(stream, epoch)
+}
+
+// publishFiles publishes rec's staged side files; data holds their
+// contents when the caller has them, else they are read back. Publishing
+// is idempotent: recovery repeats it for HEAD's epoch, which a crash may
+// have committed without publishing.
+func (r *runner) publishFiles(ctx context.Context, rec *checkpoint.Record, data map[sideKey][]byte) error {
 	for _, f := range rec.Files {
-		if f.Kind != "quarantine" {
+		if f.Kind != kindQuarantine && f.Kind != kindHeld {
 			continue
 		}
-		b, ok := data[f.Stream]
+		b, ok := data[sideKey{f.Kind, f.Stream}]
 		if !ok {
 			var err error
 			if b, err = r.cfg.Store.ReadFile(ctx, r.cfg.Name, f.Path); err != nil {
-				return fmt.Errorf("checkpoints: read staged quarantine of epoch %d: %w", rec.Epoch, err)
+				return fmt.Errorf("checkpoints: read staged %s file of epoch %d: %w", f.Kind, rec.Epoch, err)
 			}
 		}
-		if err := r.cfg.Store.WriteFile(ctx, r.cfg.Name, QuarantineName(f.Stream, rec.Epoch), b); err != nil {
-			return fmt.Errorf("checkpoints: publish quarantine of epoch %d: %w", rec.Epoch, err)
+		if err := r.cfg.Store.WriteFile(ctx, r.cfg.Name, publishedName(f.Kind, f.Stream, rec.Epoch), b); err != nil {
+			return fmt.Errorf("checkpoints: publish %s file of epoch %d: %w", f.Kind, rec.Epoch, err)
 		}
 	}
 	return nil
@@ -412,6 +445,7 @@ func addCounts(a, b map[string]checkpoint.Counts) map[string]checkpoint.Counts {
 		c.Read += v.Read
 		c.Written += v.Written
 		c.Quarantined += v.Quarantined
+		c.Held += v.Held
 		out[k] = c
 	}
 	return out

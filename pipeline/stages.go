@@ -24,12 +24,22 @@ type laneMsg struct {
 // epochInfo is what the engine stage knows of an epoch once its barrier
 // is aligned: the splits' resume states, the engine's state and counts.
 type epochInfo struct {
-	epoch      uint64
-	states     [][]byte // by split index; nil = from the beginning
-	engine     []byte
-	counts     map[string]checkpoint.Counts
-	quarantine map[string][]byte // stream → JSON lines
+	epoch  uint64
+	states [][]byte // by split index; nil = from the beginning
+	engine []byte
+	counts map[string]checkpoint.Counts
+	side   map[sideKey][]byte // JSON lines of quarantined records and held values
 }
+
+// sideKey names one side file of an epoch: its kind ("quarantine" or
+// "held") and stream.
+type sideKey struct{ kind, stream string }
+
+// The kinds of side files, also checkpoint.File.Kind.
+const (
+	kindQuarantine = "quarantine"
+	kindHeld       = "held"
+)
 
 type commitMsg struct {
 	info  *epochInfo // set by the engine stage
@@ -49,8 +59,26 @@ type quarantineLine struct {
 	Reason        string `json:"reason"`
 	Detail        string `json:"detail"`
 	Key           string `json:"key,omitempty"`
+	KeyBase64     string `json:"key_base64,omitempty"`
 	Payload       string `json:"payload,omitempty"`
 	PayloadBase64 string `json:"payload_base64,omitempty"`
+}
+
+// heldLine is one line of a held-values file: a value the destination
+// can't take yet, with what is needed to apply it later.
+type heldLine struct {
+	Stream      string `json:"stream"`
+	Table       string `json:"table"`
+	Split       string `json:"split"`
+	Epoch       uint64 `json:"epoch"`
+	Generation  uint64 `json:"generation"`
+	Seq         int64  `json:"seq"`
+	Op          string `json:"op"`
+	Key         string `json:"key,omitempty"`
+	KeyBase64   string `json:"key_base64,omitempty"`
+	Column      string `json:"column"`
+	Value       string `json:"value,omitempty"`
+	ValueBase64 string `json:"value_base64,omitempty"`
 }
 
 // runEngine is the engine stage: it pushes raw batches through the engine,
@@ -63,7 +91,7 @@ func (r *runner) runEngine(ctx context.Context) error {
 	open := r.firstEpoch // the epoch records are now read into
 	got := 0
 	counts := map[string]checkpoint.Counts{}
-	quarantine := map[string][]byte{}
+	side := map[sideKey][]byte{}
 	for {
 		var m pumpMsg
 		select {
@@ -73,7 +101,7 @@ func (r *runner) runEngine(ctx context.Context) error {
 		}
 		switch m.kind {
 		case msgBatch:
-			if err := r.push(ctx, m, counts, quarantine, open); err != nil {
+			if err := r.push(ctx, m, counts, side, open); err != nil {
 				return err
 			}
 		case msgBarrier:
@@ -93,7 +121,7 @@ func (r *runner) runEngine(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("engine state at epoch %d: %w", cur, err)
 			}
-			info := &epochInfo{epoch: cur, states: states, engine: st, counts: counts, quarantine: quarantine}
+			info := &epochInfo{epoch: cur, states: states, engine: st, counts: counts, side: side}
 			if !r.sendCommit(ctx, commitMsg{info: info, epoch: cur}) {
 				return nil
 			}
@@ -105,7 +133,7 @@ func (r *runner) runEngine(ctx context.Context) error {
 				}
 			}
 			states, arrived, got = make([][]byte, n), make([]bool, n), 0
-			counts, quarantine = map[string]checkpoint.Counts{}, map[string][]byte{}
+			counts, side = map[string]checkpoint.Counts{}, map[sideKey][]byte{}
 			open = cur + 1
 			r.barriers.markAligned(cur)
 			select {
@@ -117,7 +145,7 @@ func (r *runner) runEngine(ctx context.Context) error {
 	}
 }
 
-func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoint.Counts, quarantine map[string][]byte, epoch uint64) error {
+func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoint.Counts, side map[sideKey][]byte, epoch uint64) error {
 	b := m.batch
 	defer r.putBatch(b)
 	out, err := r.eng.Push(b, r.cfg.Now())
@@ -127,6 +155,7 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 	c := counts[b.Stream]
 	c.Read += int64(b.Len())
 	c.Quarantined += int64(len(out.Quarantined))
+	c.Held += int64(len(out.Held))
 	if out.Record != nil {
 		c.Written += out.Record.NumRows()
 	}
@@ -138,17 +167,35 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 		return fmt.Errorf("engine: stream %q: %d rows in, %d written + %d quarantined out", b.Stream, b.Len(), c.Written, c.Quarantined)
 	}
 	if len(out.Quarantined) > 0 {
-		buf := quarantine[b.Stream]
+		k := sideKey{kindQuarantine, b.Stream}
+		buf := side[k]
 		for _, q := range out.Quarantined {
 			buf = r.appendQuarantine(buf, m, q, epoch)
 		}
-		quarantine[b.Stream] = buf
+		side[k] = buf
+	}
+	if len(out.Held) > 0 {
+		k := sideKey{kindHeld, b.Stream}
+		buf := side[k]
+		for _, h := range out.Held {
+			buf = r.appendHeld(buf, m, h, out.Table, epoch)
+		}
+		side[k] = buf
+	}
+	for _, ch := range out.SchemaChanges {
+		r.log.Info("schema change", "stream", ch.Stream, "column", ch.Column, "kind", ch.Kind, "from", ch.From, "to", ch.To)
 	}
 	if out.Record == nil {
 		return nil
 	}
+	// Writers get the destination's table name, which the engine gives
+	// under the destination's naming rules (the stream name without any).
+	table := out.Table
+	if table == "" {
+		table = b.Stream
+	}
 	if len(r.toLanes) == 1 {
-		return r.sendLane(ctx, 0, laneMsg{stream: b.Stream, rec: out.Record})
+		return r.sendLane(ctx, 0, laneMsg{stream: table, rec: out.Record})
 	}
 	defer out.Record.Release()
 	for lane := range r.toLanes {
@@ -156,7 +203,7 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 		if hi <= lo {
 			continue
 		}
-		if err := r.sendLane(ctx, lane, laneMsg{stream: b.Stream, rec: out.Record.NewSlice(int64(lo), int64(hi))}); err != nil {
+		if err := r.sendLane(ctx, lane, laneMsg{stream: table, rec: out.Record.NewSlice(int64(lo), int64(hi))}); err != nil {
 			return err
 		}
 	}
@@ -189,9 +236,7 @@ func (r *runner) appendQuarantine(buf []byte, m pumpMsg, q engine.Quarantined, e
 		Epoch: epoch, Generation: uint64(r.gen),
 		Seq: seq, Op: op.String(), Reason: string(q.Reason), Detail: q.Detail,
 	}
-	if utf8.Valid(key) {
-		l.Key = string(key)
-	}
+	l.Key, l.KeyBase64 = textOrBase64(key)
 	if utf8.Valid(payload) {
 		l.Payload = string(payload)
 	} else {
@@ -200,6 +245,27 @@ func (r *runner) appendQuarantine(buf []byte, m pumpMsg, q engine.Quarantined, e
 	line, _ := json.Marshal(l) // only strings and numbers: cannot fail
 	buf = append(buf, line...)
 	return append(buf, '\n')
+}
+
+func (r *runner) appendHeld(buf []byte, m pumpMsg, h engine.Held, table string, epoch uint64) []byte {
+	op, seq, key, _ := m.batch.Row(h.Row)
+	l := heldLine{
+		Stream: m.batch.Stream, Table: table, Split: string(r.pumps[m.split].id),
+		Epoch: epoch, Generation: uint64(r.gen), Seq: seq, Op: op.String(), Column: h.Column,
+	}
+	l.Key, l.KeyBase64 = textOrBase64(key)
+	l.Value, l.ValueBase64 = textOrBase64(h.Value)
+	line, _ := json.Marshal(l) // only strings and numbers: cannot fail
+	buf = append(buf, line...)
+	return append(buf, '\n')
+}
+
+// textOrBase64 returns b as text when it is UTF-8, else as base64.
+func textOrBase64(b []byte) (text, b64 string) {
+	if utf8.Valid(b) {
+		return string(b), ""
+	}
+	return "", base64.StdEncoding.EncodeToString(b)
 }
 
 // runLane feeds one writer lane.

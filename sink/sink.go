@@ -58,6 +58,21 @@ type Capabilities struct {
 	// MaxIdentifier is the longest table or column name it accepts in
 	// bytes; 0 means no limit.
 	MaxIdentifier int
+	// IdentifierCase is how it folds names: "" keeps them, "lower" or
+	// "upper" folds them. With SimpleIdentifiers, names may hold only
+	// ASCII letters, digits and '_', not leading with a digit.
+	// ReservedWords are words it reserves (case-insensitively). The
+	// engine gives every table and column a name under these rules that
+	// never changes once given; Write's stream argument is that table
+	// name.
+	IdentifierCase    string
+	SimpleIdentifiers bool
+	ReservedWords     []string
+	// Unsupported lists the Arrow type classes it can't take yet (see
+	// engine.Config.Unsupported for the names): such columns are left out
+	// of the rows it gets, and their values kept under the pipeline's
+	// _held/ directory until it can.
+	Unsupported []string
 }
 
 // Committable is what a Writer's PreCommit returns: an opaque, durable
@@ -115,7 +130,9 @@ type Destination interface {
 // possibly while Write and PreCommit of later epochs run: a Writer must
 // allow that.
 type Writer interface {
-	// Write adds a batch of rows to the current epoch. The batch's schema
+	// Write adds a batch of rows of one table to the current epoch. stream
+	// is the table's destination name (the stream's name unless the
+	// destination has naming rules, see Capabilities). The batch's schema
 	// is the stream's schema as the engine knows it, which may have gained
 	// columns (nullable) or widened types since the previous batch of the
 	// same stream. Write does not retain rec after it returns, unless it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +30,7 @@ func TestNew(t *testing.T) {
 	if d.Class() != sink.StageAndApply {
 		t.Errorf("Class = %v", d.Class())
 	}
-	if d.Capabilities() != (sink.Capabilities{}) {
+	if !reflect.DeepEqual(d.Capabilities(), sink.Capabilities{}) {
 		t.Errorf("Capabilities = %+v", d.Capabilities())
 	}
 	for _, bad := range []string{"", "a/b", "..", "."} {
