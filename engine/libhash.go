@@ -5,4 +5,4 @@ package engine
 // libSourceHash is the source hash of the engine library in lib/ (see
 // build.sh). It is here so that a rebuilt library changes this package's
 // Go sources: Go's build cache does not notice the library file itself.
-const libSourceHash = "f619f6d69e7dee7658067008e920070bbf36f82d6b62fff22a8b523864617289"
+const libSourceHash = "777ba8c157a21b7ee07fcfb411eacde9de4b32446e25135d7e9a3fdb8941c69b"
