@@ -23,11 +23,12 @@ use crate::infer::Kind;
 use crate::input::RawRows;
 use crate::json::{self, FieldSink};
 use crate::meta::{self, OP_DELETE, RESERVED_PREFIX};
-use crate::nested::{self, JType};
+use crate::nested::JType;
 use crate::quarantine::{Quarantined, Reason, Reject};
 use crate::route;
 use crate::rows;
 use crate::state::{self, Policy, StreamSchema};
+use crate::tape::{self, Tape};
 use crate::{hold, names};
 
 mod config;
@@ -138,8 +139,8 @@ struct Scratch {
     elems: Vec<Val>,
     unescape: Vec<u8>,
     /// Parsed nested values of this push (cells of nested columns hold
-    /// their index).
-    nested_vals: Vec<Value>,
+    /// their root node).
+    tape: Tape,
     /// A document's column changes: (column, new type, new tree).
     proposals: Vec<(u32, ColumnType, Option<JType>)>,
     before_trees: Vec<Option<JType>>,
@@ -302,7 +303,7 @@ impl Engine {
         let policy = schema.policy;
         let opts = schema.opts;
         let keyed = opts.keyed;
-        sc.nested_vals.clear();
+        sc.tape.clear();
         sc.before_trees.clear();
         sc.before_trees
             .extend(schema.columns.iter().map(|c| c.tree.clone()));
@@ -368,7 +369,7 @@ impl Engine {
             // Classify the document's values against its columns: the
             // type each column would widen to and, for nested values,
             // the shape; under freeze any change blocks the document.
-            let nested_mark = sc.nested_vals.len();
+            let nested_mark = sc.tape.mark();
             sc.proposals.clear();
             let result = result.and_then(|()| {
                 for ci in cells_mark..sc.cells.len() {
@@ -397,26 +398,30 @@ impl Engine {
                     let mut to = col.ty.widen(kt);
                     let mut tree = None;
                     if to == ColumnType::Nested && c.kind == Kind::Nested {
-                        let text = payload_buf
-                            .get(c.start as usize..c.end as usize)
-                            .ok_or_else(|| Reject::parse("nested value outside the payload"))?;
-                        let v: Value = serde_json::from_slice(text)
-                            .map_err(|e| Reject::parse(format!("nested value: {e}")))?;
-                        let t = JType::of(&v, 1);
-                        let joined = match &col.tree {
-                            Some(old) => old.join(&t),
-                            None => t,
-                        };
-                        if joined.is_nested() {
-                            if col.tree.as_ref() != Some(&joined) {
-                                tree = Some(joined);
+                        let root = sc
+                            .tape
+                            .push(payload_buf, c.start as usize, c.end as usize)?;
+                        // Steady state: the value fits the column's tree,
+                        // checked in place without building its type.
+                        let fits = col.tree.as_ref().is_some_and(|t| {
+                            t.is_nested() && sc.tape.fits(payload_buf, t, root, 1)
+                        });
+                        if !fits {
+                            let t = sc.tape.infer(payload_buf, root, 1);
+                            let joined = match &col.tree {
+                                Some(old) => old.join(&t),
+                                None => t,
+                            };
+                            if joined.is_nested() {
+                                if col.tree.as_ref() != Some(&joined) {
+                                    tree = Some(joined);
+                                }
+                            } else {
+                                // An object meeting an array: JSON text from now on.
+                                to = ColumnType::Utf8;
                             }
-                        } else {
-                            // An object meeting an array: JSON text from now on.
-                            to = ColumnType::Utf8;
                         }
-                        sc.cells[ci].num = sc.nested_vals.len() as u64;
-                        sc.nested_vals.push(v);
+                        sc.cells[ci].num = u64::from(root);
                     }
                     if policy == Policy::Freeze && (to != col.ty || tree.is_some()) {
                         if !blocked.iter().any(|(n, _)| *n == col.name) {
@@ -460,7 +465,7 @@ impl Engine {
                     }
                 }
                 Err(rej) => {
-                    sc.nested_vals.truncate(nested_mark);
+                    sc.tape.truncate(nested_mark);
                     sc.cells.truncate(cells_mark);
                     sc.arena.truncate(arena_mark);
                     schema.truncate(ncols);
@@ -545,19 +550,18 @@ impl Engine {
             .zip(&sc.col_bytes)
             .map(|(c, &bytes)| ColumnBuilder::new(c.ty, n, bytes))
             .collect();
-        // Nested columns: one parsed value (or none) per output row.
-        let mut slots: Vec<Vec<Option<&Value>>> = schema
+        // Nested columns: one tape node (or none) per output row.
+        let mut slots: Vec<Vec<u32>> = schema
             .columns
             .iter()
             .map(|c| {
                 if c.ty == ColumnType::Nested {
-                    vec![None; n]
+                    vec![tape::NONE; n]
                 } else {
                     Vec::new()
                 }
             })
             .collect();
-        let nested_vals = &sc.nested_vals;
         let held_cols: Vec<bool> = schema
             .columns
             .iter()
@@ -584,7 +588,7 @@ impl Engine {
                 }
                 if !slots[col].is_empty() {
                     if cell.kind == Kind::Nested {
-                        slots[col][row] = nested_vals.get(cell.num as usize);
+                        slots[col][row] = u32::try_from(cell.num).unwrap_or(tape::NONE);
                     }
                     continue;
                 }
@@ -622,7 +626,9 @@ impl Engine {
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(fields.len() + 4);
         for ((b, c), slot) in builders.into_iter().zip(&schema.columns).zip(&slots) {
             match (&c.tree, c.ty) {
-                (Some(t), ColumnType::Nested) => cols.push(nested::build(t, slot)?),
+                (Some(t), ColumnType::Nested) => {
+                    cols.push(tape::build(t, &mut sc.tape, payload_buf, slot)?);
+                }
                 _ => cols.push(b.finish(n)?),
             }
         }

@@ -44,6 +44,7 @@ pub mod quarantine;
 pub mod route;
 pub mod rows;
 pub mod state;
+pub mod tape;
 
 use std::ffi::{c_char, c_void};
 

@@ -155,7 +155,7 @@ impl JType {
 /// Whether a number's text is not exactly a float64 (more than 15
 /// significant digits that don't round-trip): such numbers inside nested
 /// values are kept as text (decimal inference is for top-level fields).
-fn too_precise(text: &str) -> bool {
+pub(crate) fn too_precise(text: &str) -> bool {
     if text.contains(['e', 'E']) {
         return false;
     }
@@ -172,7 +172,7 @@ fn too_precise(text: &str) -> bool {
             .is_ok_and(|f| crate::json::roundtrips(int.as_bytes(), frac.as_bytes(), f))
 }
 
-fn fields(f: &[(String, JType)]) -> Fields {
+pub(crate) fn fields(f: &[(String, JType)]) -> Fields {
     f.iter()
         .map(|(k, t)| Field::new(k.as_str(), t.data_type(), true))
         .collect()
