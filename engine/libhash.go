@@ -5,4 +5,4 @@ package engine
 // libSourceHash is the source hash of the engine library in lib/ (see
 // build.sh). It is here so that a rebuilt library changes this package's
 // Go sources: Go's build cache does not notice the library file itself.
-const libSourceHash = "777ba8c157a21b7ee07fcfb411eacde9de4b32446e25135d7e9a3fdb8941c69b"
+const libSourceHash = "b5368218c17db036b210c244f2565d992726ef71b8e102ebd635c8736d485493"
