@@ -178,16 +178,26 @@ func TestQuickstartOutputReadByPyarrow(t *testing.T) {
 	verify(t, dir, rows, malformed, summary(t, out2))
 }
 
+// seededRNG returns a random source from $OPENETL_SEED, or from the clock,
+// and logs the command that replays the test with it.
+func seededRNG(t *testing.T, stream uint64) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("OPENETL_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("OPENETL_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("seed %d (replay: OPENETL_SEED=%d go test -run '^%s$' ./examples/quickstart)", seed, seed, t.Name())
+	return rand.New(rand.NewPCG(seed, stream))
+}
+
 // TestQuickstartSurvivesSIGKILL kills the quickstart at random points,
 // reruns it to completion and checks every generated record landed
 // exactly once. OPENETL_SEED replays a failing seed.
 func TestQuickstartSurvivesSIGKILL(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("OPENETL_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (replay: OPENETL_SEED=%d go test -run TestQuickstartSurvivesSIGKILL ./examples/quickstart)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
+	rng := seededRNG(t, 0)
 	dir := t.TempDir()
 	const rows, malformed = 200_000, 0.002
 	args := []string{"-dir", dir, "-rows", strconv.Itoa(rows), "-malformed", "0.002", "-epoch", "150ms"}
@@ -222,12 +232,7 @@ func TestQuickstartSurvivesSIGKILL(t *testing.T) {
 // included); the younger copy fences the older. A final run completes and
 // every generated record must be there exactly once. OPENETL_SEED replays.
 func TestChaosTwoCopies(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("OPENETL_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (replay: OPENETL_SEED=%d go test -run TestChaosTwoCopies ./examples/quickstart)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := seededRNG(t, 1)
 	dir := t.TempDir()
 	const rows, malformed = 150_000, 0.002
 	args := []string{"-dir", dir, "-rows", strconv.Itoa(rows), "-malformed", "0.002", "-epoch", "20ms"}
