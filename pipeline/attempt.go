@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,7 +43,10 @@ type runner struct {
 
 	placing    atomic.Bool // a placeIdle goroutine runs
 	epochBytes atomic.Int64
-	batchPool  sync.Pool
+	// freeBatches keeps raw batches for reuse. A channel rather than a
+	// sync.Pool: the pool is emptied by every GC, and a batch that has to
+	// grow again from nothing costs a copy and a clear of its buffers.
+	freeBatches chan *engine.RawBatch
 }
 
 type committed struct {
@@ -54,8 +56,10 @@ type committed struct {
 }
 
 func (r *runner) getBatch(stream string) *engine.RawBatch {
-	b, _ := r.batchPool.Get().(*engine.RawBatch)
-	if b == nil {
+	var b *engine.RawBatch
+	select {
+	case b = <-r.freeBatches:
+	default:
 		b = new(engine.RawBatch)
 	}
 	b.Reset()
@@ -63,7 +67,12 @@ func (r *runner) getBatch(stream string) *engine.RawBatch {
 	return b
 }
 
-func (r *runner) putBatch(b *engine.RawBatch) { r.batchPool.Put(b) }
+func (r *runner) putBatch(b *engine.RawBatch) {
+	select {
+	case r.freeBatches <- b:
+	default: // enough kept: let the GC have it
+	}
+}
 
 func (r *runner) signalBudget() {
 	select {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
 )
@@ -22,6 +23,8 @@ import (
 func (r *runner) pipeline(ctx, work context.Context, cancelWork context.CancelCauseFunc, resume map[source.SplitID][]byte, log *slog.Logger) (Result, error) {
 	cfg := r.cfg
 	r.toEngine = make(chan pumpMsg, 4)
+	// Enough batches for every split's open one plus the engine's queue.
+	r.freeBatches = make(chan *engine.RawBatch, 2*len(r.splits)+8)
 	r.toLanes = make([]chan laneMsg, cfg.Lanes)
 	for i := range r.toLanes {
 		r.toLanes[i] = make(chan laneMsg, 4)
