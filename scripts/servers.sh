@@ -22,7 +22,8 @@
 #                         $OPENETL_SERVERS_DIR) and remove DIR
 #
 # Services: s3 (versitygw), gcs (fake-gcs-server), azure (azurite), kafka
-# (Apache Kafka in KRaft mode, from Maven Central). Default: all. Each service is a set of functions named after it: install_NAME,
+# (Apache Kafka in KRaft mode, from Maven Central), postgres (PostgreSQL 15
+# from Debian, wal_level=logical). Default: all. Each service is a set of functions named after it: install_NAME,
 # start_NAME (picks a port into $DIR/NAME.port, starts the process with
 # launch), ready_NAME (runs once the port answers: creates buckets and the
 # like), env_NAME (prints exports). Add a service by adding
@@ -33,7 +34,7 @@
 # logs go to stderr; stdout carries only the exports.
 set -euo pipefail
 
-ALL_SERVICES=(s3 gcs azure kafka)
+ALL_SERVICES=(s3 gcs azure kafka postgres)
 
 CACHE="${OPENETL_CACHE:-$HOME/.cache/openetl}"
 TOOLS="$CACHE/tools"
@@ -304,6 +305,59 @@ ready_kafka() {
 env_kafka() {
   cat <<EOF
 export OPENETL_TEST_KAFKA_BROKERS='127.0.0.1:$(cat "$DIR/kafka.port")'
+EOF
+}
+
+# ---------------------------------------------------------------- postgres: PostgreSQL 15
+
+PG_BIN=/usr/lib/postgresql/15/bin
+
+# Debian's postgresql-15, only when its binaries are missing (installing
+# over an existing one would upgrade it). Needs root for apt-get.
+install_postgres() {
+  [ -x "$PG_BIN/postgres" ] && [ -x "$PG_BIN/initdb" ] && return 0
+  command -v apt-get >/dev/null || die "postgres: $PG_BIN is missing and there is no apt-get to install postgresql-15"
+  log "installing postgresql-15 (about 30s on a cold machine)"
+  local t0=$SECONDS
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >&2
+  log "installed postgresql-15 in $((SECONDS - t0))s"
+}
+
+# A fresh cluster in $DIR/postgres, owned by the postgres user (Postgres
+# refuses to run as root), trusting local connections (replication
+# included), with logical decoding on. The postmaster runs in the
+# foreground under launch, so stop_one stops it by its process group.
+start_postgres() {
+  local port data=$DIR/postgres
+  port=$(free_port)
+  echo "$port" >"$DIR/postgres.port"
+  rm -rf "$data"
+  mkdir -p "$data"
+  chmod 711 "$DIR"
+  chown postgres: "$data"
+  runuser -u postgres -- "$PG_BIN/initdb" -D "$data/data" -U postgres -A trust --no-sync -E UTF8 \
+    --locale=C.UTF-8 >"$DIR/postgres.initdb.log" 2>&1 ||
+    die "postgres: initdb failed: $(tail -3 "$DIR/postgres.initdb.log")"
+  launch postgres runuser -u postgres -- "$PG_BIN/postgres" -D "$data/data" -p "$port" \
+    -c listen_addresses=127.0.0.1 -c unix_socket_directories="$data" -c wal_level=logical \
+    -c max_replication_slots=20 -c max_wal_senders=20 -c fsync=off \
+    -c full_page_writes=off
+}
+
+ready_postgres() {
+  local port i
+  port=$(cat "$DIR/postgres.port")
+  for ((i = 0; i < 600; i++)); do
+    "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$port" -U postgres && return 0
+    alive postgres || die "postgres exited during startup: $(tail -5 "$DIR/postgres.log")"
+    sleep 0.1
+  done
+  die "postgres did not accept connections within 60s; see $DIR/postgres.log"
+}
+
+env_postgres() {
+  cat <<EOF
+export OPENETL_TEST_POSTGRES_DSN='postgres://postgres@127.0.0.1:$(cat "$DIR/postgres.port")/postgres?sslmode=disable'
 EOF
 }
 

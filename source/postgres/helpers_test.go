@@ -1,0 +1,74 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/openetl/etl/source/postgres"
+)
+
+// dsn returns the test server's DSN (scripts/servers.sh start postgres).
+// Without one the test fails, unless OPENETL_SKIP_SERVERS=1.
+func dsn(t *testing.T) string {
+	t.Helper()
+	d := os.Getenv("OPENETL_TEST_POSTGRES_DSN")
+	if d == "" {
+		if os.Getenv("OPENETL_SKIP_SERVERS") == "1" {
+			t.Skip("OPENETL_TEST_POSTGRES_DSN is not set (skipping: OPENETL_SKIP_SERVERS=1)")
+		}
+		t.Fatal("OPENETL_TEST_POSTGRES_DSN is not set: start Postgres with scripts/servers.sh start postgres, or set OPENETL_SKIP_SERVERS=1")
+	}
+	return d
+}
+
+var unique atomic.Int64
+
+// names returns a fresh lowercase name with prefix, unique in this run.
+func name(prefix string) string {
+	return fmt.Sprintf("%s_%d_%d", prefix, time.Now().UnixNano()%1e9, unique.Add(1))
+}
+
+// execSQL runs SQL statements on a connection of its own.
+func execSQL(t *testing.T, d string, sqls ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgconn.Connect(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	for _, sql := range sqls {
+		if _, err := c.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", strings.SplitN(sql, "\n", 2)[0], err)
+		}
+	}
+}
+
+// dropSlotAtCleanup drops the slot when t ends.
+func dropSlotAtCleanup(t *testing.T, d, slot string) {
+	t.Cleanup(func() {
+		execSQL(t, d, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '"+slot+"' AND NOT active")
+	})
+}
+
+// newSource returns a source closed at cleanup.
+func newSource(t *testing.T, d string, cfg postgres.Config) *postgres.Source {
+	t.Helper()
+	cfg.DSN = d
+	src, err := postgres.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		src.Close(context.Background())
+	})
+	return src
+}

@@ -1,0 +1,466 @@
+package postgres
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/openetl/etl/source"
+)
+
+// Config configures a Source.
+type Config struct {
+	// ConnConfig is the connection the source uses, owned by the host (TLS,
+	// auth and the like are the host's): the source copies it for its
+	// query connection and again, with replication=database, for its
+	// replication connection. Exactly one of ConnConfig and DSN is set.
+	ConnConfig *pgconn.Config
+	// DSN is a connection string parsed with pgconn.ParseConfig, used when
+	// ConnConfig is nil.
+	DSN string
+
+	// Publication names the publication whose tables are the streams.
+	// Required; lowercase letters, digits and '_' only, at most 63 bytes.
+	Publication string
+	// CreatePublication creates the publication, FOR TABLE Tables, when it
+	// does not exist yet. An existing publication is used as it is.
+	// Default false: a missing publication is an error.
+	CreatePublication bool
+	// Tables lists the tables ("name" or "schema.name") a created
+	// publication covers. Required with CreatePublication.
+	Tables []string
+
+	// Slot names the logical replication slot. Required; lowercase
+	// letters, digits and '_' only, at most 63 bytes (pglogrepl puts it
+	// into replication commands unquoted). The pipeline owns the slot: a
+	// Read without a resume state drops a slot of this name and creates it
+	// again with a fresh snapshot, since nothing read from it was ever
+	// committed.
+	Slot string
+
+	// StatusInterval is how often the replication connection reports the
+	// acknowledged position to the server while streaming. Default 10s.
+	StatusInterval time.Duration
+
+	// Logger receives lifecycle events at Info and details at Debug.
+	// Default: discard.
+	Logger *slog.Logger
+}
+
+// Errors returned by the source.
+var (
+	// ErrSlotMissing is wrapped by the *SlotError that Open or Read return
+	// when a resume state names a slot that no longer exists (dropped by
+	// hand, say). The source never recreates it silently: the changes
+	// since the resume state are gone from the server.
+	ErrSlotMissing = errors.New("postgres: replication slot not found")
+	// ErrPositionLost is wrapped by the *SlotError returned when the slot
+	// has already confirmed a position past the resume state, so the
+	// changes in between can't be replayed.
+	ErrPositionLost = errors.New("postgres: replication slot is past the resume position")
+	// ErrPublicationMissing is returned by Discover and Open when the
+	// publication does not exist and Config.CreatePublication is false.
+	ErrPublicationMissing = errors.New("postgres: publication not found")
+	// ErrBadState is returned by Open for a resume state this source did
+	// not write.
+	ErrBadState = errors.New("postgres: malformed resume state")
+)
+
+// SlotError says the replication slot can't continue from a resume
+// state. It wraps ErrSlotMissing or ErrPositionLost.
+type SlotError struct {
+	Slot      string
+	Want      pglogrepl.LSN // the resume state's position
+	Confirmed pglogrepl.LSN // the slot's confirmed_flush_lsn (0 when missing)
+	Err       error
+}
+
+func (e *SlotError) Error() string {
+	if errors.Is(e.Err, ErrSlotMissing) {
+		return fmt.Sprintf("postgres: replication slot %q not found (resume position %s): was it dropped by hand? "+
+			"start the pipeline over from a new snapshot", e.Slot, e.Want)
+	}
+	return fmt.Sprintf("postgres: replication slot %q confirmed %s, past the resume position %s: "+
+		"the changes in between are gone", e.Slot, e.Confirmed, e.Want)
+}
+
+func (e *SlotError) Unwrap() error { return e.Err }
+
+// Source reads a publication's tables through one logical replication
+// slot. Create it with New; close it with Close.
+type Source struct {
+	cfg  Config
+	conn *pgconn.Config
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	query   *pgconn.PgConn // lazily opened, for catalog queries and Ack
+	reading atomic.Bool    // a Read is streaming from the slot
+	acked   atomic.Uint64  // highest acknowledged LSN
+}
+
+var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// session settings on both connections, so a value's text form is the
+// same in the snapshot and in the stream.
+var sessionParams = map[string]string{
+	"DateStyle":          "ISO, MDY",
+	"IntervalStyle":      "postgres",
+	"TimeZone":           "UTC",
+	"extra_float_digits": "3",
+	"bytea_output":       "hex",
+	"client_encoding":    "UTF8",
+}
+
+// New validates cfg and returns a Source. It does not connect.
+func New(cfg Config) (*Source, error) {
+	if (cfg.ConnConfig == nil) == (cfg.DSN == "") {
+		return nil, errors.New("postgres: set exactly one of Config.ConnConfig and Config.DSN")
+	}
+	if !nameRE.MatchString(cfg.Slot) {
+		return nil, fmt.Errorf("postgres: slot name %q: use 1 to 63 lowercase letters, digits and '_'", cfg.Slot)
+	}
+	if !nameRE.MatchString(cfg.Publication) {
+		return nil, fmt.Errorf("postgres: publication name %q: use 1 to 63 lowercase letters, digits and '_'", cfg.Publication)
+	}
+	if cfg.CreatePublication && len(cfg.Tables) == 0 {
+		return nil, errors.New("postgres: CreatePublication needs Config.Tables")
+	}
+	var conn *pgconn.Config
+	if cfg.ConnConfig != nil {
+		conn = cfg.ConnConfig.Copy()
+	} else {
+		c, err := pgconn.ParseConfig(cfg.DSN)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: parse DSN: %w", err)
+		}
+		conn = c
+	}
+	if conn.RuntimeParams == nil {
+		conn.RuntimeParams = map[string]string{}
+	}
+	for k, v := range sessionParams {
+		conn.RuntimeParams[k] = v
+	}
+	if cfg.StatusInterval <= 0 {
+		cfg.StatusInterval = 10 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Source{cfg: cfg, conn: conn, log: log.With("source", "postgres", "slot", cfg.Slot)}, nil
+}
+
+// Replay returns source.ReplayExact: a resume state is an LSN at a
+// transaction boundary, and the slot replays exactly what follows it.
+func (s *Source) Replay() source.Replay { return source.ReplayExact }
+
+// Close closes the source's query connection. Reads must have returned.
+func (s *Source) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.query != nil {
+		err := s.query.Close(ctx)
+		s.query = nil
+		return err
+	}
+	return nil
+}
+
+// queryConn returns the shared query connection, connecting if needed.
+// The caller holds s.mu.
+func (s *Source) queryConn(ctx context.Context) (*pgconn.PgConn, error) {
+	if s.query != nil && !s.query.IsClosed() {
+		return s.query, nil
+	}
+	c, err := pgconn.ConnectConfig(ctx, s.conn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connect: %w", err)
+	}
+	s.query = c
+	return c, nil
+}
+
+func (s *Source) replConfig() *pgconn.Config {
+	c := s.conn.Copy()
+	c.RuntimeParams["replication"] = "database"
+	return c
+}
+
+// table is one published table and its stream.
+type table struct {
+	schema, name string
+	stream       source.Stream
+	key          []int // indexes of the primary-key columns
+}
+
+func (t *table) ident() string {
+	return quoteIdent(t.schema) + "." + quoteIdent(t.name)
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+func quoteLiteral(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''`) + `'` }
+
+// streamName is the table's name in schema public and schema.name in any
+// other schema.
+func streamName(schema, name string) string {
+	if schema == "public" {
+		return name
+	}
+	return schema + "." + name
+}
+
+// Discover reports one FormatRow CDC stream per table of the publication,
+// creating the publication first when Config.CreatePublication asks.
+func (s *Source) Discover(ctx context.Context) (source.Catalog, error) {
+	tables, err := s.tables(ctx)
+	if err != nil {
+		return source.Catalog{}, err
+	}
+	var cat source.Catalog
+	for _, t := range tables {
+		cat.Streams = append(cat.Streams, t.stream)
+	}
+	return cat, nil
+}
+
+func (s *Source) tables(ctx context.Context) ([]*table, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.queryConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := queryText(ctx, c, `SELECT 1 FROM pg_publication WHERE pubname = `+quoteLiteral(s.cfg.Publication))
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		if !s.cfg.CreatePublication {
+			return nil, fmt.Errorf("%w: %q (create it, or set Config.CreatePublication)", ErrPublicationMissing, s.cfg.Publication)
+		}
+		var idents []string
+		for _, t := range s.cfg.Tables {
+			var parts []string
+			for _, p := range strings.SplitN(t, ".", 2) {
+				parts = append(parts, quoteIdent(p))
+			}
+			idents = append(idents, strings.Join(parts, "."))
+		}
+		sql := "CREATE PUBLICATION " + quoteIdent(s.cfg.Publication) + " FOR TABLE " + strings.Join(idents, ", ")
+		if _, err := queryText(ctx, c, sql); err != nil {
+			return nil, fmt.Errorf("postgres: create publication %q: %w", s.cfg.Publication, err)
+		}
+		s.log.InfoContext(ctx, "created publication", "publication", s.cfg.Publication)
+	}
+	// One row per column of every published table, in attribute order.
+	// The type name is pg_type's (int4, _text, timestamptz), with the
+	// precision and scale of a constrained numeric.
+	rows, err = queryText(ctx, c, `
+SELECT n.nspname, c.relname, a.attname,
+       CASE WHEN t.typname = 'numeric' AND a.atttypmod >= 4
+            THEN format('numeric(%s,%s)', ((a.atttypmod - 4) >> 16) & 65535, (a.atttypmod - 4) & 65535)
+            ELSE t.typname END,
+       NOT a.attnotnull,
+       COALESCE((SELECT array_position(i.indkey::int2[], a.attnum) - array_lower(i.indkey::int2[], 1) + 1
+                 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), 0)
+FROM pg_publication_tables pt
+JOIN pg_namespace n ON n.nspname = pt.schemaname
+JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+JOIN pg_type t ON t.oid = a.atttypid
+WHERE pt.pubname = `+quoteLiteral(s.cfg.Publication)+`
+ORDER BY n.nspname, c.relname, a.attnum`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: read publication %q: %w", s.cfg.Publication, err)
+	}
+	var out []*table
+	keyPos := map[*table][][2]int{}
+	for _, r := range rows {
+		schema, name := string(r[0]), string(r[1])
+		if len(out) == 0 || out[len(out)-1].schema != schema || out[len(out)-1].name != name {
+			out = append(out, &table{schema: schema, name: name, stream: source.Stream{
+				Name: streamName(schema, name), Format: source.FormatRow, CDC: true, Types: source.TypesPostgres,
+			}})
+		}
+		t := out[len(out)-1]
+		t.stream.Columns = append(t.stream.Columns, source.Column{Name: string(r[2]), Type: string(r[3]), Nullable: string(r[4]) == "t"})
+		if pos := string(r[5]); pos != "0" {
+			p, err := strconv.Atoi(pos)
+			if err != nil {
+				return nil, fmt.Errorf("postgres: key position %q of %s.%s: %w", pos, schema, name, err)
+			}
+			keyPos[t] = append(keyPos[t], [2]int{p, len(t.stream.Columns) - 1})
+		}
+	}
+	for _, t := range out {
+		kp := keyPos[t]
+		slices.SortFunc(kp, func(a, b [2]int) int { return a[0] - b[0] })
+		for _, k := range kp {
+			t.key = append(t.key, k[1])
+			t.stream.PrimaryKey = append(t.stream.PrimaryKey, t.stream.Columns[k[1]].Name)
+		}
+	}
+	slices.SortFunc(out, func(a, b *table) int { return strings.Compare(a.stream.Name, b.stream.Name) })
+	return out, nil
+}
+
+// queryText runs sql (one statement, no parameters) and returns its rows
+// as text values; a null is nil.
+func queryText(ctx context.Context, c *pgconn.PgConn, sql string) ([][][]byte, error) {
+	res, err := c.Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	var rows [][][]byte
+	for _, r := range res {
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		rows = append(rows, r.Rows...)
+	}
+	return rows, nil
+}
+
+// The resume state: a version byte, the LSN to continue from and the
+// LSN of the slot's snapshot (both big endian). Exactly 17 bytes. Only
+// states after the snapshot exist: it is read in one go.
+const (
+	stateVersion  = 1
+	stateLen      = 17
+	splitIDPrefix = "slot:"
+)
+
+type state struct {
+	lsn      pglogrepl.LSN // continue right after this position
+	snapshot pglogrepl.LSN // the slot's consistent point: seq of snapshot rows
+}
+
+func (st state) encode() []byte {
+	b := make([]byte, stateLen)
+	b[0] = stateVersion
+	binary.BigEndian.PutUint64(b[1:9], uint64(st.lsn))
+	binary.BigEndian.PutUint64(b[9:17], uint64(st.snapshot))
+	return b
+}
+
+func decodeState(b []byte) (state, error) {
+	if len(b) != stateLen || b[0] != stateVersion {
+		return state{}, fmt.Errorf("%w (%d bytes)", ErrBadState, len(b))
+	}
+	st := state{lsn: pglogrepl.LSN(binary.BigEndian.Uint64(b[1:9])), snapshot: pglogrepl.LSN(binary.BigEndian.Uint64(b[9:17]))}
+	if st.snapshot == 0 || st.lsn < st.snapshot {
+		return state{}, fmt.Errorf("%w: position %s before snapshot %s", ErrBadState, st.lsn, st.snapshot)
+	}
+	return st, nil
+}
+
+// Open returns the slot's one split, reading the named streams. With a
+// resume state it checks that the slot still exists and has not moved
+// past the state (a *SlotError otherwise).
+func (s *Source) Open(ctx context.Context, streams []string, resume map[source.SplitID][]byte) ([]source.Split, error) {
+	tables, err := s.tables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sp := &split{src: s, id: source.SplitID(splitIDPrefix + s.cfg.Slot), rels: map[uint32]*relation{}}
+	for _, name := range streams {
+		i := slices.IndexFunc(tables, func(t *table) bool { return t.stream.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("postgres: stream %q is not in publication %q", name, s.cfg.Publication)
+		}
+		sp.tables = append(sp.tables, tables[i])
+	}
+	if b, ok := resume[sp.id]; ok {
+		st, err := decodeState(b)
+		if err != nil {
+			return nil, err
+		}
+		sp.resume = &st
+		if _, err := s.checkSlot(ctx, st.lsn); err != nil {
+			return nil, err
+		}
+	}
+	return []source.Split{sp}, nil
+}
+
+// checkSlot returns the slot's confirmed_flush_lsn, or a *SlotError when
+// the slot is missing or past want.
+func (s *Source) checkSlot(ctx context.Context, want pglogrepl.LSN) (pglogrepl.LSN, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.queryConn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	rows, err := queryText(ctx, c, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = `+quoteLiteral(s.cfg.Slot))
+	if err != nil {
+		return 0, fmt.Errorf("postgres: look up slot %q: %w", s.cfg.Slot, err)
+	}
+	if len(rows) == 0 {
+		return 0, &SlotError{Slot: s.cfg.Slot, Want: want, Err: ErrSlotMissing}
+	}
+	var confirmed pglogrepl.LSN
+	if rows[0][0] != nil {
+		if confirmed, err = pglogrepl.ParseLSN(string(rows[0][0])); err != nil {
+			return 0, err
+		}
+	}
+	if confirmed > want {
+		return confirmed, &SlotError{Slot: s.cfg.Slot, Want: want, Confirmed: confirmed, Err: ErrPositionLost}
+	}
+	return confirmed, nil
+}
+
+// Ack records the acknowledged position. A Read in progress reports it
+// as the slot's flush position with its next status update; when no Read
+// runs, Ack advances the slot with pg_replication_slot_advance.
+func (s *Source) Ack(ctx context.Context, states map[source.SplitID][]byte) error {
+	b, ok := states[source.SplitID(splitIDPrefix+s.cfg.Slot)]
+	if !ok {
+		return nil
+	}
+	st, err := decodeState(b)
+	if err != nil {
+		return err
+	}
+	for {
+		old := s.acked.Load()
+		if uint64(st.lsn) <= old || s.acked.CompareAndSwap(old, uint64(st.lsn)) {
+			break
+		}
+	}
+	if s.reading.Load() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.queryConn(ctx)
+	if err != nil {
+		return err
+	}
+	lsn := pglogrepl.LSN(s.acked.Load()).String()
+	// Only forward: advancing to a position before confirmed_flush_lsn is
+	// an error, and an active slot can't be advanced (the Read reports it).
+	_, err = queryText(ctx, c, `SELECT pg_replication_slot_advance(slot_name, `+quoteLiteral(lsn)+`::pg_lsn)
+FROM pg_replication_slots WHERE slot_name = `+quoteLiteral(s.cfg.Slot)+` AND NOT active
+AND confirmed_flush_lsn < `+quoteLiteral(lsn)+`::pg_lsn`)
+	if err != nil {
+		return fmt.Errorf("postgres: advance slot %q to %s: %w", s.cfg.Slot, lsn, err)
+	}
+	return nil
+}
