@@ -233,24 +233,27 @@ func TestSuiteFails(t *testing.T) {
 		t.Skip("in the child process")
 	}
 	for _, c := range []struct {
-		bug  string
-		want []string // checks that must fail
+		bug   string
+		want  []string // checks that must fail
+		anyOf bool     // one of want failing is enough (the bug shows up by timing)
 	}{
-		{"", nil},
-		{"deliver-ack", nil},
-		{"recover-nil-recoverable", []string{"RecoverNil"}},
-		{"visible-on-write", []string{"Invisible"}},
-		{"precommit-visible", []string{"Invisible", "Crash"}},
-		{"double-commit", []string{"CommitTwice"}},
-		{"empty-epoch-fails", []string{"EmptyEpoch"}},
-		{"drops-new-column", []string{"WidenSchema"}},
-		{"rejects-widening", []string{"WidenSchema"}},
-		{"recover-always-applied", []string{"Crash"}},
-		{"no-fence", []string{"Zombie"}},
-		{"fence-lowers", []string{"Zombie"}},
-		{"applies-all-staged", []string{"Concurrent"}},
-		{"lane0-only", []string{"Lanes"}},
-		{"close-keeps", []string{"CloseDiscards"}},
+		{"", nil, false},
+		{"deliver-ack", nil, false},
+		{"recover-nil-recoverable", []string{"RecoverNil"}, false},
+		{"visible-on-write", []string{"Invisible"}, false},
+		{"precommit-visible", []string{"Invisible", "Crash"}, false},
+		{"double-commit", []string{"CommitTwice"}, false},
+		{"empty-epoch-fails", []string{"EmptyEpoch"}, false},
+		{"drops-new-column", []string{"WidenSchema"}, false},
+		{"rejects-widening", []string{"WidenSchema"}, false},
+		{"recover-always-applied", []string{"Crash"}, false},
+		{"no-fence", []string{"Zombie"}, false},
+		{"fence-lowers", []string{"Zombie"}, false},
+		// Applying later epochs' staged data shows in Concurrent when
+		// Commit(N) races PreCommit(N+1), and in Zombie otherwise.
+		{"applies-all-staged", []string{"Concurrent", "Zombie"}, true},
+		{"lane0-only", []string{"Lanes"}, false},
+		{"close-keeps", []string{"CloseDiscards"}, false},
 	} {
 		name := c.bug
 		if name == "" {
@@ -274,10 +277,16 @@ func TestSuiteFails(t *testing.T) {
 			if err == nil {
 				t.Fatalf("the suite passes a destination with bug %q:\n%s", c.bug, out)
 			}
+			failed := 0
 			for _, check := range c.want {
-				if !strings.Contains(string(out), "--- FAIL: TestMemDest/"+check+" ") {
+				if strings.Contains(string(out), "--- FAIL: TestMemDest/"+check+" ") {
+					failed++
+				} else if !c.anyOf {
 					t.Errorf("bug %q: check %s did not fail:\n%s", c.bug, check, out)
 				}
+			}
+			if c.anyOf && failed == 0 {
+				t.Errorf("bug %q: none of the checks %v failed:\n%s", c.bug, c.want, out)
 			}
 		})
 	}
