@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -283,3 +284,50 @@ type emitFunc func(state []byte)
 
 func (f emitFunc) Record(string, source.Op, int64, []byte, []byte) error { return nil }
 func (f emitFunc) ResumePoint(st []byte) error                           { f(slices.Clone(st)); return nil }
+
+// TestSlotInUseIsNotDropped: a first read (no resume state) would drop and
+// recreate its slot; while another process streams from a slot of that
+// name, it refuses with ErrSlotInUse and leaves the slot alone.
+func TestSlotInUseIsNotDropped(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("inuse"), name("pub"), name("slot")
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY)", tbl), fmt.Sprintf("INSERT INTO %s VALUES (1)", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	src := newSource(t, d, postgres.Config{Publication: pub, Slot: slot})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	splits, err := src.Open(ctx, []string{tbl}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first reader takes the snapshot and keeps streaming.
+	started := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- splits[0].Read(ctx, emitFunc(func([]byte) {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+		}), false)
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("first reader stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("first reader never reached a resume point")
+	}
+	other := newSource(t, d, postgres.Config{Publication: pub, Slot: slot})
+	again, err := other.Open(context.Background(), []string{tbl}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = again[0].Read(context.Background(), emitFunc(func([]byte) {}), true)
+	if !errors.Is(err, postgres.ErrSlotInUse) || !strings.Contains(err.Error(), slot) {
+		t.Fatalf("second first-read: %v, want ErrSlotInUse naming %q", err, slot)
+	}
+	cancel()
+	<-done
+}

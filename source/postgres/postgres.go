@@ -45,9 +45,10 @@ type Config struct {
 	// Slot names the logical replication slot. Required; lowercase
 	// letters, digits and '_' only, at most 63 bytes (pglogrepl puts it
 	// into replication commands unquoted). The pipeline owns the slot: a
-	// Read without a resume state drops a slot of this name and creates it
-	// again with a fresh snapshot, since nothing read from it was ever
-	// committed.
+	// Read without a resume state drops an idle slot of this name and
+	// creates it again with a fresh snapshot, since nothing read from it
+	// was ever committed; it refuses (ErrSlotInUse) when another process
+	// is streaming from the slot.
 	Slot string
 
 	// StatusInterval is how often the replication connection reports the
@@ -70,6 +71,10 @@ var (
 	// has already confirmed a position past the resume state, so the
 	// changes in between can't be replayed.
 	ErrPositionLost = errors.New("postgres: replication slot is past the resume position")
+	// ErrSlotInUse is returned by a Read without a resume state (which
+	// would drop and recreate the slot) when another process is streaming
+	// from the slot: it belongs to someone else.
+	ErrSlotInUse = errors.New("postgres: replication slot is in use")
 	// ErrPublicationMissing is returned by Discover and Open when the
 	// publication does not exist and Config.CreatePublication is false.
 	ErrPublicationMissing = errors.New("postgres: publication not found")

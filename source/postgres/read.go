@@ -104,7 +104,11 @@ func (sp *split) snapshot(ctx context.Context, repl *pgconn.PgConn, e source.Emi
 	s := sp.src
 	// No resume state: nothing read from an earlier slot of this name was
 	// committed, so it is dropped (WAIT: an earlier Read's walsender may
-	// still be exiting) and made again.
+	// still be exiting) and made again — unless another process is
+	// streaming from it right now: then it is not ours to drop.
+	if err := checkSlotIdle(ctx, repl, s.cfg.Slot); err != nil {
+		return state{}, err
+	}
 	if err := pglogrepl.DropReplicationSlot(ctx, repl, s.cfg.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "42704" { // undefined_object: no such slot
@@ -392,4 +396,19 @@ func (sp *split) tupleKey(t *table, tup *pglogrepl.TupleData) []byte {
 		}
 	}
 	return sp.key
+}
+
+// checkSlotIdle fails with ErrSlotInUse when a process streams from slot.
+// The name is validated (lowercase letters, digits, '_'), so it can sit in
+// the query as a literal.
+func checkSlotIdle(ctx context.Context, repl *pgconn.PgConn, slot string) error {
+	res, err := repl.Exec(ctx, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '"+slot+"' AND active").ReadAll()
+	if err != nil {
+		return fmt.Errorf("postgres: look up slot %q: %w", slot, err)
+	}
+	if len(res) == 1 && len(res[0].Rows) > 0 {
+		return fmt.Errorf("%w: slot %q is streaming to process %s: another pipeline (or tool) uses it; give this pipeline a slot of its own",
+			ErrSlotInUse, slot, res[0].Rows[0][0])
+	}
+	return nil
 }
