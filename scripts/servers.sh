@@ -319,7 +319,10 @@ install_postgres() {
   command -v apt-get >/dev/null || die "postgres: $PG_BIN is missing and there is no apt-get to install postgresql-15"
   log "installing postgresql-15 (about 30s on a cold machine)"
   local t0=$SECONDS
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >&2
+  # A fresh machine may have no package lists yet: update once and retry.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >&2 ||
+    { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >&2; } ||
+    die "postgres: apt-get could not install postgresql-15"
   log "installed postgresql-15 in $((SECONDS - t0))s"
 }
 
