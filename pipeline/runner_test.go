@@ -168,19 +168,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	f := newFixture(t, 4, 200) // unbounded: splits idle at their end
 	cfg := f.config(2)
 	cfg.EpochInterval = time.Hour
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- pipeline.Run(ctx, cfg) }()
-	waitIdle(t, f, 4)
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run after cancel: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after cancel")
-	}
+	runThenCancel(t, cfg, func() { waitIdle(t, f, 4) })
 	f.checkExactlyOnce(t)
 	checkNoRunnerGoroutines(t)
 }
@@ -341,19 +329,7 @@ func TestRunCancelWithIdleSplits(t *testing.T) {
 			cfg := f.config(3)
 			cfg.EpochInterval = interval
 			cfg.StopTimeout = time.Minute // a hang fails the test below first
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- pipeline.Run(ctx, cfg) }()
-			waitIdle(t, f, 8)
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("Run after cancel: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("Run did not return after cancel")
-			}
+			runThenCancel(t, cfg, func() { waitIdle(t, f, 8) })
 			f.checkExactlyOnce(t)
 			f.checkLog(t)
 			checkNoRunnerGoroutines(t)
@@ -456,19 +432,7 @@ func TestRunStopRestartCycles(t *testing.T) {
 		cfg.BatchRows = 2
 		cfg.EpochInterval = time.Millisecond
 		cfg.EpochBytes = 64
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- pipeline.Run(ctx, cfg) }()
-		time.Sleep(time.Duration(5+10*i) * time.Millisecond)
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("run %d: %v", i, err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Fatalf("run %d did not return after cancel", i)
-		}
+		runThenCancel(t, cfg, func() { time.Sleep(time.Duration(5+10*i) * time.Millisecond) })
 		checkNoRunnerGoroutines(t)
 	}
 	f.src.delay = 0
@@ -569,5 +533,25 @@ func TestFailedAttemptReleasesRecords(t *testing.T) {
 				t.Fatalf("%d bytes of Arrow records never released", n)
 			}
 		})
+	}
+}
+
+// runThenCancel runs cfg with Run, calls wait, cancels, and fails the test
+// unless Run returns nil within a minute (a clean final checkpoint).
+func runThenCancel(t *testing.T, cfg pipeline.Config, wait func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- pipeline.Run(ctx, cfg) }()
+	wait()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after cancel: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return within a minute of cancel")
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 )
@@ -261,33 +261,7 @@ func TestSuiteFails(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestMemDest$", "-test.v", "-test.count=1", "-test.timeout=2m")
-			cmd.Env = append(os.Environ(), envBug+"="+c.bug)
-			out, err := cmd.CombinedOutput()
-			var exit *exec.ExitError
-			if err != nil && !errors.As(err, &exit) {
-				t.Fatalf("running the child: %v", err)
-			}
-			if c.want == nil {
-				if err != nil {
-					t.Fatalf("the suite fails a correct destination:\n%s", out)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("the suite passes a destination with bug %q:\n%s", c.bug, out)
-			}
-			failed := 0
-			for _, check := range c.want {
-				if strings.Contains(string(out), "--- FAIL: TestMemDest/"+check+" ") {
-					failed++
-				} else if !c.anyOf {
-					t.Errorf("bug %q: check %s did not fail:\n%s", c.bug, check, out)
-				}
-			}
-			if c.anyOf && failed == 0 {
-				t.Errorf("bug %q: none of the checks %v failed:\n%s", c.bug, c.want, out)
-			}
+			testutil.SuiteVerdict(t, "TestMemDest", envBug+"="+c.bug, c.want, c.anyOf)
 		})
 	}
 }

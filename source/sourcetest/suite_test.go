@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/sourcetest"
 )
@@ -263,27 +263,7 @@ func TestSuiteFails(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenSource$", "-test.v", "-test.count=1", "-test.timeout=2m")
-			cmd.Env = append(os.Environ(), envBug+"="+c.bug)
-			out, err := cmd.CombinedOutput()
-			var exit *exec.ExitError
-			if err != nil && !errors.As(err, &exit) {
-				t.Fatalf("running the child: %v", err)
-			}
-			if c.want == nil {
-				if err != nil {
-					t.Fatalf("the suite fails a correct source:\n%s", out)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("the suite passes a source with bug %q:\n%s", c.bug, out)
-			}
-			for _, check := range c.want {
-				if !strings.Contains(string(out), "--- FAIL: TestBrokenSource/"+check+" ") {
-					t.Errorf("bug %q: check %s did not fail:\n%s", c.bug, check, out)
-				}
-			}
+			testutil.SuiteVerdict(t, "TestBrokenSource", envBug+"="+c.bug, c.want, false)
 		})
 	}
 }
