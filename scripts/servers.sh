@@ -26,8 +26,8 @@
 # from Debian, wal_level=logical). Default: all. Each service is a set of functions named after it: install_NAME,
 # start_NAME (picks a port into $DIR/NAME.port, starts the process with
 # launch), ready_NAME (runs once the port answers: creates buckets and the
-# like), env_NAME (prints exports). Add a service by adding
-# those and its name to ALL_SERVICES.
+# like), env_NAME (prints exports). Add a service by adding those and its
+# name to ALL_SERVICES, here or in a file scripts/services/NAME.sh.
 #
 # Tools are installed under $OPENETL_CACHE/tools (default
 # ~/.cache/openetl/tools), never into the repository. Progress and install
@@ -363,6 +363,17 @@ env_postgres() {
 export OPENETL_TEST_POSTGRES_DSN='postgres://postgres@127.0.0.1:$(cat "$DIR/postgres.port")/postgres?sslmode=disable'
 EOF
 }
+
+# ---------------------------------------------------------------- more services
+
+# Each scripts/services/NAME.sh defines install_NAME, start_NAME,
+# ready_NAME and env_NAME (the same contract as above) and appends NAME to
+# ALL_SERVICES, so a service can be added without touching this file.
+for f in "$SCRIPTS"/services/*.sh; do
+  [ -e "$f" ] || continue
+  # shellcheck source=/dev/null
+  . "$f"
+done
 
 # ---------------------------------------------------------------- commands
 
