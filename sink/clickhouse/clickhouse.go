@@ -1,0 +1,252 @@
+package clickhouse
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/openetl/etl/sink"
+)
+
+// Defaults of Config.
+const (
+	DefaultDatabase  = "default"
+	DefaultBlockRows = 100_000
+	DefaultApplyWait = 2 * time.Minute
+)
+
+// Table configures one destination table.
+type Table struct {
+	// Key makes the table a merge table: a ReplacingMergeTree ordered by
+	// these columns (destination names, normally the stream's primary
+	// key) with _openetl_seq as its version, so the latest version of each
+	// key wins. Key columns are created non-Nullable; a row with a null
+	// key is quarantined. Empty: an append table.
+	Key []string
+	// OrderBy is an append table's sort key; default _openetl_seq.
+	// Ignored for merge tables.
+	OrderBy []string
+}
+
+// Config configures a Destination.
+type Config struct {
+	// Conn is the connection pool to the server, opened by the caller
+	// (clickhouse.Open with the native protocol; several Addr are tried in
+	// turn). The caller owns it and closes it after the last Writer is
+	// closed. Required.
+	Conn driver.Conn
+
+	// Database holds the tables, the staging tables and the
+	// destination's own state tables; created when missing. Default
+	// "default".
+	Database string
+
+	// Tables configures tables by destination name; a table not listed
+	// is an append table ordered by _openetl_seq.
+	Tables map[string]Table
+
+	// BlockRows is how many rows a lane gathers per stream before it
+	// sends them to the staging table as one block; PreCommit sends the
+	// rest. A block is applied (copied into the table) as one part, so
+	// the server holds one block in memory while applying it. Default
+	// 100000.
+	BlockRows int
+
+	// ApplyWait bounds how long Recover waits for applies of an older
+	// generation still running on the server (a zombie's, or a killed
+	// process's query the server finishes anyway). Default 2m.
+	ApplyWait time.Duration
+
+	// Logger receives lifecycle events at Info, per-block detail at
+	// Debug. Never row data. Default: discard.
+	Logger *slog.Logger
+}
+
+// Destination writes streams into ClickHouse tables. It implements
+// sink.Destination and is safe for concurrent use.
+type Destination struct {
+	conn      driver.Conn
+	db        string
+	tables    map[string]Table
+	blockRows int
+	applyWait time.Duration
+	log       *slog.Logger
+	features  Features
+
+	mu      sync.Mutex
+	schemas map[string]*tableSchema // table → what this process knows of it
+	blocks  map[uint64]blockState   // blocks staged by this process
+}
+
+// blockState is what this process knows of a block it staged.
+type blockState struct {
+	// tried: an apply of the block was sent at least once; whether it
+	// landed must then be checked before sending it again.
+	tried bool
+}
+
+var _ sink.Destination = (*Destination)(nil)
+
+// New connects to the server through cfg.Conn, detects its version
+// (Features), and creates the database and the state tables when
+// missing. Cancelling ctx stops it.
+func New(ctx context.Context, cfg Config) (*Destination, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("clickhouse: Config.Conn is nil")
+	}
+	if cfg.Database == "" {
+		cfg.Database = DefaultDatabase
+	}
+	if cfg.BlockRows < 0 {
+		return nil, fmt.Errorf("clickhouse: Config.BlockRows is negative (%d)", cfg.BlockRows)
+	}
+	if cfg.BlockRows == 0 {
+		cfg.BlockRows = DefaultBlockRows
+	}
+	if cfg.ApplyWait <= 0 {
+		cfg.ApplyWait = DefaultApplyWait
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	for name, t := range cfg.Tables {
+		if err := checkTable(name); err != nil {
+			return nil, fmt.Errorf("clickhouse: Config.Tables: %w", err)
+		}
+		if len(t.Key) > 0 && len(t.OrderBy) > 0 {
+			return nil, fmt.Errorf("clickhouse: Config.Tables[%q]: a merge table is ordered by its Key; leave OrderBy empty", name)
+		}
+	}
+	var version string
+	if err := cfg.Conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
+		return nil, fmt.Errorf("clickhouse: ask the server's version: %w", err)
+	}
+	d := &Destination{
+		conn:      cfg.Conn,
+		db:        cfg.Database,
+		tables:    cfg.Tables,
+		blockRows: cfg.BlockRows,
+		applyWait: cfg.ApplyWait,
+		log:       cfg.Logger,
+		features:  ServerFeatures(version),
+		schemas:   make(map[string]*tableSchema),
+		blocks:    make(map[uint64]blockState),
+	}
+	for _, q := range append([]string{createDatabase(d.db)}, createState(d.db)...) {
+		if err := d.conn.Exec(ctx, q); err != nil {
+			return nil, fmt.Errorf("clickhouse: create state tables in %q: %w", d.db, err)
+		}
+	}
+	d.log.Info("clickhouse: connected", "version", version, "database", d.db, "dedup_tokens", d.features.DedupToken)
+	return d, nil
+}
+
+// Features returns what the server can do, as detected by New.
+func (d *Destination) Features() Features { return d.features }
+
+// Class returns sink.StageAndApply: rows are staged in a staging table per
+// table and copied into the table by Commit, one verifiable block at a
+// time (doc.go says what that guarantees).
+func (d *Destination) Class() sink.Class { return sink.StageAndApply }
+
+// Capabilities: merge by key; simple lowercase-free identifiers up to 180
+// bytes (a table's staging table adds a prefix, and table names are
+// directory names on the server); the Arrow types no column here takes
+// (struct, interval, duration, time, null, and on servers without
+// DateTime64 timestamps, which DateTime would truncate) are held back.
+func (d *Destination) Capabilities() sink.Capabilities {
+	return sink.Capabilities{
+		Merge:             true,
+		MaxIdentifier:     maxIdentifier,
+		SimpleIdentifiers: true,
+		Unsupported:       unsupportedOn(d.features),
+	}
+}
+
+const maxIdentifier = 180
+
+// Writer returns the writer of one lane of pipeline. ctx is not used
+// beyond the call.
+func (d *Destination) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
+	if pipeline == "" {
+		return nil, errors.New("clickhouse: empty pipeline name")
+	}
+	if lane < 0 {
+		return nil, fmt.Errorf("clickhouse: negative lane %d", lane)
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("clickhouse: writer nonce: %w", err)
+	}
+	h := fnv.New64a()
+	h.Write([]byte(pipeline))
+	return &writer{
+		d:        d,
+		pipeline: pipeline,
+		pipeHash: fmt.Sprintf("%016x", h.Sum64()),
+		lane:     lane,
+		nonce:    hex.EncodeToString(b[:]),
+		open:     make(map[string]*openBlock),
+	}, nil
+}
+
+// checkTable rejects table names the destination can't use.
+func checkTable(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty table name")
+	case len(name) > maxIdentifier:
+		return fmt.Errorf("table name %q is longer than %d bytes", name, maxIdentifier)
+	case strings.HasPrefix(name, stagePrefix) || name == fenceTable || name == epochsTable:
+		return fmt.Errorf("table name %q is reserved", name)
+	case strings.ContainsAny(name, "/\x00"):
+		return fmt.Errorf("table name %q can't be a table name", name)
+	}
+	return nil
+}
+
+// newToken returns a random block token.
+func newToken() (uint64, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return 0, err
+	}
+	t := binary.LittleEndian.Uint64(b[:])
+	if t == 0 {
+		t = 1
+	}
+	return t, nil
+}
+
+func (d *Destination) staged(token uint64) {
+	d.mu.Lock()
+	d.blocks[token] = blockState{}
+	d.mu.Unlock()
+}
+
+// mustVerify reports whether the block may already be in its table: it
+// was staged by another process, or an apply of it was sent before. It
+// marks the block as tried.
+func (d *Destination) mustVerify(token uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, ok := d.blocks[token]
+	d.blocks[token] = blockState{tried: true}
+	return !ok || st.tried
+}
+
+func (d *Destination) forget(token uint64) {
+	d.mu.Lock()
+	delete(d.blocks, token)
+	d.mu.Unlock()
+}

@@ -1,0 +1,325 @@
+package clickhouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/sink"
+)
+
+// Commit applies epoch: it copies each block of the committables from its
+// staging table into its table (one INSERT ... SELECT per block, one part
+// each, under the fence), then records the epoch in _openetl_epochs and
+// drops the staging partitions. An epoch already recorded is skipped, so
+// Commit is idempotent. A block that may already be in its table (staged
+// by another process, or whose apply was sent before and failed) is
+// counted there first and copied only if absent, so no block lands
+// twice. It fails with an error wrapping sink.ErrFenced when a newer
+// generation's Recover raised the fence; its copies after that point
+// copy nothing.
+func (w *writer) Commit(ctx context.Context, epoch uint64, committables []sink.Committable) error {
+	gen := w.gen.Load()
+	if err := w.checkFence(ctx, gen); err != nil {
+		return err
+	}
+	byTable, total, err := w.decodeAll(epoch, committables)
+	if err != nil {
+		return err
+	}
+	if len(byTable) == 0 {
+		return nil
+	}
+	applied, err := w.applied(ctx, epoch)
+	if err != nil {
+		return err
+	}
+	if applied {
+		w.dropStaged(ctx, byTable)
+		return nil
+	}
+	blocks := 0
+	for _, t := range slices.Sorted(maps.Keys(byTable)) {
+		if err := w.applyTable(ctx, t, byTable[t], gen); err != nil {
+			return err
+		}
+		blocks += len(byTable[t])
+	}
+	if err := w.d.conn.Exec(ctx, markEpoch(w.d.db, w.pipeline, epoch, gen, blocks, total)); err != nil {
+		return fmt.Errorf("clickhouse: record epoch %d as applied: %w", epoch, err)
+	}
+	// The copies and the record are conditional on the fence: if it rose
+	// meanwhile, some may have been skipped, and the newer generation
+	// applies the epoch.
+	if err := w.checkFence(ctx, gen); err != nil {
+		return err
+	}
+	if ok, err := w.applied(ctx, epoch); err != nil || !ok {
+		if err == nil {
+			err = fmt.Errorf("clickhouse: epoch %d was not recorded as applied although the fence is still generation %d", epoch, gen)
+		}
+		return err
+	}
+	w.dropStaged(ctx, byTable)
+	w.d.log.Debug("clickhouse: epoch committed", "pipeline", w.pipeline, "epoch", epoch, "blocks", blocks, "rows", total)
+	return nil
+}
+
+// applyTable copies one table's blocks.
+func (w *writer) applyTable(ctx context.Context, table string, blocks []stagedBlock, gen uint64) error {
+	verify := make([]bool, len(blocks))
+	foreign := false
+	for i, b := range blocks {
+		verify[i] = w.d.mustVerify(b.Token)
+		foreign = foreign || verify[i]
+	}
+	if foreign {
+		// Another process may have added columns since this one looked.
+		w.d.mu.Lock()
+		delete(w.d.schemas, table)
+		w.d.mu.Unlock()
+		// An apply of a block may still be running on the server (sent
+		// by this process before a failure, or by another): wait for it,
+		// or the count below could miss it.
+		if err := w.waitApplies(ctx); err != nil {
+			return err
+		}
+	}
+	cols, err := w.d.applyColumns(ctx, table)
+	if err != nil {
+		return err
+	}
+	for i, b := range blocks {
+		if verify[i] {
+			n, err := w.count(ctx, table, b.Token)
+			if err != nil {
+				return err
+			}
+			switch {
+			case n == b.Rows:
+				continue // landed before
+			case n != 0:
+				return fmt.Errorf("clickhouse: table %q holds %d rows of block %d, which has %d: was the table changed by hand?", table, n, b.Token, b.Rows)
+			}
+		}
+		qctx := clickhouse.Context(ctx, clickhouse.WithQueryID(w.applyQueryID(gen, b.Token)))
+		if err := w.d.conn.Exec(qctx, applyBlock(w.d.db, table, cols, b.Token, b.Rows, w.pipeline, gen, w.d.features)); err != nil {
+			return fmt.Errorf("clickhouse: apply block %d (%d rows) to %q: %w", b.Token, b.Rows, table, err)
+		}
+	}
+	return nil
+}
+
+// applyQueryID names an apply in system.processes, so that Recover can
+// wait for the ones still running.
+func (w *writer) applyQueryID(gen, token uint64) string {
+	return fmt.Sprintf("%s%d-%016x-%s", w.applyPrefix(), gen, token, w.nonce)
+}
+
+func (w *writer) applyPrefix() string { return "openetl-apply-" + w.pipeHash + "-" }
+
+// waitApplies waits until no apply of the pipeline runs on the server.
+func (w *writer) waitApplies(ctx context.Context) error {
+	deadline := time.Now().Add(w.d.applyWait)
+	q := "SELECT count() FROM system.processes WHERE startsWith(query_id, " + quoteString(w.applyPrefix()) + ")"
+	for delay := 10 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		var n uint64
+		if err := w.d.conn.QueryRow(ctx, q).Scan(&n); err != nil {
+			return fmt.Errorf("clickhouse: look for running applies: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("clickhouse: %d applies of pipeline %q still run on the server after %v (see system.processes, query_id %s*): is a zombie stuck?",
+				n, w.pipeline, w.d.applyWait, w.applyPrefix())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+// count returns how many rows of block token table holds.
+func (w *writer) count(ctx context.Context, table string, token uint64) (int64, error) {
+	var n uint64
+	q := fmt.Sprintf("SELECT count() FROM %s WHERE %s = %d", qualified(w.d.db, table), quoteIdent(colBatch), token)
+	if err := w.d.conn.QueryRow(ctx, q).Scan(&n); err != nil {
+		return 0, fmt.Errorf("clickhouse: count block %d in %q: %w", token, table, err)
+	}
+	return int64(n), nil
+}
+
+// staged returns how many rows of block token the staging table holds.
+func (w *writer) stagedRows(ctx context.Context, table string, token uint64) (int64, error) {
+	return w.count(ctx, stageName(table), token)
+}
+
+// applied reports whether epoch is recorded as applied.
+func (w *writer) applied(ctx context.Context, epoch uint64) (bool, error) {
+	var n uint64
+	q := fmt.Sprintf("SELECT count() FROM %s WHERE pipeline = %s AND epoch = %d", qualified(w.d.db, epochsTable), quoteString(w.pipeline), epoch)
+	if err := w.d.conn.QueryRow(ctx, q).Scan(&n); err != nil {
+		return false, fmt.Errorf("clickhouse: look up epoch %d: %w", epoch, err)
+	}
+	return n > 0, nil
+}
+
+// decodeAll groups the committables' blocks by table, in lane order.
+func (w *writer) decodeAll(epoch uint64, committables []sink.Committable) (map[string][]stagedBlock, int64, error) {
+	byTable := make(map[string][]stagedBlock)
+	var total int64
+	for lane, raw := range committables {
+		c, err := decodeCommittable(raw)
+		if err != nil {
+			return nil, 0, fmt.Errorf("lane %d: %w", lane, err)
+		}
+		if len(c.Blocks) == 0 {
+			continue
+		}
+		if c.Epoch != epoch {
+			return nil, 0, fmt.Errorf("clickhouse: lane %d's committable is for epoch %d, not %d", lane, c.Epoch, epoch)
+		}
+		if c.Pipeline != w.pipeline {
+			return nil, 0, fmt.Errorf("clickhouse: lane %d's committable is for pipeline %q, not %q", lane, c.Pipeline, w.pipeline)
+		}
+		for _, b := range c.Blocks {
+			if err := checkTable(b.Table); err != nil && b.Table != quarantineTable {
+				return nil, 0, fmt.Errorf("clickhouse: lane %d's committable: %w", lane, err)
+			}
+			byTable[b.Table] = append(byTable[b.Table], b)
+			total += b.Rows
+		}
+	}
+	return byTable, total, nil
+}
+
+// dropStaged drops the staging partitions of applied blocks (best effort:
+// a leftover partition is never read again).
+func (w *writer) dropStaged(ctx context.Context, byTable map[string][]stagedBlock) {
+	for t, bs := range byTable {
+		for _, b := range bs {
+			if err := w.d.conn.Exec(ctx, dropStagePartition(w.d.db, t, b.Token)); err != nil {
+				w.d.log.Warn("clickhouse: could not drop an applied block's staging partition; it is harmless but takes space",
+					"table", t, "token", b.Token, "err", err)
+			}
+			w.d.forget(b.Token)
+		}
+	}
+}
+
+// fence returns the pipeline's fence: the highest generation that
+// recovered, 0 if none.
+func (w *writer) fence(ctx context.Context) (uint64, error) {
+	var g uint64
+	if err := w.d.conn.QueryRow(ctx, "SELECT "+fenceExpr(w.d.db, w.pipeline)).Scan(&g); err != nil {
+		return 0, fmt.Errorf("clickhouse: read the fence of %q: %w", w.pipeline, err)
+	}
+	return g, nil
+}
+
+func (w *writer) checkFence(ctx context.Context, gen uint64) error {
+	f, err := w.fence(ctx)
+	if err != nil {
+		return err
+	}
+	if f > gen {
+		return fmt.Errorf("clickhouse: pipeline %q: generation %d is fenced by generation %d: %w", w.pipeline, gen, f, sink.ErrFenced)
+	}
+	return nil
+}
+
+// Recover raises the pipeline's fence to gen (a row in _openetl_fence;
+// the fence is the highest), waits until no apply of an older generation
+// runs on the server any more, and reports what became of head's epoch:
+// Applied when it is recorded in _openetl_epochs (or had no rows, or head
+// is nil), Recoverable when each of its blocks is still staged or already
+// in its table, Lost otherwise. It fails with an error wrapping
+// sink.ErrFenced when a newer generation has recovered.
+func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) (sink.Outcome, error) {
+	if gen == 0 {
+		return 0, errors.New("clickhouse: Recover with generation 0")
+	}
+	g := uint64(gen)
+	if err := w.checkFence(ctx, g); err != nil {
+		return 0, err
+	}
+	if err := w.d.conn.Exec(ctx, raiseFence(w.d.db, w.pipeline, g)); err != nil {
+		return 0, fmt.Errorf("clickhouse: raise the fence of %q to %d: %w", w.pipeline, g, err)
+	}
+	if err := w.checkFence(ctx, g); err != nil {
+		return 0, err
+	}
+	w.gen.Store(g)
+	// From here on an older generation's apply copies nothing (it reads
+	// the fence when it starts); one that started before still runs.
+	if err := w.waitApplies(ctx); err != nil {
+		return 0, err
+	}
+	out, err := w.outcome(ctx, head)
+	if err != nil {
+		return 0, err
+	}
+	var epoch uint64
+	if head != nil {
+		epoch = head.Epoch
+	}
+	w.d.log.Info("clickhouse: recovered", "pipeline", w.pipeline, "generation", g, "epoch", epoch, "outcome", out.String())
+	return out, nil
+}
+
+func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Outcome, error) {
+	if head == nil {
+		return sink.Applied, nil
+	}
+	if head.Pipeline != "" && head.Pipeline != w.pipeline {
+		return 0, fmt.Errorf("clickhouse: Recover of pipeline %q given a record of pipeline %q", w.pipeline, head.Pipeline)
+	}
+	cs := make([]sink.Committable, len(head.Committables))
+	for i, c := range head.Committables {
+		cs[i] = c
+	}
+	byTable, _, err := w.decodeAll(head.Epoch, cs)
+	if err != nil {
+		return 0, err
+	}
+	if len(byTable) == 0 {
+		return sink.Applied, nil
+	}
+	applied, err := w.applied(ctx, head.Epoch)
+	if err != nil {
+		return 0, err
+	}
+	if applied {
+		w.dropStaged(ctx, byTable)
+		return sink.Applied, nil
+	}
+	for _, t := range slices.Sorted(maps.Keys(byTable)) {
+		for _, b := range byTable[t] {
+			n, err := w.stagedRows(ctx, t, b.Token)
+			if err != nil {
+				return 0, err
+			}
+			if n == b.Rows {
+				continue
+			}
+			if n, err = w.count(ctx, t, b.Token); err != nil {
+				return 0, err
+			}
+			if n != b.Rows {
+				w.d.log.Warn("clickhouse: a block of the head epoch is neither staged nor applied", "pipeline", w.pipeline,
+					"epoch", head.Epoch, "table", t, "token", b.Token)
+				return sink.Lost, nil
+			}
+		}
+	}
+	return sink.Recoverable, nil
+}

@@ -1,0 +1,82 @@
+package clickhouse_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/sink/clickhouse"
+	"github.com/openetl/etl/sink/sinktest"
+)
+
+// The conformance suite every destination passes, against the server
+// scripts/servers.sh started, with small blocks so that epochs have
+// several. Every Destination of one run shares one database (a new
+// clickhouse.New on it stands for a new process); Visible reads the table
+// as a reader does.
+func TestConformance(t *testing.T) {
+	conn := open(t, addr(t))
+	for _, blockRows := range []int{7, clickhouse.DefaultBlockRows} {
+		t.Run(fmt.Sprintf("block=%d", blockRows), func(t *testing.T) {
+			db := freshDB(t, conn)
+			sinktest.Run(t, func(t *testing.T) sink.Destination {
+				return newDest(t, clickhouse.Config{Conn: conn, Database: db, BlockRows: blockRows})
+			}, sinktest.Options{
+				Visible: func(ctx context.Context, stream string) ([]sinktest.Row, error) {
+					return visible(ctx, conn, db, stream)
+				},
+			})
+		})
+	}
+}
+
+// visible reads every row of table with its values as text.
+func visible(ctx context.Context, conn driver.Conn, db, table string) ([]sinktest.Row, error) {
+	cols, err := columnsOf(ctx, conn, db, table)
+	if err != nil || len(cols) == 0 {
+		return nil, err
+	}
+	var values []string
+	for _, c := range cols {
+		if c != "_openetl_id" && c != "_openetl_seq" && c != "_openetl_op" && c != "_openetl_batch" && c != "_openetl_deleted" {
+			values = append(values, c)
+		}
+	}
+	slices.Sort(values)
+	sel := []string{"_openetl_id", "_openetl_seq", "_openetl_op"}
+	for _, c := range values {
+		sel = append(sel, "toString(`"+c+"`)")
+	}
+	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT %s FROM %s.`%s`", strings.Join(sel, ", "), db, table))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []sinktest.Row
+	for rows.Next() {
+		var r sinktest.Row
+		vals := make([]*string, len(values))
+		dest := []any{&r.ID, &r.Seq, &r.Op}
+		for i := range vals {
+			dest = append(dest, &vals[i])
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		r.Values = make(map[string]any, len(values))
+		for i, c := range values {
+			if vals[i] == nil {
+				r.Values[c] = nil
+			} else {
+				r.Values[c] = *vals[i]
+			}
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

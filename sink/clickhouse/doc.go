@@ -1,0 +1,113 @@
+// Package clickhouse is a stage-and-apply destination that writes each
+// stream into a ClickHouse table through clickhouse-go's native protocol,
+// in large column blocks, and applies every epoch at most once per block,
+// verifiably, even on servers without insert deduplication tokens.
+//
+// # Tables
+//
+// A stream's table is created from the engine's Arrow schema on first
+// use (CREATE TABLE IF NOT EXISTS): the stream's columns, the metadata
+// columns, and _openetl_batch (UInt64: the staged block a row came from).
+// Append tables are MergeTree ordered by Table.OrderBy (default
+// _openetl_seq). Merge tables (Config.Tables[name].Key set) are
+// ReplacingMergeTree(_openetl_seq) ordered by the key, with
+// _openetl_deleted (UInt8, 1 for a row deleted at the source, from
+// _openetl_op); on servers with is_deleted (23.2+) it is the engine's
+// second argument. Read a merge table's current rows with
+//
+//	SELECT ... FROM t FINAL WHERE _openetl_deleted = 0
+//
+// New columns in a stream's schema are added with ALTER TABLE ... ADD
+// COLUMN (to the table, then its staging table). A column whose type
+// changed is not altered: Write fails naming the column and both types.
+//
+// Type map (Arrow → ClickHouse; Nullable(T) for nullable fields, except
+// key columns and arrays):
+//
+//	int8..int64, uint8..uint64      Int8..Int64, UInt8..UInt64
+//	float32, float64                Float32, Float64
+//	bool                            Bool (21.12+), else UInt8
+//	utf8, binary                    String (_openetl_op: LowCardinality(String) on 19.1+)
+//	dictionary<utf8> (enums)        LowCardinality(String) (19.1+), else String
+//	fixed_size_binary(n)            FixedString(n) (a Postgres uuid: 16 bytes, big-endian)
+//	decimal128/256(p,s)             Decimal(p,s): the server picks 32/64/128/256 bits;
+//	                                p is capped at 38 (76 on 20.8+), wider values quarantined
+//	date32, date64                  Date32 (21.9+), else Date
+//	timestamp[unit, tz]             DateTime64(0/3/6/9, 'UTC') (20.1+); older servers
+//	                                list timestamps as unsupported, so the engine holds
+//	                                them back, except _openetl_synced_at: DateTime('UTC'),
+//	                                whole seconds
+//	list<T>                         Array(T)
+//	struct, interval, duration,     unsupported (Capabilities): held back by the engine
+//	time, null
+//
+// # Quarantine
+//
+// Rows with a value the column's type can't hold are not written and
+// never truncated: a date before 1970 or after 2149 in a Date column, a
+// timestamp outside DateTime's or DateTime64's range, a sub-second
+// timestamp in a DateTime column, a decimal wider than the column, a null
+// key of a merge table, a null list. They go to the _openetl_quarantine
+// table (table, column, reason, the row as JSON, _openetl_id,
+// _openetl_seq) in the same epoch, through the same staging, so exactly
+// when the epoch is applied. The reasons are the Reason constants.
+//
+// # How an epoch travels
+//
+// Each lane gathers a table's rows into one clickhouse-go batch of the
+// table's staging table (_openetl_stage_{table}: the same columns,
+// PARTITION BY _openetl_batch) and sends it as one block when it reaches
+// Config.BlockRows, when the schema changes, and at PreCommit. Each block
+// has a random token, written in its rows' _openetl_batch: the committable
+// lists the blocks (table, token, rows). Staged rows are invisible to
+// readers of the table.
+//
+// Commit, on lane 0, copies every block of the epoch into its table:
+//
+//	INSERT INTO t (cols) SELECT cols FROM _openetl_stage_t
+//	WHERE _openetl_batch = token AND (SELECT max(generation) FROM _openetl_fence
+//	WHERE pipeline = p) <= gen SETTINGS min_insert_block_size_rows = rows+1, ...
+//
+// The squashing settings make the copy one insert block, so one part of
+// an unpartitioned table: a block lands whole or not at all. Then it
+// records the epoch in _openetl_epochs and drops the staging partitions.
+// An epoch recorded there is skipped: Commit is idempotent.
+//
+// # Guarantee
+//
+// A crash between a block's copy and the epoch's record leaves the copy
+// in the table. Before copying a block that may already be there (one
+// this process did not stage, or whose copy it sent before and saw fail),
+// Commit counts the block's rows in the table (WHERE _openetl_batch =
+// token) and copies it only when there are none. So a replayed apply
+// never duplicates a block, on 18.16 as on current servers: append
+// streams from an exact source are exactly once, merge streams are
+// exactly once per version (effectively once from a superset source: a
+// repeat lands on the same key and _openetl_seq).
+//
+// The count must not miss a copy still running. Each copy is named in
+// system.processes (query_id openetl-apply-{pipeline hash}-...), and reads
+// the fence in the same query, after the server registered it. Recover
+// raises the fence first, then waits until no copy of the pipeline runs
+// (Config.ApplyWait): a zombie's copy registered before that wait is
+// waited for and then counted; one registered after it reads the raised
+// fence and copies nothing. Commit counts only after the same wait.
+//
+// What this rests on, stated exactly:
+//   - one server: the fence, system.processes and the parts are one
+//     server's. Behind a Distributed table or with several replicas and
+//     Replicated tables, the count and the fence are not linearizable;
+//     on servers with insert deduplication tokens (22.2+) every copy also
+//     carries the token pipeline/table/block and the tables are created
+//     with non_replicated_deduplication_window, which covers a repeat the
+//     count misses there, but this package has only run against 18.16;
+//   - a table nobody else writes blocks into with our tokens, and whose
+//     rows are not deleted (TTL, ALTER DELETE) between a crash and the
+//     next attempt's count;
+//   - ClickHouse's durability: a part is renamed into place atomically,
+//     but not fsynced by default, so a power loss can lose what the
+//     server acknowledged.
+//
+// Reading merge tables needs FINAL (or OPTIMIZE ... FINAL first): until
+// parts merge, older versions of a key are stored beside the latest.
+package clickhouse

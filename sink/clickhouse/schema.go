@@ -1,0 +1,184 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// tableSchema is what this process knows of a table and its staging
+// table: their columns' ClickHouse types by name.
+type tableSchema struct {
+	target map[string]string
+	stage  map[string]string
+	// order is the staging table's columns in the order they were
+	// learned: the column list of an apply.
+	order []string
+}
+
+// layout is how a batch of one Arrow schema is written: one column per
+// field, then _openetl_deleted (merge tables) and _openetl_batch.
+type layout struct {
+	schema *arrow.Schema
+	cols   []column // per field
+	key    []bool   // per field: a merge key column
+	merge  bool
+	insert string // INSERT INTO stage (...) for PrepareBatch
+}
+
+// isMerge reports whether table is a merge table.
+func (d *Destination) isMerge(table string) bool { return len(d.tables[table].Key) > 0 }
+
+// layoutFor maps schema to the table's columns, creating the table and
+// its staging table on first use and adding the schema's new columns to
+// both (ALTER TABLE ... ADD COLUMN, the table first). A column whose type
+// the schema changed is an error: type changes are not applied.
+func (d *Destination) layoutFor(ctx context.Context, table string, schema *arrow.Schema) (*layout, error) {
+	cfg := d.tables[table]
+	lay := &layout{schema: schema, merge: len(cfg.Key) > 0}
+	keys := make(map[string]bool, len(cfg.Key))
+	for _, k := range cfg.Key {
+		keys[k] = true
+	}
+	for _, f := range schema.Fields() {
+		t, err := mapType(d.features, f, keys[f.Name])
+		if err != nil {
+			return nil, fmt.Errorf("clickhouse: table %q: %w", table, err)
+		}
+		lay.cols = append(lay.cols, column{name: f.Name, typ: t})
+		lay.key = append(lay.key, keys[f.Name])
+		delete(keys, f.Name)
+	}
+	all := slices.Clone(lay.cols)
+	if lay.merge {
+		all = append(all, column{name: colDeleted, typ: colType{ch: "UInt8", kind: kUint8}})
+	}
+	all = append(all, column{name: colBatch, typ: colType{ch: "UInt64", kind: kUint64}})
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ts := d.schemas[table]
+	if ts == nil {
+		if len(keys) > 0 && lay.merge {
+			missing := make([]string, 0, len(keys))
+			for k := range keys {
+				missing = append(missing, k)
+			}
+			slices.Sort(missing)
+			return nil, fmt.Errorf("clickhouse: table %q: key columns %v are not in the stream's schema", table, missing)
+		}
+		for _, q := range []string{
+			createTarget(d.db, table, all, cfg.Key, cfg.OrderBy, d.features),
+			createStage(d.db, table, all),
+		} {
+			if err := d.conn.Exec(ctx, q); err != nil {
+				return nil, fmt.Errorf("clickhouse: create table %q: %w", table, err)
+			}
+		}
+		var err error
+		if ts, err = d.loadSchema(ctx, table); err != nil {
+			return nil, err
+		}
+		d.schemas[table] = ts
+	}
+	for _, c := range all {
+		have, ok := ts.target[c.name]
+		if ok && normType(have) != normType(c.typ.ch) {
+			return nil, fmt.Errorf("clickhouse: table %q: column %q is %s on the server, and the stream now needs %s: type changes are not applied (alter the column by hand, or hold the stream back)",
+				table, c.name, have, c.typ.ch)
+		}
+		if !ok {
+			if err := d.addColumn(ctx, table, c); err != nil {
+				return nil, err
+			}
+			ts.target[c.name] = c.typ.ch
+			d.log.Info("clickhouse: column added", "table", table, "column", c.name, "type", c.typ.ch)
+		}
+		if _, ok := ts.stage[c.name]; !ok {
+			if err := d.addColumn(ctx, stageName(table), c); err != nil {
+				return nil, err
+			}
+			ts.stage[c.name] = c.typ.ch
+			ts.order = append(ts.order, c.name)
+		}
+	}
+	names := make([]string, len(all))
+	for i, c := range all {
+		names[i] = c.name
+	}
+	lay.insert = "INSERT INTO " + qualified(d.db, stageName(table)) + " (" + nameList(names) + ")"
+	return lay, nil
+}
+
+// addColumn adds c to table; "already exists" (another lane or process
+// was first) is success.
+func (d *Destination) addColumn(ctx context.Context, table string, c column) error {
+	err := d.conn.Exec(ctx, addColumn(d.db, table, c, d.features))
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
+		return fmt.Errorf("clickhouse: add column %q to %q: %w", c.name, table, err)
+	}
+	return nil
+}
+
+func (d *Destination) loadSchema(ctx context.Context, table string) (*tableSchema, error) {
+	ts := &tableSchema{}
+	var err error
+	if ts.target, _, err = d.columns(ctx, table); err != nil {
+		return nil, err
+	}
+	if ts.stage, ts.order, err = d.columns(ctx, stageName(table)); err != nil {
+		return nil, err
+	}
+	return ts, nil
+}
+
+// columns returns a table's columns' types by name, and their names in
+// the server's order.
+func (d *Destination) columns(ctx context.Context, table string) (map[string]string, []string, error) {
+	rows, err := d.conn.Query(ctx, "SELECT name, type FROM system.columns WHERE database = "+quoteString(d.db)+" AND table = "+quoteString(table))
+	if err != nil {
+		return nil, nil, fmt.Errorf("clickhouse: columns of %q: %w", table, err)
+	}
+	defer rows.Close()
+	out := make(map[string]string)
+	var order []string
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			return nil, nil, fmt.Errorf("clickhouse: columns of %q: %w", table, err)
+		}
+		out[name] = typ
+		order = append(order, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("clickhouse: columns of %q: %w", table, err)
+	}
+	if len(out) == 0 {
+		return nil, nil, fmt.Errorf("clickhouse: table %q has no columns: was it dropped?", table)
+	}
+	return out, order, nil
+}
+
+// applyColumns returns the column list of an apply into table: the
+// staging table's columns (a subset of the table's, which gets every new
+// column first).
+func (d *Destination) applyColumns(ctx context.Context, table string) ([]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ts := d.schemas[table]
+	if ts == nil {
+		var err error
+		if ts, err = d.loadSchema(ctx, table); err != nil {
+			return nil, err
+		}
+		d.schemas[table] = ts
+	}
+	return slices.Clone(ts.order), nil
+}
+
+// normType makes type names comparable: the server may print them with
+// other spacing.
+func normType(s string) string { return strings.ReplaceAll(s, " ", "") }

@@ -1,0 +1,382 @@
+package clickhouse
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync/atomic"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/openetl/etl/sink"
+)
+
+// writer is one lane's sink.Writer.
+//
+// Write, PreCommit and Close run on the lane's goroutine and own open,
+// staged, lastEpoch and err. Commit and Recover run on the commit
+// goroutine and share only gen (atomic), the Destination (locked) and the
+// connection pool with it.
+type writer struct {
+	d        *Destination
+	pipeline string
+	pipeHash string // names this pipeline's apply queries in system.processes
+	lane     int
+	nonce    string
+
+	gen atomic.Uint64 // set by Recover, read by Commit
+
+	open      map[string]*openBlock // table → its block being gathered
+	staged    []stagedBlock         // blocks sent since the last PreCommit
+	lastEpoch uint64
+	preCommit bool
+	err       error // sticky: a failed Write or PreCommit loses rows
+	closed    bool
+}
+
+var _ sink.Writer = (*writer)(nil)
+
+// openBlock is a block of one table being gathered into a batch of the
+// staging table.
+type openBlock struct {
+	table string
+	lay   *layout
+	batch driver.Batch
+	token uint64
+	rows  int64
+}
+
+// stagedBlock is one block of a committable: rows sent to the staging
+// table's partition token, to be copied into the table by Commit.
+type stagedBlock struct {
+	Table string `json:"table"`
+	Token uint64 `json:"token"`
+	Rows  int64  `json:"rows"`
+}
+
+// committable is the JSON form of a sink.Committable.
+type committable struct {
+	Format   int           `json:"format"`
+	Pipeline string        `json:"pipeline"`
+	Lane     int           `json:"lane"`
+	Epoch    uint64        `json:"epoch"`
+	Nonce    string        `json:"nonce"`
+	Blocks   []stagedBlock `json:"blocks"`
+}
+
+const committableFormat = 1
+
+func decodeCommittable(c sink.Committable) (*committable, error) {
+	var out committable
+	if len(c) == 0 {
+		return &out, nil
+	}
+	if err := json.Unmarshal(c, &out); err != nil {
+		return nil, fmt.Errorf("clickhouse: decode committable: %w", err)
+	}
+	if out.Format != committableFormat {
+		return nil, fmt.Errorf("clickhouse: committable format %d, want %d: written by another version?", out.Format, committableFormat)
+	}
+	return &out, nil
+}
+
+// Write adds rec's rows to the lane's block of table stream, sending the
+// block to the staging table when it reaches Config.BlockRows (or when the
+// stream's schema changed: new columns are added to the table and its
+// staging table first). Rows with a value ClickHouse can't hold are not
+// written: they go, with the reason, to the _openetl_quarantine table in
+// the same epoch. A failure makes the writer fail from then on: rows of
+// the epoch would be missing.
+func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch) error {
+	if w.closed {
+		return errors.New("clickhouse: Write after Close")
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if rec.NumRows() == 0 {
+		return nil
+	}
+	if err := checkTable(stream); err != nil && stream != quarantineTable {
+		return fmt.Errorf("clickhouse: %w", err)
+	}
+	if err := w.write(ctx, stream, rec); err != nil {
+		return w.fail(err)
+	}
+	return nil
+}
+
+func (w *writer) write(ctx context.Context, table string, rec arrow.RecordBatch) error {
+	blk := w.open[table]
+	if blk != nil && !blk.lay.schema.Equal(rec.Schema()) {
+		// The engine widened the schema: the block ends here.
+		if err := w.seal(ctx, blk); err != nil {
+			return err
+		}
+		blk = nil
+	}
+	if blk == nil {
+		var err error
+		if blk, err = w.start(ctx, table, rec.Schema()); err != nil {
+			return err
+		}
+	}
+	lay := blk.lay
+	var bad []badRow
+	for j, c := range lay.cols {
+		bad = checkColumn(bad, c.name, c.typ, lay.key[j], c.name == colSyncedAt, rec.Column(j))
+	}
+	var sel []int
+	if len(bad) > 0 {
+		if table == quarantineTable {
+			return fmt.Errorf("clickhouse: a quarantined row can't be written either (%s: %s)", bad[0].column, bad[0].reason)
+		}
+		if err := w.quarantine(ctx, table, rec, bad); err != nil {
+			return err
+		}
+		drop := make(map[int]bool, len(bad))
+		for _, b := range bad {
+			drop[b.row] = true
+		}
+		sel = make([]int, 0, int(rec.NumRows())-len(drop))
+		for i := range int(rec.NumRows()) {
+			if !drop[i] {
+				sel = append(sel, i)
+			}
+		}
+		if len(sel) == 0 {
+			return nil
+		}
+	}
+	n := int(rec.NumRows())
+	if sel != nil {
+		n = len(sel)
+	}
+	for j, c := range lay.cols {
+		v, err := encode(c.typ, rec.Column(j), sel, c.name == colSyncedAt)
+		if err != nil {
+			return fmt.Errorf("clickhouse: table %q column %q: %w", table, c.name, err)
+		}
+		if err := blk.batch.Column(j).Append(v); err != nil {
+			return fmt.Errorf("clickhouse: table %q column %q: %w", table, c.name, err)
+		}
+	}
+	next := len(lay.cols)
+	if lay.merge {
+		if err := blk.batch.Column(next).Append(deletedFlags(rec, sel, n)); err != nil {
+			return fmt.Errorf("clickhouse: table %q column %s: %w", table, colDeleted, err)
+		}
+		next++
+	}
+	tokens := make([]uint64, n)
+	for i := range tokens {
+		tokens[i] = blk.token
+	}
+	if err := blk.batch.Column(next).Append(tokens); err != nil {
+		return fmt.Errorf("clickhouse: table %q column %s: %w", table, colBatch, err)
+	}
+	blk.rows += int64(n)
+	if blk.rows >= int64(w.d.blockRows) {
+		return w.seal(ctx, blk)
+	}
+	return nil
+}
+
+// deletedFlags is _openetl_deleted: 1 where _openetl_op is "delete".
+func deletedFlags(rec arrow.RecordBatch, sel []int, n int) []uint8 {
+	out := make([]uint8, n)
+	idx := rec.Schema().FieldIndices(colOp)
+	if len(idx) == 0 {
+		return out
+	}
+	ops, ok := rec.Column(idx[0]).(*array.String)
+	if !ok {
+		return out
+	}
+	for k := range out {
+		i := k
+		if sel != nil {
+			i = sel[k]
+		}
+		if ops.IsValid(i) && ops.Value(i) == "delete" {
+			out[k] = 1
+		}
+	}
+	return out
+}
+
+// start opens a new block of table with schema's layout.
+func (w *writer) start(ctx context.Context, table string, schema *arrow.Schema) (*openBlock, error) {
+	lay, err := w.d.layoutFor(ctx, table, schema)
+	if err != nil {
+		return nil, err
+	}
+	token, err := newToken()
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: block token: %w", err)
+	}
+	// The batch gives its connection back to the pool until Send.
+	b, err := w.d.conn.PrepareBatch(ctx, lay.insert, driver.WithReleaseConnection())
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: prepare a block of %q: %w", table, err)
+	}
+	blk := &openBlock{table: table, lay: lay, batch: b, token: token}
+	w.open[table] = blk
+	return blk, nil
+}
+
+// seal sends blk to the staging table, one insert: once it returns nil the
+// block is durable in the staging table's partition blk.token.
+func (w *writer) seal(ctx context.Context, blk *openBlock) error {
+	delete(w.open, blk.table)
+	if blk.rows == 0 {
+		_ = blk.batch.Abort()
+		return nil
+	}
+	// Registered before the send: if it fails half-way, Close drops the
+	// partition.
+	w.staged = append(w.staged, stagedBlock{Table: blk.table, Token: blk.token, Rows: blk.rows})
+	if err := blk.batch.Send(); err != nil {
+		return fmt.Errorf("clickhouse: stage a block of %d rows of %q: %w", blk.rows, blk.table, err)
+	}
+	w.d.staged(blk.token)
+	w.d.log.Debug("clickhouse: block staged", "pipeline", w.pipeline, "lane", w.lane, "table", blk.table, "token", blk.token, "rows", blk.rows)
+	return nil
+}
+
+// quarantine writes rec's bad rows to the _openetl_quarantine table: the
+// table they belong to, the column and reason, and the row as JSON.
+func (w *writer) quarantine(ctx context.Context, table string, rec arrow.RecordBatch, bad []badRow) error {
+	schema := quarantineSchema()
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	sc := rec.Schema()
+	seen := make(map[int]bool, len(bad))
+	col := func(name string) arrow.Array {
+		if idx := sc.FieldIndices(name); len(idx) > 0 {
+			return rec.Column(idx[0])
+		}
+		return nil
+	}
+	ids, seqs := col(colID), col(colSeq)
+	for _, r := range bad {
+		if seen[r.row] {
+			continue
+		}
+		seen[r.row] = true
+		row := make(map[string]any, len(sc.Fields()))
+		for j, f := range sc.Fields() {
+			row[f.Name] = rec.Column(j).GetOneForMarshal(r.row)
+		}
+		js, err := json.Marshal(row)
+		if err != nil {
+			return fmt.Errorf("clickhouse: quarantine a row of %q: %w", table, err)
+		}
+		b.Field(0).(*array.StringBuilder).Append(table)
+		b.Field(1).(*array.StringBuilder).Append(r.column)
+		b.Field(2).(*array.StringBuilder).Append(r.reason)
+		b.Field(3).(*array.StringBuilder).Append(string(js))
+		id := ""
+		if a, ok := ids.(*array.String); ok && a.IsValid(r.row) {
+			id = a.Value(r.row)
+		}
+		b.Field(4).(*array.StringBuilder).Append(id)
+		var seq int64
+		if a, ok := seqs.(*array.Int64); ok && a.IsValid(r.row) {
+			seq = a.Value(r.row)
+		}
+		b.Field(5).(*array.Int64Builder).Append(seq)
+	}
+	qrec := b.NewRecordBatch()
+	defer qrec.Release()
+	w.d.log.Debug("clickhouse: rows quarantined", "pipeline", w.pipeline, "table", table, "rows", len(seen), "reason", bad[0].reason)
+	return w.write(ctx, quarantineTable, qrec)
+}
+
+// quarantineSchema is the schema of the _openetl_quarantine table.
+func quarantineSchema() *arrow.Schema {
+	return arrow.NewSchema([]arrow.Field{
+		{Name: "table", Type: arrow.BinaryTypes.String},
+		{Name: "column", Type: arrow.BinaryTypes.String},
+		{Name: "reason", Type: arrow.BinaryTypes.String},
+		{Name: "row", Type: arrow.BinaryTypes.String},
+		{Name: colID, Type: arrow.BinaryTypes.String},
+		{Name: colSeq, Type: arrow.PrimitiveTypes.Int64},
+	}, nil)
+}
+
+// fail makes err sticky and abandons the open blocks.
+func (w *writer) fail(err error) error {
+	w.err = err
+	for _, blk := range w.open {
+		_ = blk.batch.Abort()
+	}
+	clear(w.open)
+	return err
+}
+
+// PreCommit sends every open block to its staging table and returns the
+// committable listing the blocks sent since the previous PreCommit. The
+// rows stay invisible: only Commit copies them into the tables.
+func (w *writer) PreCommit(ctx context.Context, epoch uint64) (sink.Committable, error) {
+	if w.closed {
+		return nil, errors.New("clickhouse: PreCommit after Close")
+	}
+	if w.err != nil {
+		return nil, w.err
+	}
+	if w.preCommit && epoch <= w.lastEpoch {
+		return nil, fmt.Errorf("clickhouse: PreCommit(%d) after PreCommit(%d): epochs must increase", epoch, w.lastEpoch)
+	}
+	for _, t := range slices.Sorted(maps.Keys(w.open)) {
+		if err := w.seal(ctx, w.open[t]); err != nil {
+			return nil, w.fail(err)
+		}
+	}
+	c := committable{
+		Format:   committableFormat,
+		Pipeline: w.pipeline,
+		Lane:     w.lane,
+		Epoch:    epoch,
+		Nonce:    w.nonce,
+		Blocks:   slices.Clone(w.staged),
+	}
+	if c.Blocks == nil {
+		c.Blocks = []stagedBlock{}
+	}
+	out, err := json.Marshal(c)
+	if err != nil {
+		return nil, w.fail(fmt.Errorf("clickhouse: encode committable: %w", err))
+	}
+	w.staged = w.staged[:0]
+	w.lastEpoch, w.preCommit = epoch, true
+	return out, nil
+}
+
+// Close abandons the open blocks and drops the staging partitions of the
+// blocks sent since the last PreCommit, which no committable names.
+func (w *writer) Close(ctx context.Context) error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	for _, blk := range w.open {
+		_ = blk.batch.Abort()
+	}
+	clear(w.open)
+	var errs []error
+	for _, b := range w.staged {
+		if err := w.d.conn.Exec(ctx, dropStagePartition(w.d.db, b.Table, b.Token)); err != nil {
+			errs = append(errs, fmt.Errorf("clickhouse: drop unflushed block %d of %q: %w", b.Token, b.Table, err))
+		}
+		w.d.forget(b.Token)
+	}
+	w.staged = nil
+	return errors.Join(errs...)
+}
