@@ -52,16 +52,92 @@ type Config struct {
 	Slot string
 
 	// StatusInterval is how often the replication connection reports the
-	// acknowledged position to the server while streaming. Default 10s.
+	// acknowledged position to the server while streaming, asking for a
+	// keepalive in return: a keepalive between transactions is a resume
+	// point at the server's WAL position, so a pipeline whose tables are
+	// quiet still confirms the WAL other databases and tables write, and
+	// the slot does not hold it. Default 10s.
 	StatusInterval time.Duration
+
+	// HeartbeatInterval, when positive, writes a tiny logical-decoding
+	// message (pg_logical_emit_message, not transactional, prefix
+	// "openetl.heartbeat") into this database's WAL at that interval while
+	// streaming, so the slot's position moves even when nothing else in
+	// the cluster writes. The role needs EXECUTE on
+	// pg_logical_emit_message (superusers have it). Default 0: off.
+	HeartbeatInterval time.Duration
+
+	// SnapshotChunkRows is how many rows a snapshot split reads per query
+	// (in primary-key order; tables without a key are read in ranges of
+	// heap pages holding about as many rows). Each chunk ends with a resume
+	// point, so a sync killed during the snapshot resumes after the last
+	// committed chunk. Default 50,000.
+	SnapshotChunkRows int
+	// SnapshotParallelism is how many tables are read at once during the
+	// snapshot, each on a connection of its own. Default 4.
+	SnapshotParallelism int
+
+	// Truncates says what a TRUNCATE of a read table does: TruncateFail
+	// (the default) stops the stream with a *TruncateError before any
+	// change after it is read, since the destination cannot be emptied
+	// through a change stream; TruncateIgnore logs it at Warn and goes on,
+	// leaving the truncated rows at the destination.
+	Truncates TruncatePolicy
 
 	// Logger receives lifecycle events at Info and details at Debug.
 	// Default: discard.
 	Logger *slog.Logger
 }
 
+// TruncatePolicy says what a replicated TRUNCATE does (Config.Truncates).
+type TruncatePolicy uint8
+
+const (
+	// TruncateFail stops the stream with a *TruncateError.
+	TruncateFail TruncatePolicy = iota
+	// TruncateIgnore logs the truncate and goes on.
+	TruncateIgnore
+)
+
+// TruncateError is returned by Read when a read table was truncated and
+// Config.Truncates is TruncateFail. The changes before the truncate's
+// transaction are committed; empty the destination tables (or restart the
+// pipeline from a new snapshot), or set TruncateIgnore, and run again.
+type TruncateError struct {
+	Streams []string      // the truncated streams
+	LSN     pglogrepl.LSN // where the truncate's transaction starts
+}
+
+func (e *TruncateError) Error() string {
+	return fmt.Sprintf("postgres: %s truncated at %s: a truncate can't be replicated as changes (see Config.Truncates)",
+		strings.Join(e.Streams, ", "), e.LSN)
+}
+
+// SchemaChangeError is returned by Read when a table's columns changed
+// in the stream (ALTER TABLE ... ADD COLUMN, a type change) in a way the
+// attempt's declared schema can't carry. The changes before are
+// committed; run the pipeline again: the next attempt declares the new
+// columns (Discover reads them from the catalog) and continues where this
+// one stopped. Dropped columns need no restart: they are null from then
+// on.
+type SchemaChangeError struct {
+	Stream string
+	Detail string        // which column changed, and how
+	LSN    pglogrepl.LSN // the position of the change
+}
+
+func (e *SchemaChangeError) Error() string {
+	return fmt.Sprintf("postgres: the columns of %s changed at %s (%s): run the pipeline again to declare them",
+		e.Stream, e.LSN, e.Detail)
+}
+
+// Is makes errors.Is(err, ErrSchemaChanged) true.
+func (e *SchemaChangeError) Is(target error) bool { return target == ErrSchemaChanged }
+
 // Errors returned by the source.
 var (
+	// ErrSchemaChanged is matched by a *SchemaChangeError.
+	ErrSchemaChanged = errors.New("postgres: table columns changed")
 	// ErrSlotMissing is wrapped by the *SlotError that Open or Read return
 	// when a resume state names a slot that no longer exists (dropped by
 	// hand, say). The source never recreates it silently: the changes
@@ -110,10 +186,13 @@ type Source struct {
 	conn *pgconn.Config
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	query   *pgconn.PgConn // lazily opened, for catalog queries and Ack
-	reading atomic.Bool    // a Read is streaming from the slot
-	acked   atomic.Uint64  // highest acknowledged LSN
+	mu    sync.Mutex
+	query *pgconn.PgConn // lazily opened, for catalog queries and Ack
+	exp   *exporter      // the slot's exported snapshot, while splits import it
+
+	snapshots semaphore     // bounds the snapshot splits reading at once
+	reading   atomic.Bool   // a Read is streaming from the slot
+	acked     atomic.Uint64 // highest acknowledged LSN
 }
 
 var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -162,21 +241,32 @@ func New(cfg Config) (*Source, error) {
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = 10 * time.Second
 	}
+	if cfg.SnapshotChunkRows <= 0 {
+		cfg.SnapshotChunkRows = 50_000
+	}
+	if cfg.SnapshotParallelism <= 0 {
+		cfg.SnapshotParallelism = 4
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{cfg: cfg, conn: conn, log: log.With("source", "postgres", "slot", cfg.Slot)}, nil
+	return &Source{cfg: cfg, conn: conn, log: log.With("source", "postgres", "slot", cfg.Slot),
+		snapshots: make(semaphore, cfg.SnapshotParallelism)}, nil
 }
 
 // Replay returns source.ReplayExact: a resume state is an LSN at a
 // transaction boundary, and the slot replays exactly what follows it.
 func (s *Source) Replay() source.Replay { return source.ReplayExact }
 
-// Close closes the source's query connection. Reads must have returned.
+// Close closes the source's connections. Reads must have returned.
 func (s *Source) Close(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.exp != nil {
+		s.exp.close()
+		s.exp = nil
+	}
 	if s.query != nil {
 		err := s.query.Close(ctx)
 		s.query = nil
@@ -209,7 +299,12 @@ func (s *Source) replConfig() *pgconn.Config {
 type table struct {
 	schema, name string
 	stream       source.Stream
-	key          []int // indexes of the primary-key columns
+	key          []int    // indexes of the primary-key columns
+	oids         []uint32 // per column: its type's OID
+	typmods      []int32  // per column: its type modifier
+	// discovered is the WAL insert position just before the catalog was
+	// read: relation messages before it may show an older shape.
+	discovered pglogrepl.LSN
 }
 
 func (t *table) ident() string {
@@ -272,6 +367,14 @@ func (s *Source) tables(ctx context.Context) ([]*table, error) {
 		}
 		s.log.InfoContext(ctx, "created publication", "publication", s.cfg.Publication)
 	}
+	rows, err = queryText(ctx, c, `SELECT pg_current_wal_insert_lsn()`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: current WAL position: %w", err)
+	}
+	discovered, err := pglogrepl.ParseLSN(string(rows[0][0]))
+	if err != nil {
+		return nil, err
+	}
 	// One row per column of every published table, in attribute order.
 	// The type name is pg_type's (int4, _text, timestamptz), with the
 	// precision and scale of a constrained numeric.
@@ -282,7 +385,8 @@ SELECT n.nspname, c.relname, a.attname,
             ELSE t.typname END,
        NOT a.attnotnull,
        COALESCE((SELECT array_position(i.indkey::int2[], a.attnum) - array_lower(i.indkey::int2[], 1) + 1
-                 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), 0)
+                 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), 0),
+       a.atttypid, a.atttypmod
 FROM pg_publication_tables pt
 JOIN pg_namespace n ON n.nspname = pt.schemaname
 JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
@@ -298,12 +402,19 @@ ORDER BY n.nspname, c.relname, a.attnum`)
 	for _, r := range rows {
 		schema, name := string(r[0]), string(r[1])
 		if len(out) == 0 || out[len(out)-1].schema != schema || out[len(out)-1].name != name {
-			out = append(out, &table{schema: schema, name: name, stream: source.Stream{
+			out = append(out, &table{schema: schema, name: name, discovered: discovered, stream: source.Stream{
 				Name: streamName(schema, name), Format: source.FormatRow, CDC: true, Types: source.TypesPostgres,
 			}})
 		}
 		t := out[len(out)-1]
 		t.stream.Columns = append(t.stream.Columns, source.Column{Name: string(r[2]), Type: string(r[3]), Nullable: string(r[4]) == "t"})
+		oid, err1 := strconv.ParseUint(string(r[6]), 10, 32)
+		mod, err2 := strconv.ParseInt(string(r[7]), 10, 32)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("postgres: type of %s.%s.%s: %w", schema, name, r[2], err)
+		}
+		t.oids = append(t.oids, uint32(oid))
+		t.typmods = append(t.typmods, int32(mod))
 		if pos := string(r[5]); pos != "0" {
 			p, err := strconv.Atoi(pos)
 			if err != nil {
@@ -322,6 +433,13 @@ ORDER BY n.nspname, c.relname, a.attnum`)
 	}
 	slices.SortFunc(out, func(a, b *table) int { return strings.Compare(a.stream.Name, b.stream.Name) })
 	return out, nil
+}
+
+// isUndefinedObject reports a Postgres "undefined_object" error (no
+// such slot, say).
+func isUndefinedObject(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42704"
 }
 
 // queryText runs sql (one statement, no parameters) and returns its rows
@@ -374,9 +492,12 @@ func decodeState(b []byte) (state, error) {
 	return st, nil
 }
 
-// Open returns the slot's one split, reading the named streams. With a
-// resume state it checks that the slot still exists and has not moved
-// past the state (a *SlotError otherwise).
+// Open returns the splits: the slot's change stream ("slot:" + the slot
+// name) first, then one snapshot split per table ("snapshot:" + the
+// stream name). Without a resume state for the change stream it creates
+// the slot (see Config.Slot) with an exported snapshot that the snapshot
+// splits read under; with one it checks that the slot still exists and
+// has not moved past the state (a *SlotError otherwise).
 func (s *Source) Open(ctx context.Context, streams []string, resume map[source.SplitID][]byte) ([]source.Split, error) {
 	tables, err := s.tables(ctx)
 	if err != nil {
@@ -390,17 +511,71 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 		}
 		sp.tables = append(sp.tables, tables[i])
 	}
+	snaps := make([]*snapSplit, len(sp.tables))
+	seqs := map[uint64]bool{}
+	for i, t := range sp.tables {
+		snaps[i] = &snapSplit{src: s, id: source.SplitID(snapshotIDPrefix + t.stream.Name), t: t, chunk: s.cfg.SnapshotChunkRows}
+		if b, ok := resume[snaps[i].id]; ok {
+			st, err := decodeSnapState(b)
+			if err != nil {
+				return nil, err
+			}
+			snaps[i].st = st
+			seqs[st.Seq] = true
+		}
+	}
+	s.mu.Lock()
+	if s.exp != nil {
+		s.exp.close()
+		s.exp = nil
+	}
+	s.mu.Unlock()
+
+	var start *state
 	if b, ok := resume[sp.id]; ok {
 		st, err := decodeState(b)
 		if err != nil {
 			return nil, err
 		}
-		sp.resume = &st
-		if _, err := s.checkSlot(ctx, st.lsn); err != nil {
-			return nil, err
+		start = &st
+	} else if len(seqs) == 1 {
+		// Snapshot states but none for the stream: nothing streamed was
+		// committed yet. The slot still holds every change since its
+		// snapshot if it exists and has not confirmed past it: stream from
+		// there.
+		for seq := range seqs {
+			start = &state{lsn: pglogrepl.LSN(seq), snapshot: pglogrepl.LSN(seq)}
 		}
 	}
-	return []source.Split{sp}, nil
+	if start != nil {
+		if _, err := s.checkSlot(ctx, start.lsn); err != nil {
+			return nil, err
+		}
+	} else {
+		// A fresh start: snapshot states of an earlier slot (an
+		// inconsistent set) are no use with a new one.
+		exp, lsn, err := s.createSlot(ctx, len(snaps))
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		s.exp = exp
+		s.mu.Unlock()
+		start = &state{lsn: lsn, snapshot: lsn}
+		for _, ss := range snaps {
+			ss.st = snapState{}
+			ss.exp = exp
+		}
+	}
+	sp.start = *start
+	out := []source.Split{sp}
+	for _, ss := range snaps {
+		if ss.st.V == 0 {
+			ss.st = snapState{V: snapStateVersion, Seq: uint64(start.snapshot)}
+		}
+		out = append(out, ss)
+	}
+	return out, nil
 }
 
 // checkSlot returns the slot's confirmed_flush_lsn, or a *SlotError when

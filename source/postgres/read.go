@@ -2,8 +2,9 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -13,23 +14,24 @@ import (
 	"github.com/openetl/etl/source"
 )
 
-// split reads every opened table through the slot: a snapshot first
-// (when there is no resume state), then the change stream.
+// split streams the slot's changes to every opened table, from start.
 type split struct {
 	src    *Source
 	id     source.SplitID
 	tables []*table
-	resume *state
+	start  state
 
 	rels map[uint32]*relation // from the stream's relation messages
 	buf  []byte
 	key  []byte
 }
 
-// relation maps a pgoutput relation ID to an opened table; table is nil
-// for a published table that was not opened.
+// relation maps a pgoutput relation ID to an opened table (nil for a
+// published table that was not opened) and its columns, as the stream
+// sends them, to the table's declared ones.
 type relation struct {
 	table *table
+	src   []int // per declared column: the index in the stream's tuples, or -1 (null)
 }
 
 func (sp *split) ID() source.SplitID { return sp.id }
@@ -38,46 +40,41 @@ func (sp *split) ID() source.SplitID { return sp.id }
 // keepalive while it waits to pass its end position.
 const pollInterval = 100 * time.Millisecond
 
-// Read emits the snapshot (unless resuming) and then the changes after
-// it. Bounded, it stops once it has passed the server's WAL insert
-// position as of the end of the snapshot (resuming: the start of Read).
+// Read streams the changes after its start position. Bounded, it stops
+// once it has passed the server's WAL insert position as of the start of
+// Read.
 func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s := sp.src
+	start := sp.start
+	confirmed, err := s.checkSlot(ctx, start.lsn)
+	if err != nil {
+		return err
+	}
+	// Where this split starts is a place to resume from (the first
+	// checkpoint of a fresh start needs it before any change arrives).
+	if err := e.ResumePoint(start.encode()); err != nil {
+		return err
+	}
 	repl, err := pgconn.ConnectConfig(ctx, s.replConfig())
 	if err != nil {
 		return fmt.Errorf("postgres: replication connect: %w", err)
 	}
 	defer repl.Close(context.WithoutCancel(ctx))
-
-	var start state
-	var confirmed pglogrepl.LSN
-	if sp.resume == nil {
-		if start, err = sp.snapshot(ctx, repl, e); err != nil {
-			return err
-		}
-		confirmed = start.lsn
-	} else {
-		start = *sp.resume
-		if confirmed, err = s.checkSlot(ctx, start.lsn); err != nil {
-			return err
-		}
-	}
-	// A bounded read ends at the server's WAL insert position when the
-	// snapshot is done (or, resuming, at the start): it includes what
-	// was committed while the snapshot was read. The insert position, not
-	// pg_current_wal_lsn (the write position, which lags behind commits
-	// under synchronous_commit=off).
+	// A bounded read ends at the server's WAL insert position as of now:
+	// it includes everything committed before the sync started. The
+	// insert position, not pg_current_wal_lsn (the write position, which
+	// lags behind commits under synchronous_commit=off).
 	var end pglogrepl.LSN
 	if bounded {
 		if end, err = sp.currentLSN(ctx); err != nil {
 			return err
 		}
-	}
-	if bounded && start.lsn >= end {
-		return e.ResumePoint(start.encode())
+		if start.lsn >= end {
+			return nil
+		}
 	}
 	return sp.stream(ctx, repl, e, start, confirmed, bounded, end)
 }
@@ -97,96 +94,9 @@ func (sp *split) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
 	return pglogrepl.ParseLSN(string(rows[0][0]))
 }
 
-// snapshot (re)creates the slot with an exported snapshot, reads every
-// opened table under it as inserts with seq = the slot's consistent
-// point, and emits the first resume point.
-func (sp *split) snapshot(ctx context.Context, repl *pgconn.PgConn, e source.Emitter) (state, error) {
-	s := sp.src
-	// No resume state: nothing read from an earlier slot of this name was
-	// committed, so it is dropped (WAIT: an earlier Read's walsender may
-	// still be exiting) and made again — unless another process is
-	// streaming from it right now: then it is not ours to drop.
-	if err := checkSlotIdle(ctx, repl, s.cfg.Slot); err != nil {
-		return state{}, err
-	}
-	if err := pglogrepl.DropReplicationSlot(ctx, repl, s.cfg.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "42704" { // undefined_object: no such slot
-			return state{}, fmt.Errorf("postgres: drop old slot %q: %w", s.cfg.Slot, err)
-		}
-	}
-	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, s.cfg.Slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
-	if err != nil {
-		return state{}, fmt.Errorf("postgres: create slot %q: %w", s.cfg.Slot, err)
-	}
-	lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
-	if err != nil {
-		return state{}, err
-	}
-	s.log.InfoContext(ctx, "created slot", "lsn", lsn.String(), "snapshot", res.SnapshotName)
-
-	// The exported snapshot lives until the next command on repl: import
-	// it on a separate connection before START_REPLICATION.
-	c, err := pgconn.ConnectConfig(ctx, s.conn)
-	if err != nil {
-		return state{}, fmt.Errorf("postgres: connect: %w", err)
-	}
-	defer c.Close(context.WithoutCancel(ctx))
-	if _, err := queryText(ctx, c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT "+
-		quoteLiteral(res.SnapshotName)); err != nil {
-		return state{}, fmt.Errorf("postgres: import snapshot %s: %w", res.SnapshotName, err)
-	}
-	seq := int64(lsn)
-	for _, t := range sp.tables {
-		if err := sp.readTable(ctx, c, e, t, seq); err != nil {
-			return state{}, err
-		}
-	}
-	if _, err := queryText(ctx, c, "COMMIT"); err != nil {
-		return state{}, err
-	}
-	st := state{lsn: lsn, snapshot: lsn}
-	return st, e.ResumePoint(st.encode())
-}
-
-func (sp *split) readTable(ctx context.Context, c *pgconn.PgConn, e source.Emitter, t *table, seq int64) error {
-	sql := "SELECT "
-	for i, col := range t.stream.Columns {
-		if i > 0 {
-			sql += ", "
-		}
-		sql += quoteIdent(col.Name)
-	}
-	sql += " FROM ONLY " + t.ident()
-	rr := c.ExecParams(ctx, sql, nil, nil, nil, nil)
-	for rr.NextRow() {
-		vals := rr.Values()
-		sp.key = sp.key[:0]
-		for _, k := range t.key {
-			sp.key = source.AppendRowValue(sp.key, vals[k])
-		}
-		sp.buf = sp.buf[:0]
-		for _, v := range vals {
-			if v == nil {
-				sp.buf = source.AppendRowNull(sp.buf)
-			} else {
-				sp.buf = source.AppendRowValue(sp.buf, v)
-			}
-		}
-		if err := e.Record(t.stream.Name, source.OpInsert, seq, sp.key, sp.buf); err != nil {
-			rr.Close()
-			return err
-		}
-	}
-	if _, err := rr.Close(); err != nil {
-		return fmt.Errorf("postgres: snapshot of %s: %w", t.stream.Name, err)
-	}
-	return nil
-}
-
 // stream runs START_REPLICATION from start and emits changes, with a
-// resume point after every transaction that touched an opened table.
+// resume point after every transaction that touched an opened table and
+// at keepalives between transactions.
 func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitter, start state,
 	confirmed pglogrepl.LSN, bounded bool, end pglogrepl.LSN) error {
 	s := sp.src
@@ -194,8 +104,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 		PluginArgs: []string{"proto_version '1'", "publication_names " + quoteLiteral(s.cfg.Publication)},
 	})
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42704" {
+		if isUndefinedObject(err) {
 			return &SlotError{Slot: s.cfg.Slot, Want: start.lsn, Err: ErrSlotMissing}
 		}
 		return fmt.Errorf("postgres: start replication on slot %q at %s: %w", s.cfg.Slot, start.lsn, err)
@@ -204,33 +113,52 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 	defer s.reading.Store(false)
 
 	pos := start.lsn      // resume position: after the last whole transaction
+	emitted := start.lsn  // the last resume point's position
 	received := start.lsn // highest WAL position seen
 	inTxn, touched := false, false
-	sendStatus := func(reply bool) error {
+	var txnStart pglogrepl.LSN
+	resume := func(at pglogrepl.LSN) error {
+		emitted = at
+		return e.ResumePoint(state{lsn: at, snapshot: start.snapshot}.encode())
+	}
+	sendStatus := func() error {
 		flush := max(confirmed, pglogrepl.LSN(s.acked.Load()))
 		// The flush position is always set explicitly: a zero one would
-		// make the server take the write position as flushed.
+		// make the server take the write position as flushed. A reply is
+		// asked for: its keepalive carries the server's position.
 		return pglogrepl.SendStandbyStatusUpdate(ctx, repl, pglogrepl.StandbyStatusUpdate{
 			WALWritePosition: max(received, flush), WALFlushPosition: flush, WALApplyPosition: flush,
-			ClientTime: time.Now(), ReplyRequested: reply,
+			ClientTime: time.Now(), ReplyRequested: true,
 		})
 	}
 	interval := s.cfg.StatusInterval
 	if bounded {
 		interval = pollInterval
 	}
-	next := time.Now().Add(interval)
-	if bounded {
-		next = time.Now()
+	next := time.Now()
+	var beat time.Time
+	if s.cfg.HeartbeatInterval > 0 {
+		beat = time.Now().Add(s.cfg.HeartbeatInterval)
 	}
 	for {
-		if time.Now().After(next) {
-			if err := sendStatus(bounded); err != nil {
+		now := time.Now()
+		if !beat.IsZero() && now.After(beat) {
+			if err := sp.heartbeat(ctx); err != nil {
+				return err
+			}
+			beat = now.Add(s.cfg.HeartbeatInterval)
+		}
+		if now.After(next) {
+			if err := sendStatus(); err != nil {
 				return fmt.Errorf("postgres: status update: %w", err)
 			}
-			next = time.Now().Add(interval)
+			next = now.Add(interval)
 		}
-		rctx, cancel := context.WithDeadline(ctx, next)
+		deadline := next
+		if !beat.IsZero() && beat.Before(deadline) {
+			deadline = beat
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		msg, err := repl.ReceiveMessage(rctx)
 		cancel()
 		if err != nil {
@@ -259,12 +187,21 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 				if ka.ReplyRequested {
 					next = time.Now()
 				}
+				if inTxn {
+					continue
+				}
 				// Every transaction that committed before the server's
-				// sent position has been delivered: past the end and
-				// between transactions, a bounded read is done.
-				if bounded && !inTxn && ka.ServerWALEnd >= end {
-					st := state{lsn: max(pos, ka.ServerWALEnd), snapshot: start.snapshot}
-					return e.ResumePoint(st.encode())
+				// sent position has been delivered: between transactions,
+				// that position is a place to resume from. So quiet tables
+				// still move the slot along with the rest of the WAL.
+				pos = max(pos, ka.ServerWALEnd)
+				if bounded && ka.ServerWALEnd >= end {
+					return resume(pos)
+				}
+				if pos > emitted {
+					if err := resume(pos); err != nil {
+						return err
+					}
 				}
 			case pglogrepl.XLogDataByteID:
 				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
@@ -282,65 +219,134 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 				seq := int64(max(xld.WALStart, start.snapshot+1))
 				switch m := m.(type) {
 				case *pglogrepl.BeginMessage:
-					inTxn, touched = true, false
+					inTxn, touched, txnStart = true, false, xld.WALStart
 				case *pglogrepl.CommitMessage:
 					inTxn = false
 					pos = max(pos, m.TransactionEndLSN)
 					if touched {
-						if err := e.ResumePoint(state{lsn: pos, snapshot: start.snapshot}.encode()); err != nil {
+						if err := resume(pos); err != nil {
 							return err
 						}
 					}
 					if bounded && m.TransactionEndLSN >= end {
-						if !touched {
-							return e.ResumePoint(state{lsn: pos, snapshot: start.snapshot}.encode())
+						if pos > emitted {
+							return resume(pos)
 						}
 						return nil
 					}
 				case *pglogrepl.RelationMessage:
-					sp.rels[m.RelationID] = &relation{table: sp.lookup(m)}
+					r, err := sp.relation(m, xld.WALStart)
+					if err != nil {
+						return err
+					}
+					sp.rels[m.RelationID] = r
 				case *pglogrepl.InsertMessage:
-					if t := sp.rel(m.RelationID); t != nil {
+					if r := sp.rels[m.RelationID]; r != nil && r.table != nil {
 						touched = true
-						if err := sp.emitTuple(e, t, source.OpInsert, seq, m.Tuple); err != nil {
+						if err := e.Record(r.table.stream.Name, source.OpInsert, seq, sp.tupleKey(r, m.Tuple), sp.row(r, m.Tuple, nil)); err != nil {
 							return err
 						}
 					}
 				case *pglogrepl.UpdateMessage:
-					if t := sp.rel(m.RelationID); t != nil {
+					if r := sp.rels[m.RelationID]; r != nil && r.table != nil {
 						touched = true
-						if m.OldTupleType == 'K' || m.OldTupleType == 'O' {
+						t := r.table
+						var old *pglogrepl.TupleData
+						if m.OldTupleType == pglogrepl.UpdateMessageTupleTypeOld {
+							old = m.OldTuple // REPLICA IDENTITY FULL: the whole old row
+						}
+						if m.OldTupleType == pglogrepl.UpdateMessageTupleTypeKey || old != nil {
 							// The key changed (or REPLICA IDENTITY FULL): when
 							// it differs, the old key's row is gone.
-							old := append([]byte(nil), sp.tupleKey(t, m.OldTuple)...)
-							if string(old) != string(sp.tupleKey(t, m.NewTuple)) {
-								if err := e.Record(t.stream.Name, source.OpDelete, seq, old, nil); err != nil {
+							oldKey := append([]byte(nil), sp.tupleKey(r, m.OldTuple)...)
+							if string(oldKey) != string(sp.tupleKey(r, m.NewTuple)) {
+								if err := e.Record(t.stream.Name, source.OpDelete, seq, oldKey, nil); err != nil {
 									return err
 								}
 							}
 						}
-						if err := sp.emitTuple(e, t, source.OpUpdate, seq, m.NewTuple); err != nil {
+						if err := e.Record(t.stream.Name, source.OpUpdate, seq, sp.tupleKey(r, m.NewTuple), sp.row(r, m.NewTuple, old)); err != nil {
 							return err
 						}
 					}
 				case *pglogrepl.DeleteMessage:
-					if t := sp.rel(m.RelationID); t != nil {
+					if r := sp.rels[m.RelationID]; r != nil && r.table != nil {
 						touched = true
 						// Under REPLICA IDENTITY DEFAULT the old tuple holds the
 						// key columns and nulls: the delete row carries the key.
-						key := append([]byte(nil), sp.tupleKey(t, m.OldTuple)...)
-						payload := sp.row(t, m.OldTuple)
-						if err := e.Record(t.stream.Name, source.OpDelete, seq, key, payload); err != nil {
+						key := append([]byte(nil), sp.tupleKey(r, m.OldTuple)...)
+						if err := e.Record(r.table.stream.Name, source.OpDelete, seq, key, sp.row(r, m.OldTuple, nil)); err != nil {
 							return err
 						}
 					}
 				case *pglogrepl.TruncateMessage:
-					// Not carried in this version: see the package doc.
-					s.log.WarnContext(ctx, "truncate not replicated", "relations", m.RelationNum)
+					var names []string
+					for _, id := range m.RelationIDs {
+						if r := sp.rels[id]; r != nil && r.table != nil {
+							names = append(names, r.table.stream.Name)
+						}
+					}
+					if len(names) == 0 {
+						continue
+					}
+					if s.cfg.Truncates == TruncateIgnore {
+						s.log.WarnContext(ctx, "truncate not replicated (Config.Truncates is TruncateIgnore)", "streams", names)
+						continue
+					}
+					return &TruncateError{Streams: names, LSN: txnStart}
 				}
 			}
 		}
 	}
+}
+
+// heartbeat writes a non-transactional logical message into the WAL.
+func (sp *split) heartbeat(ctx context.Context) error {
+	s := sp.src
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.queryConn(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := queryText(ctx, c, `SELECT pg_logical_emit_message(false, 'openetl.heartbeat', '')`); err != nil {
+		return fmt.Errorf("postgres: heartbeat (Config.HeartbeatInterval): %w", err)
+	}
+	return nil
+}
+
+// relation maps a relation message's columns to its table's declared
+// ones, by name. A column the declaration lacks, or one whose type
+// differs, is a schema change when it happens after the attempt read the
+// catalog (a *SchemaChangeError); before, the catalog is newer than the
+// stream (a column since dropped is skipped, a changed type's values are
+// read as the declared type).
+func (sp *split) relation(m *pglogrepl.RelationMessage, at pglogrepl.LSN) (*relation, error) {
+	t := sp.lookup(m)
+	if t == nil {
+		return &relation{}, nil
+	}
+	r := &relation{table: t, src: make([]int, len(t.stream.Columns))}
+	for j := range r.src {
+		r.src[j] = -1
+	}
+	for i, c := range m.Columns {
+		j := slices.IndexFunc(t.stream.Columns, func(col source.Column) bool { return col.Name == c.Name })
+		var detail string
+		switch {
+		case j < 0:
+			detail = fmt.Sprintf("new column %q", c.Name)
+		case c.DataType != t.oids[j] || (t.stream.Columns[j].Type != "" && strings.HasPrefix(t.stream.Columns[j].Type, "numeric(") && c.TypeModifier != t.typmods[j]):
+			detail = fmt.Sprintf("column %q changed type (oid %d, modifier %d; declared %s)", c.Name, c.DataType, c.TypeModifier, t.stream.Columns[j].Type)
+		}
+		if detail != "" && at > t.discovered {
+			return nil, &SchemaChangeError{Stream: t.stream.Name, Detail: detail, LSN: at}
+		}
+		if j >= 0 {
+			r.src[j] = i
+		}
+	}
+	return r, nil
 }
 
 func (sp *split) lookup(m *pglogrepl.RelationMessage) *table {
@@ -352,29 +358,29 @@ func (sp *split) lookup(m *pglogrepl.RelationMessage) *table {
 	return nil
 }
 
-func (sp *split) rel(id uint32) *table {
-	if r := sp.rels[id]; r != nil {
-		return r.table
-	}
-	return nil
-}
-
-func (sp *split) emitTuple(e source.Emitter, t *table, op source.Op, seq int64, tup *pglogrepl.TupleData) error {
-	return e.Record(t.stream.Name, op, seq, sp.tupleKey(t, tup), sp.row(t, tup))
-}
-
-// row encodes a tuple as a declared-row payload in sp.buf.
-func (sp *split) row(t *table, tup *pglogrepl.TupleData) []byte {
+// row encodes a tuple as a declared-row payload in sp.buf. An unchanged
+// TOAST value is taken from old (the whole old row, under REPLICA
+// IDENTITY FULL) when it has it, and is otherwise marked unchanged, never
+// written as null.
+func (sp *split) row(r *relation, tup, old *pglogrepl.TupleData) []byte {
 	sp.buf = sp.buf[:0]
 	if tup == nil {
 		return sp.buf
 	}
-	for _, col := range tup.Columns {
+	for _, i := range r.src {
+		if i < 0 || i >= len(tup.Columns) {
+			sp.buf = source.AppendRowNull(sp.buf)
+			continue
+		}
+		col := tup.Columns[i]
+		if col.DataType == pglogrepl.TupleDataTypeToast && old != nil && i < len(old.Columns) &&
+			old.Columns[i].DataType != pglogrepl.TupleDataTypeToast {
+			col = old.Columns[i]
+		}
 		switch col.DataType {
 		case pglogrepl.TupleDataTypeNull:
 			sp.buf = source.AppendRowNull(sp.buf)
 		case pglogrepl.TupleDataTypeToast:
-			// Unchanged TOAST value: not sent, and never written as null.
 			sp.buf = source.AppendRowUnchanged(sp.buf)
 		default:
 			sp.buf = source.AppendRowValue(sp.buf, col.Data)
@@ -385,14 +391,14 @@ func (sp *split) row(t *table, tup *pglogrepl.TupleData) []byte {
 
 // tupleKey encodes the tuple's primary-key values the way the snapshot
 // does, in sp.key.
-func (sp *split) tupleKey(t *table, tup *pglogrepl.TupleData) []byte {
+func (sp *split) tupleKey(r *relation, tup *pglogrepl.TupleData) []byte {
 	sp.key = sp.key[:0]
 	if tup == nil {
 		return sp.key
 	}
-	for _, k := range t.key {
-		if k < len(tup.Columns) {
-			sp.key = source.AppendRowValue(sp.key, tup.Columns[k].Data)
+	for _, k := range r.table.key {
+		if i := r.src[k]; i >= 0 && i < len(tup.Columns) {
+			sp.key = source.AppendRowValue(sp.key, tup.Columns[i].Data)
 		}
 	}
 	return sp.key

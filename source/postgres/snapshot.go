@@ -1,0 +1,356 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/openetl/etl/source"
+)
+
+// snapshotIDPrefix starts the ID of a table's snapshot split.
+const snapshotIDPrefix = "snapshot:"
+
+// snapState is a snapshot split's resume state (JSON). Seq is the slot's
+// snapshot LSN, the seq of every row the split emits, whatever snapshot
+// it reads them under (see the package doc). After holds the text form
+// of the last emitted row's primary key (keyed tables); Page the first
+// heap page not read yet (tables without a key). Done says the table is
+// read.
+type snapState struct {
+	V     int      `json:"v"`
+	Seq   uint64   `json:"seq"`
+	After []string `json:"after,omitempty"`
+	Page  uint64   `json:"page,omitempty"`
+	Done  bool     `json:"done,omitempty"`
+}
+
+const snapStateVersion = 1
+
+func decodeSnapState(b []byte) (snapState, error) {
+	var st snapState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return snapState{}, fmt.Errorf("%w: %v", ErrBadState, err)
+	}
+	if st.V != snapStateVersion || st.Seq == 0 {
+		return snapState{}, fmt.Errorf("%w: snapshot state version %d, seq %d", ErrBadState, st.V, st.Seq)
+	}
+	return st, nil
+}
+
+// exporter is the replication connection that created the slot with an
+// exported snapshot. The snapshot lives until the connection's next
+// command, so the connection stays idle until every snapshot split of
+// the attempt has imported it (or given up), then closes.
+type exporter struct {
+	mu      sync.Mutex
+	conn    *pgconn.PgConn
+	name    string // the exported snapshot's name
+	waiting int    // snapshot splits that have not imported it yet
+}
+
+// importInto makes c's open transaction use the exported snapshot. It
+// returns false when the snapshot is gone (the exporter closed), and the
+// caller reads under a snapshot of its own.
+func (x *exporter) importInto(ctx context.Context, c *pgconn.PgConn) (bool, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.conn == nil {
+		return false, nil
+	}
+	if _, err := queryText(ctx, c, "SET TRANSACTION SNAPSHOT "+quoteLiteral(x.name)); err != nil {
+		return false, fmt.Errorf("postgres: import snapshot %s: %w", x.name, err)
+	}
+	return true, nil
+}
+
+// release records that one split no longer needs the snapshot; the last
+// one closes the connection.
+func (x *exporter) release() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.waiting--
+	if x.waiting <= 0 {
+		x.closeLocked()
+	}
+}
+
+func (x *exporter) close() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.closeLocked()
+}
+
+func (x *exporter) closeLocked() {
+	if x.conn != nil {
+		x.conn.Close(context.Background())
+		x.conn = nil
+	}
+}
+
+// snapSplit reads one table's rows, in primary-key order (ctid order
+// without a key), a chunk per query, with a resume point after each
+// chunk.
+type snapSplit struct {
+	src   *Source
+	id    source.SplitID
+	t     *table
+	st    snapState
+	exp   *exporter // the slot's exported snapshot, on a fresh start
+	chunk int
+
+	buf, key []byte
+	last     [][]byte // the last row's key values
+}
+
+func (sp *snapSplit) ID() source.SplitID { return sp.id }
+
+// Read emits the table's rows not read yet. Bounded, it returns once the
+// table is done; unbounded, it then waits for ctx (an unbounded Read runs
+// until it is cancelled).
+func (sp *snapSplit) Read(ctx context.Context, e source.Emitter, bounded bool) error {
+	if err := sp.read(ctx, e); err != nil || bounded {
+		return err
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (sp *snapSplit) read(ctx context.Context, e source.Emitter) (err error) {
+	released := false
+	release := func() {
+		if sp.exp != nil && !released {
+			released = true
+			sp.exp.release()
+		}
+	}
+	defer release()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if sp.st.Done {
+		return e.ResumePoint(sp.encode())
+	}
+	s := sp.src
+	if err := s.snapshots.acquire(ctx); err != nil {
+		return err
+	}
+	defer s.snapshots.release()
+	c, err := pgconn.ConnectConfig(ctx, s.conn)
+	if err != nil {
+		return fmt.Errorf("postgres: connect: %w", err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	if _, err := queryText(ctx, c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return fmt.Errorf("postgres: snapshot of %s: %w", sp.t.stream.Name, err)
+	}
+	if sp.exp != nil {
+		if _, err := sp.exp.importInto(ctx, c); err != nil {
+			return err
+		}
+	}
+	release()
+	if len(sp.t.key) > 0 {
+		err = sp.readKeyed(ctx, c, e)
+	} else {
+		err = sp.readPages(ctx, c, e)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = queryText(ctx, c, "COMMIT")
+	return err
+}
+
+func (sp *snapSplit) encode() []byte {
+	b, _ := json.Marshal(sp.st)
+	return b
+}
+
+func (sp *snapSplit) selectList() string {
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i, col := range sp.t.stream.Columns {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quoteIdent(col.Name))
+	}
+	b.WriteString(" FROM ONLY ")
+	b.WriteString(sp.t.ident())
+	return b.String()
+}
+
+// readKeyed reads chunks of sp.chunk rows in key order after sp.st.After.
+func (sp *snapSplit) readKeyed(ctx context.Context, c *pgconn.PgConn, e source.Emitter) error {
+	t := sp.t
+	var keys, params []string
+	for i, k := range t.key {
+		keys = append(keys, quoteIdent(t.stream.Columns[k].Name))
+		params = append(params, "$"+strconv.Itoa(i+1))
+	}
+	tail := " ORDER BY " + strings.Join(keys, ", ") + " LIMIT " + strconv.Itoa(sp.chunk)
+	first := sp.selectList() + tail
+	next := sp.selectList() + " WHERE (" + strings.Join(keys, ", ") + ") > (" + strings.Join(params, ", ") + ")" + tail
+	sp.last = make([][]byte, len(t.key))
+	args := make([][]byte, len(t.key))
+	seq := int64(sp.st.Seq)
+	for {
+		var rr *pgconn.ResultReader
+		if sp.st.After == nil {
+			rr = c.ExecParams(ctx, first, nil, nil, nil, nil)
+		} else {
+			if len(sp.st.After) != len(t.key) {
+				return fmt.Errorf("%w: snapshot of %s resumes after a key of %d columns, the table's has %d",
+					ErrBadState, t.stream.Name, len(sp.st.After), len(t.key))
+			}
+			for i, v := range sp.st.After {
+				args[i] = []byte(v)
+			}
+			rr = c.ExecParams(ctx, next, args, nil, nil, nil)
+		}
+		n, err := sp.emitRows(rr, e, seq, true)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			sp.st.After = sp.st.After[:0]
+			for _, v := range sp.last {
+				sp.st.After = append(sp.st.After, string(v))
+			}
+		}
+		sp.st.Done = n < sp.chunk
+		if err := e.ResumePoint(sp.encode()); err != nil {
+			return err
+		}
+		if sp.st.Done {
+			return nil
+		}
+	}
+}
+
+// readPages reads a keyless table in ranges of heap pages (ctid ranges:
+// a TID range scan on Postgres 14 and later).
+func (sp *snapSplit) readPages(ctx context.Context, c *pgconn.PgConn, e source.Emitter) error {
+	t := sp.t
+	rows, err := queryText(ctx, c, `SELECT pg_relation_size(`+quoteLiteral(t.ident())+`::regclass) / current_setting('block_size')::int8,
+       GREATEST(c.reltuples, 0)::int8, GREATEST(c.relpages, 0)::int8
+FROM pg_class c WHERE c.oid = `+quoteLiteral(t.ident())+`::regclass`)
+	if err != nil {
+		return fmt.Errorf("postgres: size of %s: %w", t.stream.Name, err)
+	}
+	pages, _ := strconv.ParseUint(string(rows[0][0]), 10, 64)
+	tuples, _ := strconv.ParseUint(string(rows[0][1]), 10, 64)
+	relpages, _ := strconv.ParseUint(string(rows[0][2]), 10, 64)
+	step := uint64(1000)
+	if tuples > 0 && relpages > 0 {
+		step = max(1, uint64(sp.chunk)*relpages/tuples)
+	}
+	seq := int64(sp.st.Seq)
+	for sp.st.Page < pages {
+		end := sp.st.Page + step
+		sql := fmt.Sprintf("%s WHERE ctid >= '(%d,0)'::tid AND ctid < '(%d,0)'::tid", sp.selectList(), sp.st.Page, end)
+		if _, err := sp.emitRows(c.ExecParams(ctx, sql, nil, nil, nil, nil), e, seq, false); err != nil {
+			return err
+		}
+		sp.st.Page = end
+		if err := e.ResumePoint(sp.encode()); err != nil {
+			return err
+		}
+	}
+	sp.st.Done = true
+	return e.ResumePoint(sp.encode())
+}
+
+// emitRows emits a query's rows as inserts and returns how many.
+func (sp *snapSplit) emitRows(rr *pgconn.ResultReader, e source.Emitter, seq int64, keepKey bool) (int, error) {
+	t := sp.t
+	n := 0
+	for rr.NextRow() {
+		vals := rr.Values()
+		sp.key = sp.key[:0]
+		for _, k := range t.key {
+			sp.key = source.AppendRowValue(sp.key, vals[k])
+		}
+		sp.buf = sp.buf[:0]
+		for _, v := range vals {
+			if v == nil {
+				sp.buf = source.AppendRowNull(sp.buf)
+			} else {
+				sp.buf = source.AppendRowValue(sp.buf, v)
+			}
+		}
+		if err := e.Record(t.stream.Name, source.OpInsert, seq, sp.key, sp.buf); err != nil {
+			rr.Close()
+			return n, err
+		}
+		n++
+		if keepKey {
+			for i, k := range t.key {
+				sp.last[i] = append(sp.last[i][:0], vals[k]...)
+			}
+		}
+	}
+	if _, err := rr.Close(); err != nil {
+		return n, fmt.Errorf("postgres: snapshot of %s: %w", t.stream.Name, err)
+	}
+	return n, nil
+}
+
+// semaphore bounds the snapshot splits reading at once.
+type semaphore chan struct{}
+
+func (s semaphore) acquire(ctx context.Context) error {
+	select {
+	case s <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s semaphore) release() { <-s }
+
+// createSlot drops an idle slot of the configured name (nothing read from
+// it was committed) and creates it again with an exported snapshot, on a
+// replication connection it returns as an exporter. It refuses with
+// ErrSlotInUse while another process streams from the slot.
+func (s *Source) createSlot(ctx context.Context, splits int) (*exporter, pglogrepl.LSN, error) {
+	repl, err := pgconn.ConnectConfig(ctx, s.replConfig())
+	if err != nil {
+		return nil, 0, fmt.Errorf("postgres: replication connect: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			repl.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := checkSlotIdle(ctx, repl, s.cfg.Slot); err != nil {
+		return nil, 0, err
+	}
+	// WAIT: an earlier Read's walsender may still be exiting.
+	if err := pglogrepl.DropReplicationSlot(ctx, repl, s.cfg.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
+		if !isUndefinedObject(err) {
+			return nil, 0, fmt.Errorf("postgres: drop old slot %q: %w", s.cfg.Slot, err)
+		}
+	}
+	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, s.cfg.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+	if err != nil {
+		return nil, 0, fmt.Errorf("postgres: create slot %q: %w", s.cfg.Slot, err)
+	}
+	lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.log.InfoContext(ctx, "created slot", "lsn", lsn.String(), "snapshot", res.SnapshotName)
+	ok = true
+	return &exporter{conn: repl, name: res.SnapshotName, waiting: splits}, lsn, nil
+}
