@@ -38,8 +38,8 @@
 //	                                them back, except _openetl_synced_at: DateTime('UTC'),
 //	                                whole seconds
 //	list<T>                         Array(T)
-//	struct, interval, duration,     unsupported (Capabilities): held back by the engine
-//	time, null
+//	struct                          String: the value's JSON text (named Tuples need 20.x)
+//	interval, duration, time, null  unsupported (Capabilities): held back by the engine
 //
 // # Quarantine
 //

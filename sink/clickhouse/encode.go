@@ -1,6 +1,7 @@
 package clickhouse
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/big"
 	"time"
@@ -179,6 +180,14 @@ func encode(t colType, arr arrow.Array, sel []int, truncate bool) (any, error) {
 	case kBool:
 		a := arr.(*array.Boolean)
 		return gen(a, sel, t.nullable, a.Value), nil
+	case kBoolU8:
+		a := arr.(*array.Boolean)
+		return gen(a, sel, t.nullable, func(i int) uint8 {
+			if a.Value(i) {
+				return 1
+			}
+			return 0
+		}), nil
 	case kString:
 		return encodeString(arr, sel, t.nullable)
 	case kFixed:
@@ -202,6 +211,16 @@ func encode(t colType, arr arrow.Array, sel []int, truncate bool) (any, error) {
 		}), nil
 	case kArray:
 		return encodeArray(t, arr, sel)
+	case kJSON:
+		var err error
+		v := gen(arr, sel, t.nullable, func(i int) string {
+			b, jerr := json.Marshal(arr.GetOneForMarshal(i))
+			if jerr != nil && err == nil {
+				err = jerr
+			}
+			return string(b)
+		})
+		return v, err
 	}
 	return nil, fmt.Errorf("no encoder for %s", t.ch)
 }

@@ -35,12 +35,7 @@ func addr(t testing.TB) string {
 // open returns a connection pool to address a, closed when the test ends.
 func open(t testing.TB, a string) driver.Conn {
 	t.Helper()
-	conn, err := ch.Open(&ch.Options{
-		Addr:        []string{a},
-		DialTimeout: 10 * time.Second,
-		// 18.16 doesn't know the settings newer drivers send by default.
-		Settings: ch.Settings{},
-	})
+	conn, err := openConn(a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,4 +110,9 @@ func clientQuery(t testing.TB, query string) string {
 		t.Fatalf("clickhouse-client -q %q: %v\n%s", query, err, out)
 	}
 	return string(out)
+}
+
+// openConn opens a connection pool to the native address a.
+func openConn(a string) (driver.Conn, error) {
+	return ch.Open(&ch.Options{Addr: []string{a}, DialTimeout: 10 * time.Second})
 }

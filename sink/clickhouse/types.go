@@ -107,6 +107,7 @@ const (
 	kFloat32
 	kFloat64
 	kBool
+	kBoolU8 // bool as UInt8 (servers without Bool)
 	kString
 	kFixed
 	kDecimal
@@ -114,11 +115,12 @@ const (
 	kDateTime   // DateTime: seconds (18.16's only timestamp)
 	kDateTime64 // DateTime64(scale)
 	kArray
+	kJSON // a struct as its JSON text
 )
 
 // unsupportedClasses are the Arrow type classes (engine.Config.Unsupported
 // names) no ClickHouse column here takes: the engine holds them back.
-var unsupportedClasses = []string{"struct", "interval", "duration", "time", "null"}
+var unsupportedClasses = []string{"interval", "duration", "time", "null"}
 
 // unsupportedOn returns the type classes a server with f can't take.
 func unsupportedOn(f Features) []string {
@@ -172,7 +174,7 @@ func baseType(f Features, name string, dt arrow.DataType) (colType, error) {
 		if f.Bool {
 			return colType{ch: "Bool", kind: kBool}, nil
 		}
-		return colType{ch: "UInt8", kind: kBool}, nil
+		return colType{ch: "UInt8", kind: kBoolU8}, nil
 	case *arrow.StringType, *arrow.LargeStringType, *arrow.BinaryType, *arrow.LargeBinaryType:
 		if name == colOp && f.LowCardinality {
 			return colType{ch: "LowCardinality(String)", kind: kString}, nil
@@ -204,6 +206,10 @@ func baseType(f Features, name string, dt arrow.DataType) (colType, error) {
 		}
 		scale := int32(dt.Unit) * 3 // s, ms, us, ns → 0, 3, 6, 9
 		return colType{ch: fmt.Sprintf("DateTime64(%d, 'UTC')", scale), kind: kDateTime64, scale: scale}, nil
+	case *arrow.StructType:
+		// Tuples with names need 20.x and clickhouse-go takes them only
+		// as values per row: a struct is kept as its JSON text.
+		return colType{ch: "String", kind: kJSON}, nil
 	case *arrow.ListType:
 		return arrayType(f, name, dt.ElemField())
 	case *arrow.LargeListType:

@@ -132,6 +132,9 @@ func (w *writer) write(ctx context.Context, table string, rec arrow.RecordBatch)
 	for j, c := range lay.cols {
 		bad = checkColumn(bad, c.name, c.typ, lay.key[j], c.name == colSyncedAt, rec.Column(j))
 	}
+	if len(bad) > 0 {
+		bad = keepDeletes(rec, bad)
+	}
 	var sel []int
 	if len(bad) > 0 {
 		if table == quarantineTable {
@@ -186,6 +189,28 @@ func (w *writer) write(ctx context.Context, table string, rec arrow.RecordBatch)
 		return w.seal(ctx, blk)
 	}
 	return nil
+}
+
+// keepDeletes drops from bad the null lists of delete rows: a delete
+// carries its key, and the other columns are null whatever their type
+// (the row is written with empty arrays there).
+func keepDeletes(rec arrow.RecordBatch, bad []badRow) []badRow {
+	idx := rec.Schema().FieldIndices(colOp)
+	if len(idx) == 0 {
+		return bad
+	}
+	ops, ok := rec.Column(idx[0]).(*array.String)
+	if !ok {
+		return bad
+	}
+	out := bad[:0]
+	for _, b := range bad {
+		if b.reason == ReasonNullArray && ops.IsValid(b.row) && ops.Value(b.row) == "delete" {
+			continue
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 // deletedFlags is _openetl_deleted: 1 where _openetl_op is "delete".
