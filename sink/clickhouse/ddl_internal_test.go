@@ -1,0 +1,215 @@
+package clickhouse
+
+import (
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal256"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// Statements and encodings for servers this machine doesn't have
+// (DateTime64, Date32, Decimal256, Bool, dedup tokens, is_deleted), word
+// for word; the 18.16 forms run in the integration tests.
+
+var (
+	old    = ServerFeatures("18.16.1")
+	modern = ServerFeatures("25.8.2.1")
+)
+
+func TestServerFeatures(t *testing.T) {
+	if old != (Features{Version: "18.16.1"}) {
+		t.Errorf("18.16.1: %+v, want no features", old)
+	}
+	want := Features{Version: "25.8.2.1", DateTime64: true, Date32: true, Decimal256: true, Bool: true, LowCardinality: true, DedupToken: true, IsDeleted: true}
+	if modern != want {
+		t.Errorf("25.8: %+v, want %+v", modern, want)
+	}
+	if f := ServerFeatures("22.1.3"); f.DedupToken || !f.DateTime64 || !f.Bool {
+		t.Errorf("22.1: %+v: dedup tokens came in 22.2", f)
+	}
+	if f := ServerFeatures("garbage"); f.DateTime64 {
+		t.Errorf("unparsable version has features: %+v", f)
+	}
+}
+
+func TestTypeMap(t *testing.T) {
+	ts := func(u arrow.TimeUnit) arrow.DataType { return &arrow.TimestampType{Unit: u, TimeZone: "UTC"} }
+	for _, tc := range []struct {
+		typ      arrow.DataType
+		nullable bool
+		key      bool
+		f        Features
+		want     string
+	}{
+		{arrow.PrimitiveTypes.Int64, true, false, old, "Nullable(Int64)"},
+		{arrow.PrimitiveTypes.Int64, true, true, old, "Int64"}, // a key is never Nullable
+		{arrow.PrimitiveTypes.Uint64, false, false, old, "UInt64"},
+		{arrow.FixedWidthTypes.Boolean, true, false, old, "Nullable(UInt8)"},
+		{arrow.FixedWidthTypes.Boolean, true, false, modern, "Nullable(Bool)"},
+		{arrow.BinaryTypes.String, false, false, old, "String"},
+		{&arrow.FixedSizeBinaryType{ByteWidth: 16}, false, false, old, "FixedString(16)"},
+		{&arrow.Decimal128Type{Precision: 9, Scale: 2}, false, false, old, "Decimal(9, 2)"},
+		{&arrow.Decimal128Type{Precision: 38, Scale: 10}, false, false, old, "Decimal(38, 10)"},
+		{&arrow.Decimal256Type{Precision: 60, Scale: 4}, false, false, old, "Decimal(38, 4)"},
+		{&arrow.Decimal256Type{Precision: 60, Scale: 4}, false, false, modern, "Decimal(60, 4)"},
+		{arrow.FixedWidthTypes.Date32, true, false, old, "Nullable(Date)"},
+		{arrow.FixedWidthTypes.Date32, true, false, modern, "Nullable(Date32)"},
+		{ts(arrow.Microsecond), false, false, old, "DateTime('UTC')"},
+		{ts(arrow.Microsecond), false, false, modern, "DateTime64(6, 'UTC')"},
+		{ts(arrow.Nanosecond), true, false, modern, "Nullable(DateTime64(9, 'UTC'))"},
+		{ts(arrow.Millisecond), false, false, modern, "DateTime64(3, 'UTC')"},
+		{arrow.ListOf(arrow.BinaryTypes.String), true, false, old, "Array(Nullable(String))"},
+		{arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int32), true, false, old, "Array(Int32)"},
+		{arrow.StructOf(arrow.Field{Name: "a", Type: arrow.PrimitiveTypes.Int64}), true, false, old, "Nullable(String)"},
+		{&arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}, false, false, modern, "LowCardinality(String)"},
+		{&arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}, false, false, old, "String"},
+	} {
+		got, err := mapType(tc.f, arrow.Field{Name: "c", Type: tc.typ, Nullable: tc.nullable}, tc.key)
+		if err != nil {
+			t.Errorf("%s on %s: %v", tc.typ, tc.f.Version, err)
+			continue
+		}
+		if got.ch != tc.want {
+			t.Errorf("%s (nullable %v, key %v) on %s = %s, want %s", tc.typ, tc.nullable, tc.key, tc.f.Version, got.ch, tc.want)
+		}
+	}
+	if _, err := mapType(old, arrow.Field{Name: "d", Type: arrow.FixedWidthTypes.Duration_us}, false); err == nil {
+		t.Error("duration mapped: it is listed as unsupported")
+	}
+	if u := unsupportedOn(old); !contains(u, "timestamp") || !contains(u, "timestamptz") {
+		t.Errorf("18.16 unsupported %v: timestamps must be held back (DateTime truncates)", u)
+	}
+	if u := unsupportedOn(modern); contains(u, "timestamp") {
+		t.Errorf("25.8 unsupported %v: DateTime64 takes timestamps", u)
+	}
+}
+
+func contains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func TestStatements(t *testing.T) {
+	cols := []column{
+		{"id", colType{ch: "Int64"}},
+		{"v", colType{ch: "Nullable(String)"}},
+		{"_openetl_seq", colType{ch: "Int64"}},
+		{"_openetl_deleted", colType{ch: "UInt8"}},
+		{"_openetl_batch", colType{ch: "UInt64"}},
+	}
+	for _, tc := range []struct{ name, got, want string }{
+		{"merge table, 18.16", createTarget("db", "t", cols, []string{"id"}, nil, old),
+			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64, `_openetl_deleted` UInt8, `_openetl_batch` UInt64) ENGINE = ReplacingMergeTree(`_openetl_seq`) ORDER BY (`id`)"},
+		{"merge table, current", createTarget("db", "t", cols, []string{"id"}, nil, modern),
+			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64, `_openetl_deleted` UInt8, `_openetl_batch` UInt64) ENGINE = ReplacingMergeTree(`_openetl_seq`, `_openetl_deleted`) ORDER BY (`id`) SETTINGS non_replicated_deduplication_window = 10000"},
+		{"append table, 18.16", createTarget("db", "t", cols[:3], nil, nil, old),
+			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64) ENGINE = MergeTree ORDER BY (`_openetl_seq`)"},
+		{"append table, ordered", createTarget("db", "t", cols[:3], nil, []string{"id", "v"}, old),
+			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64) ENGINE = MergeTree ORDER BY (`id`, `v`)"},
+		{"stage", createStage("db", "t", cols[:2]),
+			"CREATE TABLE IF NOT EXISTS `db`.`_openetl_stage_t` (`id` Int64, `v` Nullable(String)) ENGINE = MergeTree PARTITION BY `_openetl_batch` ORDER BY tuple()"},
+		{"add column, 18.16", addColumn("db", "t", cols[1], old),
+			"ALTER TABLE `db`.`t` ADD COLUMN `v` Nullable(String)"},
+		{"add column, current", addColumn("db", "t", cols[1], modern),
+			"ALTER TABLE `db`.`t` ADD COLUMN IF NOT EXISTS `v` Nullable(String)"},
+		{"apply, 18.16", applyBlock("db", "t", []string{"id", "_openetl_batch"}, 42, 1000, "p'1", 3, old),
+			"INSERT INTO `db`.`t` (`id`, `_openetl_batch`) SELECT `id`, `_openetl_batch` FROM `db`.`_openetl_stage_t` WHERE `_openetl_batch` = 42 AND (SELECT max(generation) FROM `db`.`_openetl_fence` WHERE pipeline = 'p\\'1') <= 3 SETTINGS min_insert_block_size_rows = 1001, min_insert_block_size_bytes = 1099511627776"},
+		{"apply with a dedup token", applyBlock("db", "t", []string{"id"}, 42, 1000, "p", 3, modern),
+			"INSERT INTO `db`.`t` (`id`) SELECT `id` FROM `db`.`_openetl_stage_t` WHERE `_openetl_batch` = 42 AND (SELECT max(generation) FROM `db`.`_openetl_fence` WHERE pipeline = 'p') <= 3 SETTINGS min_insert_block_size_rows = 1001, min_insert_block_size_bytes = 1099511627776, insert_deduplicate = 1, insert_deduplication_token = 'openetl/p/t/000000000000002a'"},
+		{"mark epoch", markEpoch("db", "p", 7, 3, 2, 1000),
+			"INSERT INTO `db`.`_openetl_epochs` (pipeline, epoch, generation, blocks, rows, at) SELECT 'p', 7, 3, 2, 1000, now() WHERE (SELECT max(generation) FROM `db`.`_openetl_fence` WHERE pipeline = 'p') <= 3"},
+		{"raise fence", raiseFence("db", "p", 4),
+			"INSERT INTO `db`.`_openetl_fence` (pipeline, generation, at) SELECT 'p', 4, now()"},
+		{"quoted identifier", quoteIdent("a`b\\c"), "`a\\`b\\\\c`"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+// TestEncodeDateTime64 checks the values handed to the driver for a
+// DateTime64 column (which 18.16 lacks): the instant, to the nanosecond,
+// and the range checks.
+func TestEncodeDateTime64(t *testing.T) {
+	b := array.NewTimestampBuilder(memory.DefaultAllocator, &arrow.TimestampType{Unit: arrow.Nanosecond, TimeZone: "UTC"})
+	defer b.Release()
+	in := time.Date(2024, 2, 29, 23, 59, 59, 123456789, time.UTC)
+	b.Append(arrow.Timestamp(in.UnixNano()))
+	b.AppendNull()
+	b.Append(arrow.Timestamp(-1)) // 1969-12-31T23:59:59.999999999
+	arr := b.NewArray()
+	defer arr.Release()
+	ct, err := mapType(modern, arrow.Field{Name: "ts", Type: arr.DataType(), Nullable: true}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := encode(ct, arr, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := v.([]*time.Time)
+	if !got[0].Equal(in) || got[1] != nil || !got[2].Equal(time.Unix(-1, 999999999)) {
+		t.Errorf("encoded %v, %v, %v", got[0], got[1], got[2])
+	}
+	if bad := checkColumn(nil, "ts", ct, false, false, arr); len(bad) != 0 {
+		t.Errorf("in-range values quarantined: %v", bad)
+	}
+	// DateTime (18.16): the fraction is quarantined, and so is 1969.
+	ct, _ = mapType(old, arrow.Field{Name: "ts", Type: arr.DataType(), Nullable: true}, false)
+	bad := checkColumn(nil, "ts", ct, false, false, arr)
+	if len(bad) != 2 || bad[0] != (badRow{0, "ts", ReasonSubSecond}) || bad[1] != (badRow{2, "ts", ReasonOutOfRange}) {
+		t.Errorf("DateTime checks: %v", bad)
+	}
+}
+
+func TestCheckDecimalAndDate(t *testing.T) {
+	db := array.NewDecimal256Builder(memory.DefaultAllocator, &arrow.Decimal256Type{Precision: 60, Scale: 0})
+	defer db.Release()
+	db.Append(decimalFromString(t, "12345678901234567890123456789012345678"))  // 38 digits: fits
+	db.Append(decimalFromString(t, "123456789012345678901234567890123456789")) // 39: not on 18.16
+	darr := db.NewArray()
+	defer darr.Release()
+	ct, _ := mapType(old, arrow.Field{Name: "d", Type: darr.DataType()}, false)
+	if bad := checkColumn(nil, "d", ct, false, false, darr); len(bad) != 1 || bad[0].row != 1 || bad[0].reason != ReasonOutOfRange {
+		t.Errorf("decimal checks on 18.16: %v", bad)
+	}
+	ct, _ = mapType(modern, arrow.Field{Name: "d", Type: darr.DataType()}, false)
+	if bad := checkColumn(nil, "d", ct, false, false, darr); len(bad) != 0 {
+		t.Errorf("decimal checks with Decimal256: %v", bad)
+	}
+	dd := array.NewDate32Builder(memory.DefaultAllocator)
+	defer dd.Release()
+	dd.Append(-1)     // 1969-12-31
+	dd.Append(0)      // 1970-01-01
+	dd.Append(65536)  // 2149-06-07
+	dd.Append(-25568) // 1899-12-31
+	darr2 := dd.NewArray()
+	defer darr2.Release()
+	ct, _ = mapType(old, arrow.Field{Name: "day", Type: darr2.DataType()}, false)
+	bad := checkColumn(nil, "day", ct, false, false, darr2)
+	if len(bad) != 3 || bad[0].row != 0 || bad[1].row != 2 || bad[2].row != 3 {
+		t.Errorf("Date checks: %v", bad)
+	}
+	ct, _ = mapType(modern, arrow.Field{Name: "day", Type: darr2.DataType()}, false)
+	bad = checkColumn(nil, "day", ct, false, false, darr2)
+	if len(bad) != 1 || bad[0].row != 3 {
+		t.Errorf("Date32 checks: %v", bad)
+	}
+}
+
+func decimalFromString(t *testing.T, s string) decimal256.Num {
+	t.Helper()
+	n, err := decimal256.FromString(s, 60, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
