@@ -116,7 +116,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 	emitted := start.lsn  // the last resume point's position
 	received := start.lsn // highest WAL position seen
 	inTxn, touched := false, false
-	var txnStart pglogrepl.LSN
+	var txnStart, txnCommit pglogrepl.LSN
 	resume := func(at pglogrepl.LSN) error {
 		emitted = at
 		return e.ResumePoint(state{lsn: at, snapshot: start.snapshot}.encode())
@@ -219,7 +219,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 				seq := int64(max(xld.WALStart, start.snapshot+1))
 				switch m := m.(type) {
 				case *pglogrepl.BeginMessage:
-					inTxn, touched, txnStart = true, false, xld.WALStart
+					inTxn, touched, txnStart, txnCommit = true, false, xld.WALStart, m.FinalLSN
 				case *pglogrepl.CommitMessage:
 					inTxn = false
 					pos = max(pos, m.TransactionEndLSN)
@@ -235,7 +235,9 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 						return nil
 					}
 				case *pglogrepl.RelationMessage:
-					r, err := sp.relation(m, xld.WALStart)
+					// Relation messages carry no position of their own: the
+					// transaction's commit orders them against discovery.
+					r, err := sp.relation(m, txnCommit)
 					if err != nil {
 						return err
 					}
@@ -317,8 +319,9 @@ func (sp *split) heartbeat(ctx context.Context) error {
 
 // relation maps a relation message's columns to its table's declared
 // ones, by name. A column the declaration lacks, or one whose type
-// differs, is a schema change when it happens after the attempt read the
-// catalog (a *SchemaChangeError); before, the catalog is newer than the
+// differs, is a schema change when it comes in a transaction that
+// committed after the attempt read the catalog (a *SchemaChangeError);
+// before, the catalog is newer than the
 // stream (a column since dropped is skipped, a changed type's values are
 // read as the declared type).
 func (sp *split) relation(m *pglogrepl.RelationMessage, at pglogrepl.LSN) (*relation, error) {

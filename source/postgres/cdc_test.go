@@ -1,0 +1,370 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openetl/etl/source"
+	"github.com/openetl/etl/source/postgres"
+)
+
+// recordKeys is an Emitter that keeps each record's stream, op and
+// decoded key text, and the last resume state per call; it fails with
+// errKilled after limit records (0: no limit).
+type recordKeys struct {
+	limit int
+	keys  []string
+	seqs  []int64
+	state []byte
+}
+
+var errKilled = errors.New("killed")
+
+func (r *recordKeys) Record(stream string, op source.Op, seq int64, key, _ []byte) error {
+	if r.limit > 0 && len(r.keys) >= r.limit {
+		return errKilled
+	}
+	vals, err := source.DecodeRow(nil, key)
+	if err != nil {
+		return err
+	}
+	var parts []string
+	for _, v := range vals {
+		parts = append(parts, string(v.Text))
+	}
+	r.keys = append(r.keys, stream+" "+op.String()+" "+strings.Join(parts, "|"))
+	r.seqs = append(r.seqs, seq)
+	return nil
+}
+
+func (r *recordKeys) ResumePoint(st []byte) error { r.state = slices.Clone(st); return nil }
+
+// splitByID returns the split of that ID.
+func splitByID(t *testing.T, splits []source.Split, id string) source.Split {
+	t.Helper()
+	for _, sp := range splits {
+		if string(sp.ID()) == id {
+			return sp
+		}
+	}
+	t.Fatalf("no split %q among %d", id, len(splits))
+	return nil
+}
+
+// TestSnapshotResumesAfterLastChunk: a snapshot split killed in its
+// fourth chunk resumes after the third, for a table with a composite key
+// and for one without a key (ctid ranges): together the two reads hold
+// every row exactly once, all with the slot snapshot's seq.
+func TestSnapshotResumesAfterLastChunk(t *testing.T) {
+	d := dsn(t)
+	keyed, keyless, pub, slot := name("chunked"), name("heap"), name("pub"), name("slot")
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (a int4, b text, v text, PRIMARY KEY (a, b))", keyed),
+		fmt.Sprintf("INSERT INTO %s SELECT g / 3, 'k' || (g %% 3), 'v' || g FROM generate_series(1, 95) g", keyed),
+		fmt.Sprintf("CREATE TABLE %s (v text)", keyless),
+		fmt.Sprintf("INSERT INTO %s SELECT repeat('x', 200) || g FROM generate_series(1, 3000) g", keyless),
+		fmt.Sprintf("ANALYZE %s", keyless),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s, %s", pub, keyed, keyless))
+	dropSlotAtCleanup(t, d, slot)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		table string
+		rows  int
+		chunk int
+	}{{keyed, 95, 10}, {keyless, 3000, 200}} {
+		t.Run(strings.SplitN(tc.table, "_", 2)[0], func(t *testing.T) {
+			src := newSource(t, d, postgres.Config{Publication: pub, Slot: slot, SnapshotChunkRows: tc.chunk})
+			splits, err := src.Open(ctx, []string{tc.table}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stream := splitByID(t, splits, "slot:"+slot)
+			var streamState recordKeys
+			if err := stream.Read(ctx, &streamState, true); err != nil {
+				t.Fatal(err)
+			}
+			first := &recordKeys{limit: 3*tc.chunk + tc.chunk/2}
+			err = splitByID(t, splits, "snapshot:"+tc.table).Read(ctx, first, true)
+			if !errors.Is(err, errKilled) {
+				t.Fatalf("first read: %v, want it killed", err)
+			}
+			var st struct {
+				Seq  int64
+				Done bool
+			}
+			if err := json.Unmarshal(first.state, &st); err != nil || st.Done {
+				t.Fatalf("state at the kill %s: %v", first.state, err)
+			}
+			// What the first read emitted after its last resume point is
+			// not committed: the resumed read starts after the last chunk.
+			committed := first.keys
+			if tc.table == keyed {
+				committed = first.keys[:3*tc.chunk]
+			}
+			resume := map[source.SplitID][]byte{"slot:" + source.SplitID(slot): streamState.state, "snapshot:" + source.SplitID(tc.table): first.state}
+			splits, err = src.Open(ctx, []string{tc.table}, resume)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rest := &recordKeys{}
+			if err := splitByID(t, splits, "snapshot:"+tc.table).Read(ctx, rest, true); err != nil {
+				t.Fatal(err)
+			}
+			all := append(slices.Clone(committed), rest.keys...)
+			if tc.table == keyed {
+				seen := map[string]int{}
+				for _, k := range all {
+					seen[k]++
+				}
+				if len(all) != tc.rows || len(seen) != tc.rows {
+					t.Fatalf("%d rows, %d distinct keys after the resume, want %d each", len(all), len(seen), tc.rows)
+				}
+				// Key order across the kill.
+				if got, want := rest.keys[0], fmt.Sprintf("%s insert 10|k1", tc.table); got != want {
+					t.Errorf("resumed at %q, want %q", got, want)
+				}
+			} else {
+				// Page ranges: every row of the pages read before the
+				// kill's range, then the rest; no key, so count rows.
+				if len(committed)+len(rest.keys) < tc.rows {
+					t.Fatalf("%d + %d rows, want at least %d", len(committed), len(rest.keys), tc.rows)
+				}
+			}
+			for _, s := range append(first.seqs, rest.seqs...) {
+				if s != st.Seq {
+					t.Fatalf("snapshot row seq %d, want the slot snapshot's %d", s, st.Seq)
+				}
+			}
+			var done struct{ Done bool }
+			if err := json.Unmarshal(rest.state, &done); err != nil || !done.Done {
+				t.Errorf("final state %s, want done", rest.state)
+			}
+		})
+	}
+}
+
+// TestKeylessPagesExact: reading a keyless table in page ranges with a
+// resume point after each range emits every row exactly once.
+func TestKeylessPagesExact(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("pages"), name("pub"), name("slot")
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (v text)", tbl),
+		fmt.Sprintf("INSERT INTO %s SELECT 'row ' || g FROM generate_series(1, 5000) g", tbl),
+		fmt.Sprintf("ANALYZE %s", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	src := newSource(t, d, postgres.Config{Publication: pub, Slot: slot, SnapshotChunkRows: 300})
+	splits, err := src.Open(context.Background(), []string{tbl}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &payloadRecorder{}
+	if err := splitByID(t, splits, "snapshot:"+tbl).Read(context.Background(), rec, true); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, p := range rec.payloads {
+		vals, err := source.DecodeRow(nil, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[string(vals[0].Text)] = true
+	}
+	if len(rec.payloads) != 5000 || len(seen) != 5000 || rec.resumePoints < 5 {
+		t.Fatalf("%d rows, %d distinct, %d resume points; want 5000, 5000, several", len(rec.payloads), len(seen), rec.resumePoints)
+	}
+}
+
+type payloadRecorder struct {
+	payloads     [][]byte
+	resumePoints int
+}
+
+func (r *payloadRecorder) Record(_ string, _ source.Op, _ int64, _, payload []byte) error {
+	r.payloads = append(r.payloads, slices.Clone(payload))
+	return nil
+}
+
+func (r *payloadRecorder) ResumePoint([]byte) error { r.resumePoints++; return nil }
+
+// TestToastFilledFromFullOldRow: under REPLICA IDENTITY FULL an update
+// that leaves a TOASTed column alone arrives with the column's value.
+func TestToastFilledFromFullOldRow(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("toastfull"), name("pub"), name("slot")
+	big := strings.Repeat("y", 100000)
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY, big text, n int4)", tbl),
+		fmt.Sprintf("ALTER TABLE %s ALTER big SET STORAGE EXTERNAL", tbl),
+		fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL", tbl),
+		fmt.Sprintf("INSERT INTO %s VALUES (1, repeat('y', 100000), 1)", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	src := newSource(t, d, postgres.Config{Publication: pub, Slot: slot})
+	ctx := context.Background()
+	splits, err := src.Open(ctx, []string{tbl}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	if err := splitByID(t, splits, "slot:"+slot).Read(ctx, rec, true); err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, d, fmt.Sprintf("UPDATE %s SET n = 2 WHERE id = 1", tbl))
+	splits, err = src.Open(ctx, []string{tbl}, map[source.SplitID][]byte{source.SplitID("slot:" + slot): rec.state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.payloads = nil
+	if err := splitByID(t, splits, "slot:"+slot).Read(ctx, rec, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.payloads) != 1 {
+		t.Fatalf("read %d changes, want 1", len(rec.payloads))
+	}
+	vals, err := source.DecodeRow(nil, rec.payloads[0])
+	if err != nil || len(vals) != 3 {
+		t.Fatalf("payload: %v", err)
+	}
+	if string(vals[0].Text) != "1" || vals[1].Unchanged || string(vals[1].Text) != big || string(vals[2].Text) != "2" {
+		t.Errorf("update decoded as id %s, big unchanged=%v len %d, n %s; want 1, the whole value, 2",
+			vals[0].Text, vals[1].Unchanged, len(vals[1].Text), vals[2].Text)
+	}
+}
+
+// TestTruncate: a truncate of a read table stops the sync with a
+// *TruncateError naming it (the changes before it committed); with
+// TruncateIgnore the sync goes on past it.
+func TestTruncate(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("trunc"), name("pub"), name("slot")
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY)", tbl),
+		fmt.Sprintf("INSERT INTO %s VALUES (1), (2)", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	h := newHarness(t, d, postgres.Config{Publication: pub, Slot: slot})
+	if res, err := h.sync(); err != nil || res.Streams[tbl].Read != 2 {
+		t.Fatalf("snapshot sync: %+v, %v", res.Streams[tbl], err)
+	}
+	execSQL(t, d, fmt.Sprintf("INSERT INTO %s VALUES (3)", tbl), fmt.Sprintf("TRUNCATE %s", tbl),
+		fmt.Sprintf("INSERT INTO %s VALUES (4)", tbl))
+	_, err := h.sync()
+	var te *postgres.TruncateError
+	if !errors.As(err, &te) || !slices.Equal(te.Streams, []string{tbl}) {
+		t.Fatalf("sync over a truncate: %v, want a *TruncateError naming %s", err, tbl)
+	}
+	h.cfg.Truncates = postgres.TruncateIgnore
+	res, err := h.sync()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Row 3 was committed before the failed sync stopped, or is read now;
+	// row 4 comes after the truncate.
+	if got := h.rows(tbl); !slices.Contains(got, "insert 3") || !slices.Contains(got, "insert 4") {
+		t.Errorf("rows after ignoring the truncate: %v (last sync %+v)", got, res.Streams[tbl])
+	}
+}
+
+// TestSchemaChange: a column added between syncs is declared by the
+// next one (the rows streamed from before the change have it null); one
+// added while a pipeline runs stops it with ErrSchemaChanged, and the
+// next run declares the column and carries on from where it stopped.
+func TestSchemaChange(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("ddl"), name("pub"), name("slot")
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY, a text)", tbl),
+		fmt.Sprintf("INSERT INTO %s VALUES (1, 'one')", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	h := newHarness(t, d, postgres.Config{Publication: pub, Slot: slot})
+	if _, err := h.sync(); err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, d, fmt.Sprintf("INSERT INTO %s VALUES (2, 'two')", tbl),
+		fmt.Sprintf("ALTER TABLE %s ADD COLUMN b int8", tbl),
+		fmt.Sprintf("INSERT INTO %s VALUES (3, 'three', 33)", tbl),
+		fmt.Sprintf("UPDATE %s SET b = 11 WHERE id = 1", tbl))
+	if _, err := h.sync(); err != nil {
+		t.Fatalf("sync after ADD COLUMN: %v", err)
+	}
+
+	// While running.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- h.run(ctx, 50*time.Millisecond) }()
+	time.Sleep(time.Second)
+	execSQL(t, d, fmt.Sprintf("INSERT INTO %s VALUES (4, 'four', 44)", tbl),
+		fmt.Sprintf("ALTER TABLE %s ADD COLUMN c text", tbl),
+		fmt.Sprintf("INSERT INTO %s VALUES (5, 'five', 55, 'cinq')", tbl))
+	err := <-done
+	var se *postgres.SchemaChangeError
+	if !errors.Is(err, postgres.ErrSchemaChanged) || !errors.As(err, &se) || se.Stream != tbl || !strings.Contains(se.Detail, `"c"`) {
+		t.Fatalf("run over ADD COLUMN: %v, want a *SchemaChangeError about c", err)
+	}
+	if _, err := h.sync(); err != nil {
+		t.Fatalf("sync after the schema change: %v", err)
+	}
+	var got []string
+	for _, r := range readRows(t, h.tables, tbl) {
+		got = append(got, fmt.Sprintf("%v %v %v %v %v", r["_openetl_op"], r["id"], r["a"], r["b"], r["c"]))
+	}
+	want := []string{"insert 1 one <nil> <nil>", "insert 2 two <nil> <nil>", "insert 3 three 33 <nil>", "update 1 one 11 <nil>",
+		"insert 4 four 44 <nil>", "insert 5 five 55 cinq"}
+	if !slices.Equal(got, want) {
+		t.Errorf("rows\n%q\nwant\n%q", got, want)
+	}
+}
+
+// TestQuietTablesConfirmWAL: while the pipeline's tables are quiet and
+// other tables write, the slot's confirmed position keeps up with the
+// WAL (keepalives between transactions are resume points), so the slot
+// does not hold WAL back.
+func TestQuietTablesConfirmWAL(t *testing.T) {
+	d := dsn(t)
+	tbl, other, pub, slot := name("quiet"), name("busy"), name("pub"), name("slot")
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY)", tbl),
+		fmt.Sprintf("CREATE TABLE %s (id serial PRIMARY KEY, v text)", other),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	h := newHarness(t, d, postgres.Config{Publication: pub, Slot: slot, StatusInterval: 100 * time.Millisecond, HeartbeatInterval: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.run(ctx, 50*time.Millisecond) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	for i := 0; i < 20; i++ {
+		execSQL(t, d, fmt.Sprintf("INSERT INTO %s (v) SELECT repeat('w', 1000) FROM generate_series(1, 50)", other))
+	}
+	target := queryOne(t, d, "SELECT pg_current_wal_insert_lsn()")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if queryOne(t, d, "SELECT COALESCE(confirmed_flush_lsn >= '"+target+"', false) FROM pg_replication_slots WHERE slot_name = '"+slot+"'") == "t" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot confirmed %s, not past %s, 30 s after the other table's writes",
+				queryOne(t, d, "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '"+slot+"'"), target)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if c := h.lastCounts(tbl); c != 0 {
+		t.Errorf("quiet table read %d rows", c)
+	}
+}
+
+// tablesDir returns a directory for a harness.
+func tablesDir(t *testing.T) (string, string) {
+	dir := t.TempDir()
+	return filepath.Join(dir, "tables"), filepath.Join(dir, "checkpoints")
+}
