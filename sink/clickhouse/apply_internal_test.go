@@ -19,7 +19,7 @@ import (
 	"github.com/openetl/etl/sink"
 )
 
-func testConn(t *testing.T) (driver.Conn, string) {
+func testConn(t testing.TB) (driver.Conn, string) {
 	t.Helper()
 	a := os.Getenv("OPENETL_TEST_CLICKHOUSE_ADDR")
 	if a == "" {
