@@ -1,0 +1,245 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/internal/testutil"
+	"github.com/openetl/etl/source/postgres"
+)
+
+// TestMain runs the pipeline child of TestKillDuringSnapshotAndStreaming
+// when OPENETL_PG_CHILD is set, and the tests otherwise.
+func TestMain(m *testing.M) {
+	if os.Getenv("OPENETL_PG_CHILD") != "" {
+		os.Exit(child())
+	}
+	os.Exit(m.Run())
+}
+
+// child runs the pipeline the environment describes until it is killed.
+func child() int {
+	chunk, _ := strconv.Atoi(os.Getenv("OPENETL_PG_CHUNK"))
+	h := &harness{d: os.Getenv("OPENETL_PG_DSN"), tables: os.Getenv("OPENETL_PG_TABLES"), ckpts: os.Getenv("OPENETL_PG_CKPTS"),
+		cfg: postgres.Config{Publication: os.Getenv("OPENETL_PG_PUB"), Slot: os.Getenv("OPENETL_PG_SLOT"),
+			SnapshotChunkRows: chunk, StatusInterval: 200 * time.Millisecond}}
+	if err := h.run(context.Background(), 20*time.Millisecond); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	return 0
+}
+
+var recordName = regexp.MustCompile(`^\d{20}-\d{20}\.json$`)
+
+// lastRecord returns the newest checkpoint record under dir, or nil.
+func lastRecord(t *testing.T, dir string) *checkpoint.Record {
+	var last string
+	filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && !e.IsDir() && recordName.MatchString(e.Name()) && e.Name() > filepath.Base(last) {
+			last = p
+		}
+		return nil
+	})
+	if last == "" {
+		return nil
+	}
+	b, err := os.ReadFile(last)
+	if err != nil {
+		return nil // being replaced
+	}
+	var r checkpoint.Record
+	if json.Unmarshal(b, &r) != nil {
+		return nil
+	}
+	return &r
+}
+
+// TestKillDuringSnapshotAndStreaming: a pipeline process is SIGKILLed
+// several times, first in the middle of its snapshot (once a checkpoint
+// holds a snapshot split that is not done), then at random moments of
+// streaming, while a writer commits small transactions and large ones
+// (thousands of rows, so kills land inside them). After a final sync,
+// the Parquet output read with pyarrow, applied in seq order, equals the
+// table, and no id repeats.
+func TestKillDuringSnapshotAndStreaming(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("killed"), name("pub"), name("slot")
+	const initial = 150_000
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int8 PRIMARY KEY, v text, n int8)", tbl),
+		fmt.Sprintf("INSERT INTO %s SELECT g, md5(g::text), 0 FROM generate_series(1, %d) g", tbl, initial),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	h := newHarness(t, d, postgres.Config{Publication: pub, Slot: slot})
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+
+	// The writer: transactions of 1 to 20 changes to distinct rows, and
+	// every 15th or so an update of 3,000 rows in one statement.
+	ctx, stopWriter := context.WithCancel(context.Background())
+	writerDone := make(chan error, 1)
+	go func() {
+		c, err := pgconn.Connect(ctx, d)
+		if err != nil {
+			writerDone <- err
+			return
+		}
+		defer c.Close(context.Background())
+		wrng := rand.New(rand.NewPCG(seed, 2))
+		next := int64(10_000_000)
+		txns := 0
+		for ctx.Err() == nil {
+			var sql strings.Builder
+			sql.WriteString("BEGIN;")
+			if wrng.IntN(15) == 0 {
+				lo := 1 + wrng.Int64N(initial)
+				fmt.Fprintf(&sql, "UPDATE %s SET n = n + 1 WHERE id BETWEEN %d AND %d;", tbl, lo, lo+3000)
+			} else {
+				used := map[int64]bool{}
+				for range 1 + wrng.IntN(20) {
+					id := 1 + wrng.Int64N(initial)
+					if used[id] {
+						continue
+					}
+					used[id] = true
+					switch wrng.IntN(3) {
+					case 0:
+						next++
+						fmt.Fprintf(&sql, "INSERT INTO %s VALUES (%d, 'new', 0);", tbl, next)
+					case 1:
+						fmt.Fprintf(&sql, "UPDATE %s SET v = md5(random()::text), n = n + 1 WHERE id = %d;", tbl, id)
+					default:
+						fmt.Fprintf(&sql, "DELETE FROM %s WHERE id = %d;", tbl, id)
+					}
+				}
+			}
+			sql.WriteString("COMMIT")
+			if _, err := c.Exec(ctx, sql.String()).ReadAll(); err != nil && ctx.Err() == nil {
+				writerDone <- err
+				return
+			}
+			txns++
+			time.Sleep(time.Duration(wrng.IntN(3)) * time.Millisecond)
+		}
+		t.Logf("writer committed %d transactions", txns)
+		writerDone <- nil
+	}()
+	defer stopWriter()
+
+	start := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "OPENETL_PG_CHILD=1", "OPENETL_PG_DSN="+d, "OPENETL_PG_PUB="+pub, "OPENETL_PG_SLOT="+slot,
+			"OPENETL_PG_TABLES="+h.tables, "OPENETL_PG_CKPTS="+h.ckpts, "OPENETL_PG_CHUNK=2000")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	kill := func(cmd *exec.Cmd) {
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+	}
+
+	// Kill 1: inside the snapshot.
+	cmd := start()
+	midSnapshot := false
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !midSnapshot; time.Sleep(5 * time.Millisecond) {
+		if r := lastRecord(t, h.ckpts); r != nil {
+			var st struct {
+				After []string
+				Done  bool
+			}
+			if b, ok := r.Resume["snapshot:"+tbl]; ok && json.Unmarshal(b, &st) == nil && !st.Done && len(st.After) > 0 {
+				midSnapshot = true
+				t.Logf("kill 1 at epoch %d, snapshot after key %v", r.Epoch, st.After)
+			}
+		}
+	}
+	kill(cmd)
+	if !midSnapshot {
+		t.Fatal("no checkpoint showed the snapshot in progress: the kill did not land inside it")
+	}
+	// Kills 2 to 6: at random moments.
+	for i := 2; i <= 6; i++ {
+		cmd := start()
+		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
+		kill(cmd)
+		if r := lastRecord(t, h.ckpts); r != nil {
+			t.Logf("kill %d after epoch %d", i, r.Epoch)
+		}
+	}
+	stopWriter()
+	if err := <-writerDone; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.sync(); err != nil {
+		t.Fatalf("final sync: %v", err)
+	}
+
+	st := testutil.ReadParquetTables(t, h.tables)[tbl]
+	if st == nil || st.Rows != st.DistinctIDs {
+		t.Fatalf("output %+v: ids repeat", st)
+	}
+	type row struct {
+		v string
+		n string
+	}
+	got := map[string]row{}
+	for _, r := range readRows(t, h.tables, tbl) {
+		id := fmt.Sprint(r["id"])
+		if r["_openetl_op"] == "delete" {
+			delete(got, id)
+			continue
+		}
+		got[id] = row{fmt.Sprint(r["v"]), fmt.Sprint(r["n"])}
+	}
+	c, err := pgconn.Connect(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	res, err := c.Exec(context.Background(), fmt.Sprintf("SELECT id, v, n FROM %s", tbl)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]row{}
+	for _, r := range res[0].Rows {
+		want[string(r[0])] = row{string(r[1]), string(r[2])}
+	}
+	bad := 0
+	for id, w := range want {
+		if g, ok := got[id]; !ok || g != w {
+			if bad++; bad <= 5 {
+				t.Errorf("row %s: output %+v (present %v), table %+v", id, g, ok, w)
+			}
+		}
+	}
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			if bad++; bad <= 10 {
+				t.Errorf("row %s is in the output but not in the table", id)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d rows differ (of %d in the table, %d in the output after applying %d changes)", bad, len(want), len(got), st.Rows)
+	}
+	t.Logf("%d rows in the table equal the output's %d records applied in seq order", len(want), st.Rows)
+}
