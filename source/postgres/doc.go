@@ -29,57 +29,99 @@
 //
 // # Reading
 //
-// The source has one split, named after the slot. Its first Read (no
-// resume state) drops any slot of that name, creates it with an exported
-// snapshot, reads every opened table under that snapshot (REPEATABLE
-// READ, SET TRANSACTION SNAPSHOT, before START_REPLICATION) as inserts
-// whose seq is the slot's consistent LSN, and places a resume point. It
-// then streams pgoutput (protocol version 1) from that LSN: inserts,
-// updates (the new row; when the key changed, first a delete of the old
-// key) and deletes (under REPLICA IDENTITY DEFAULT the row holds the key
-// columns, the others null), each with seq = the LSN of its change, and
-// a resume point after each transaction that touched an opened table.
-// A resume state is the LSN after the last whole transaction; reopening
-// there replays exactly what followed (source.ReplayExact). A bounded
-// Read stops, at a transaction boundary, once it has passed the WAL
-// insert position as of the end of the snapshot (resuming: as of the
-// start of Read).
+// Open returns one split for the slot's change stream ("slot:" + the
+// slot name) and one snapshot split per table ("snapshot:" + the stream
+// name); the runner reads them in parallel (at most
+// Config.SnapshotParallelism tables at once, each on its own
+// connection).
+//
+// A first Open (no resume state for the change stream) drops an idle slot
+// of that name, creates it with an exported snapshot and keeps that
+// connection idle until every snapshot split has imported the snapshot
+// (REPEATABLE READ, SET TRANSACTION SNAPSHOT). A snapshot split reads its
+// table in chunks of Config.SnapshotChunkRows rows in primary-key order
+// (keyset pagination: WHERE (key) > (last key) ORDER BY key LIMIT n), or,
+// without a key, in ranges of heap pages (ctid ranges, a TID range scan
+// on Postgres 14+), and places a resume point after each chunk: a sync
+// killed during the snapshot resumes after the last committed chunk.
+// Every snapshot row is an insert whose seq is the slot's consistent LSN.
+//
+// The change stream runs beside the snapshot, from that LSN, over
+// pgoutput (protocol version 1): inserts, updates (the new row; when the
+// key changed, first a delete of the old key) and deletes (under REPLICA
+// IDENTITY DEFAULT the row holds the key columns, the others null), each
+// with seq = the LSN of its change, and a resume point after each
+// transaction that touched an opened table, and at keepalives between
+// transactions (the server's position then), so quiet tables still let
+// the slot confirm the WAL the rest of the cluster writes. Reopening at a
+// resume point replays exactly what followed (source.ReplayExact). A
+// bounded Read stops at a transaction boundary once it has passed the
+// WAL insert position as of its start.
+//
+// # Snapshots that resume, and tables added later
+//
+// A snapshot resumed in a later attempt (after a kill), and the snapshot
+// of a table opened for the first time while the stream is already past
+// the slot's snapshot (a table added to the publication, or to the
+// pipeline's streams), are read under a new snapshot, since an exported
+// one dies with its connection. Their rows still carry the slot
+// snapshot's seq, which is below every change the stream emits: a row
+// changed since then appears both as a snapshot row and as its later
+// changes, and the change with the highest seq is the row's state. So a
+// destination that keeps the latest version per key (merge) holds
+// exactly the table; an append destination holds a change log that,
+// applied in seq order, equals it (TestKillDuringSnapshotAndStreaming).
+// An uninterrupted first snapshot has no such overlap. For a table
+// without a key, a resumed snapshot can repeat or miss a row that a
+// concurrent update moved between pages.
+//
+// # Hard cases
+//
+//   - Unchanged TOAST values: an update that leaves a large (TOASTed)
+//     column alone doesn't carry its value. Under REPLICA IDENTITY FULL
+//     the old row does, and the value is taken from it. Otherwise the
+//     row is written with source.AppendRowUnchanged, never as null, and
+//     the engine quarantines it (reason unchanged_value) so nothing is
+//     silently changed: set REPLICA IDENTITY FULL on tables whose large
+//     columns outlive updates of other columns.
+//   - Schema changes: relation messages are matched to the declared
+//     columns by name. A column dropped reads as null from then on. A
+//     column added, or a type changed, after the attempt read the catalog
+//     stops the stream with a *SchemaChangeError (ErrSchemaChanged) once
+//     the changes before it are read; the next Sync or Run declares the
+//     new shape and continues from there. Changes streamed from before a
+//     change the catalog already shows are read under the catalog's
+//     columns (a column added later is null in them).
+//   - Truncates stop the stream with a *TruncateError, unless
+//     Config.Truncates is TruncateIgnore.
+//   - A transaction in progress when the slot was created can have
+//     changes whose LSN precedes the snapshot's: their seq is raised to
+//     just above the snapshot's, so two changes of one row in such a
+//     transaction share a seq.
 //
 // Ack reports the acknowledged LSN to the server as the slot's flush
 // position (set explicitly, never left for the server to take from the
 // write position), in the status updates of a running Read, or with
 // pg_replication_slot_advance when none runs. The runner acknowledges
 // one checkpoint behind, so the slot never discards WAL a restart from
-// the last checkpoint still needs.
+// the last checkpoint still needs. Config.HeartbeatInterval adds a tiny
+// WAL write now and then for clusters where nothing else writes.
 //
 // # Errors
 //
 // A resume state whose slot is gone (dropped by hand, say) fails Open or
 // Read with a *SlotError wrapping ErrSlotMissing; one the slot has
 // already confirmed past fails with ErrPositionLost. The slot is never
-// recreated silently: start the pipeline over (a new snapshot) instead.
+// recreated silently: start the pipeline over (a new snapshot) instead,
+// with a new checkpoint store or pipeline name.
 //
 // # Limits of this version
 //
-//   - Unchanged TOAST values: an update that leaves a large (TOASTed)
-//     column alone doesn't carry its value; the row is written with
-//     source.AppendRowUnchanged, never as null, and the engine
-//     quarantines it today (reason unchanged_value). Set REPLICA IDENTITY
-//     FULL on such tables to get whole rows.
-//   - The snapshot is read in one go by the one split and is not a
-//     resume point until it is done: a sync killed during the snapshot
-//     starts it over. Chunked, parallel snapshot splits come later.
-//   - Truncates are logged and not replicated; DDL during streaming
-//     (relation messages changing the columns) is not applied to the
-//     declared schema; tables added to the publication later are not
-//     snapshotted; pgoutput streaming of in-progress transactions
-//     (protocol 2) is not used.
-//   - A transaction in progress when the slot was created can have
-//     changes whose LSN precedes the snapshot's: their seq is raised to
-//     just above the snapshot's, so two changes of one row in such a
-//     transaction share a seq.
-//   - No heartbeats: on a quiet database the slot's position only moves
-//     when the runner acknowledges.
+//   - pgoutput protocol version 2 (streaming of large transactions in
+//     progress) is not used: the server spills large transactions to
+//     disk and sends them at commit.
+//   - A table added to the publication is picked up by the next attempt
+//     (Sync, or Run started again), not by a running one.
 //   - Teardown (dropping the slot and a created publication) is the
 //     host's job.
 package postgres
