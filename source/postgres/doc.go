@@ -112,8 +112,16 @@
 // A resume state whose slot is gone (dropped by hand, say) fails Open or
 // Read with a *SlotError wrapping ErrSlotMissing; one the slot has
 // already confirmed past fails with ErrPositionLost. The slot is never
-// recreated silently: start the pipeline over (a new snapshot) instead,
-// with a new checkpoint store or pipeline name.
+// recreated silently; Config.OnSlotLost = SlotLostResnapshot lets Open
+// start over with a new slot and snapshot instead (see its doc for what a
+// destination then holds). A slot that lost WAL it needed (wal_status
+// "lost") is ErrWALRemoved, with the same choice.
+//
+// # Teardown
+//
+// Source.Teardown drops the slot, and the publication when the source
+// creates it (Config.CreatePublication), for a pipeline taken out of
+// service.
 //
 // # Limits of this version
 //
@@ -122,6 +130,4 @@
 //     disk and sends them at commit.
 //   - A table added to the publication is picked up by the next attempt
 //     (Sync, or Run started again), not by a running one.
-//   - Teardown (dropping the slot and a created publication) is the
-//     host's job.
 package postgres

@@ -77,6 +77,17 @@ type Config struct {
 	// snapshot, each on a connection of its own. Default 4.
 	SnapshotParallelism int
 
+	// OnSlotLost says what Open does when the slot a resume state needs is
+	// gone (dropped) or has lost WAL it needed: SlotLostFail (the
+	// default) returns the *SlotError; SlotLostResnapshot logs it at Warn
+	// and starts over as a first Open does, with a new slot and a new
+	// snapshot of every table. The new snapshot's rows have higher seqs
+	// than anything written before, so a merge destination converges on
+	// the table again, except that rows deleted while the slot was gone
+	// stay at the destination (no change reports their deletion), and an
+	// append destination receives every row again.
+	OnSlotLost SlotLostPolicy
+
 	// Truncates says what a TRUNCATE of a read table does: TruncateFail
 	// (the default) stops the stream with a *TruncateError before any
 	// change after it is read, since the destination cannot be emptied
@@ -88,6 +99,17 @@ type Config struct {
 	// Default: discard.
 	Logger *slog.Logger
 }
+
+// SlotLostPolicy says what Open does when the slot is gone or lost WAL
+// (Config.OnSlotLost).
+type SlotLostPolicy uint8
+
+const (
+	// SlotLostFail returns the *SlotError.
+	SlotLostFail SlotLostPolicy = iota
+	// SlotLostResnapshot starts over with a new slot and snapshot.
+	SlotLostResnapshot
+)
 
 // TruncatePolicy says what a replicated TRUNCATE does (Config.Truncates).
 type TruncatePolicy uint8
@@ -147,6 +169,11 @@ var (
 	// has already confirmed a position past the resume state, so the
 	// changes in between can't be replayed.
 	ErrPositionLost = errors.New("postgres: replication slot is past the resume position")
+	// ErrWALRemoved is wrapped by the *SlotError returned when the server
+	// has removed WAL the slot still needs (its wal_status is "lost",
+	// after max_slot_wal_keep_size): the changes since the resume state
+	// are gone.
+	ErrWALRemoved = errors.New("postgres: WAL needed by the replication slot was removed")
 	// ErrSlotInUse is returned by a Read without a resume state (which
 	// would drop and recreate the slot) when another process is streaming
 	// from the slot: it belongs to someone else.
@@ -160,7 +187,7 @@ var (
 )
 
 // SlotError says the replication slot can't continue from a resume
-// state. It wraps ErrSlotMissing or ErrPositionLost.
+// state. It wraps ErrSlotMissing, ErrWALRemoved or ErrPositionLost.
 type SlotError struct {
 	Slot      string
 	Want      pglogrepl.LSN // the resume state's position
@@ -169,9 +196,13 @@ type SlotError struct {
 }
 
 func (e *SlotError) Error() string {
+	if errors.Is(e.Err, ErrWALRemoved) {
+		return fmt.Sprintf("postgres: replication slot %q lost WAL it needed (resume position %s; see max_slot_wal_keep_size): "+
+			"start the pipeline over from a new snapshot, or set Config.OnSlotLost to SlotLostResnapshot", e.Slot, e.Want)
+	}
 	if errors.Is(e.Err, ErrSlotMissing) {
 		return fmt.Sprintf("postgres: replication slot %q not found (resume position %s): was it dropped by hand? "+
-			"start the pipeline over from a new snapshot", e.Slot, e.Want)
+			"start the pipeline over from a new snapshot, or set Config.OnSlotLost to SlotLostResnapshot", e.Slot, e.Want)
 	}
 	return fmt.Sprintf("postgres: replication slot %q confirmed %s, past the resume position %s: "+
 		"the changes in between are gone", e.Slot, e.Confirmed, e.Want)
@@ -549,9 +580,14 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	}
 	if start != nil {
 		if _, err := s.checkSlot(ctx, start.lsn); err != nil {
-			return nil, err
+			if !errors.Is(err, ErrSlotMissing) && !errors.Is(err, ErrWALRemoved) || s.cfg.OnSlotLost != SlotLostResnapshot {
+				return nil, err
+			}
+			s.log.WarnContext(ctx, "slot lost: starting over with a new snapshot (Config.OnSlotLost)", "err", err)
+			start = nil
 		}
-	} else {
+	}
+	if start == nil {
 		// A fresh start: snapshot states of an earlier slot (an
 		// inconsistent set) are no use with a new one.
 		exp, lsn, err := s.createSlot(ctx, len(snaps))
@@ -587,12 +623,19 @@ func (s *Source) checkSlot(ctx context.Context, want pglogrepl.LSN) (pglogrepl.L
 	if err != nil {
 		return 0, err
 	}
-	rows, err := queryText(ctx, c, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = `+quoteLiteral(s.cfg.Slot))
+	// wal_status (Postgres 13+) is 'lost' once the server removed WAL the
+	// slot needs (max_slot_wal_keep_size).
+	rows, err := queryText(ctx, c, `SELECT confirmed_flush_lsn,
+       COALESCE((to_jsonb(s) ->> 'wal_status') = 'lost', false)
+FROM pg_replication_slots s WHERE slot_name = `+quoteLiteral(s.cfg.Slot))
 	if err != nil {
 		return 0, fmt.Errorf("postgres: look up slot %q: %w", s.cfg.Slot, err)
 	}
 	if len(rows) == 0 {
 		return 0, &SlotError{Slot: s.cfg.Slot, Want: want, Err: ErrSlotMissing}
+	}
+	if string(rows[0][1]) == "t" {
+		return 0, &SlotError{Slot: s.cfg.Slot, Want: want, Err: ErrWALRemoved}
 	}
 	var confirmed pglogrepl.LSN
 	if rows[0][0] != nil {
@@ -642,5 +685,43 @@ AND confirmed_flush_lsn < `+quoteLiteral(lsn)+`::pg_lsn`)
 	if err != nil {
 		return fmt.Errorf("postgres: advance slot %q to %s: %w", s.cfg.Slot, lsn, err)
 	}
+	return nil
+}
+
+// Teardown drops the pipeline's replication slot and, when
+// Config.CreatePublication is set (the pipeline owns the publication),
+// the publication, so a pipeline taken out of service leaves nothing
+// holding WAL on the server. It fails with ErrSlotInUse while a process
+// streams from the slot; a slot or publication already gone is not an
+// error. Reads must have returned; the pipeline can't resume afterwards
+// (its next sync starts from a new snapshot).
+func (s *Source) Teardown(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exp != nil {
+		s.exp.close()
+		s.exp = nil
+	}
+	c, err := s.queryConn(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := queryText(ctx, c, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = `+quoteLiteral(s.cfg.Slot)+` AND active`)
+	if err != nil {
+		return fmt.Errorf("postgres: look up slot %q: %w", s.cfg.Slot, err)
+	}
+	if len(rows) > 0 {
+		return fmt.Errorf("%w: slot %q is streaming to process %s", ErrSlotInUse, s.cfg.Slot, rows[0][0])
+	}
+	if _, err := queryText(ctx, c, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = `+
+		quoteLiteral(s.cfg.Slot)); err != nil {
+		return fmt.Errorf("postgres: drop slot %q: %w", s.cfg.Slot, err)
+	}
+	if s.cfg.CreatePublication {
+		if _, err := queryText(ctx, c, "DROP PUBLICATION IF EXISTS "+quoteIdent(s.cfg.Publication)); err != nil {
+			return fmt.Errorf("postgres: drop publication %q: %w", s.cfg.Publication, err)
+		}
+	}
+	s.log.InfoContext(ctx, "tore down", "publication_dropped", s.cfg.CreatePublication)
 	return nil
 }
