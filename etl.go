@@ -9,6 +9,9 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/engine"
@@ -105,13 +108,44 @@ func (b *Builder) StopTimeout(d time.Duration) *Builder { b.cfg.StopTimeout = d;
 func (b *Builder) MaxDocumentBytes(n int) *Builder { b.cfg.MaxDocumentBytes = n; return b }
 
 // Logger sets the logger: lifecycle at Info, retries at Warn, per-epoch
-// detail at Debug; never row data. Default: discard.
+// and per-batch detail at Debug; never row data, and every message and
+// attribute passes through RedactSecrets (no passwords). Default:
+// discard.
 func (b *Builder) Logger(l *slog.Logger) *Builder { b.cfg.Logger = l; return b }
 
 // OnProgress sets a callback called after every committed epoch and about
 // once a second while a sync runs, from one goroutine of the runner at a
-// time. It must return quickly.
+// time, with the attempt's counts, per-stream snapshot progress and lag
+// (see Progress). It must return quickly: while it runs, no barrier is
+// requested. Status gives the same figures to a caller that polls.
 func (b *Builder) OnProgress(f func(Progress)) *Builder { b.cfg.OnProgress = f; return b }
+
+// OnEvent sets a callback that receives typed events (see EventKind), in
+// order, on a goroutine of its own. The runner never waits for it: events
+// go through a queue of queue events (0: default 1024), and those that
+// find it full are dropped and counted (Status().EventsDropped and the
+// openetl.events.dropped metric). Default: no events.
+func (b *Builder) OnEvent(f func(Event), queue int) *Builder {
+	b.cfg.OnEvent, b.cfg.EventQueue = f, queue
+	return b
+}
+
+// LagAlert sets the lag above which EventPipelineLagging is emitted (and
+// at or below which EventPipelineRecovered follows): the largest age of
+// unread data that the source's splits report (sources whose splits
+// implement LagReporter). Default 0: no lag events.
+func (b *Builder) LagAlert(d time.Duration) *Builder { b.cfg.LagAlert = d; return b }
+
+// Telemetry sets the OpenTelemetry providers the pipeline's metrics and
+// spans come from (METRICS.md lists them); a nil one keeps its default,
+// the global provider (otel.GetMeterProvider, otel.GetTracerProvider),
+// which does nothing until the host sets one. The instruments are made
+// once by Build and stay registered with the meter provider for the
+// life of the Pipeline.
+func (b *Builder) Telemetry(mp metric.MeterProvider, tp trace.TracerProvider) *Builder {
+	b.cfg.MeterProvider, b.cfg.TracerProvider = mp, tp
+	return b
+}
 
 // Build is BuildContext with a background context.
 func (b *Builder) Build() (*Pipeline, error) { return b.BuildContext(context.Background()) }
@@ -150,6 +184,7 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, &BuildError{Pipeline: cfg.Name, Err: err}
 	}
+	cfg.Monitor = pipeline.NewMonitor(cfg)
 	return &Pipeline{cfg: cfg, guarantees: guarantees}, nil
 }
 
@@ -191,6 +226,13 @@ type Result = pipeline.Result
 
 // Progress is a snapshot passed to the OnProgress callback.
 type Progress = pipeline.Progress
+
+// Status returns a snapshot of the pipeline's latest attempt in this
+// process: phase, generation, last committed epoch and its time,
+// per-stream counts and snapshot progress, lag, the last error and the
+// events dropped. It is cheap and safe to call from any goroutine at any
+// time; before the first Sync or Run its Phase is PhaseIdle.
+func (p *Pipeline) Status() Status { return p.cfg.Monitor.Status() }
 
 // Sync reads every stream to the source's end as of the start, commits
 // what it read in one or more epochs, and returns the counts. It resumes

@@ -7,8 +7,13 @@ import (
 	"log/slog"
 	"maps"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
@@ -40,6 +45,17 @@ type runner struct {
 	commitCh  chan committed
 	budget    chan struct{}
 	barriers  barrierControl
+
+	// Observability: the monitor (status, events, instruments) and this
+	// attempt's state in it; the attempt's span and its open epochs'
+	// spans. streamOpts is the engine stage's (no lock).
+	mon        *Monitor
+	state      *attemptState
+	syncSpan   trace.Span
+	spanMu     sync.Mutex
+	epochSpans map[uint64]epochSpan
+	streamOpts map[string]streamOpts
+	laneOpts   []metric.MeasurementOption
 
 	placing    atomic.Bool // a placeIdle goroutine runs
 	epochBytes atomic.Int64
@@ -89,11 +105,15 @@ func Sync(ctx context.Context, cfg Config) (Result, error) {
 }
 
 // Run runs one continuous attempt until ctx is cancelled, then places a
-// final barrier, commits it within StopTimeout and returns nil. It returns
-// an error when the attempt fails, including checkpoint.ErrFenced when a
-// newer attempt took the pipeline over.
+// final barrier, commits it within StopTimeout and returns nil; cancelled
+// while it sets up (claim, recovery, open), before reading, it returns
+// nil too. It returns an error when the attempt fails, including
+// checkpoint.ErrFenced when a newer attempt took the pipeline over.
 func Run(ctx context.Context, cfg Config) error {
 	_, err := attempt(ctx, cfg, false)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
+		return nil // a stop during setup: nothing was read
+	}
 	return err
 }
 
@@ -102,7 +122,24 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 		return Result{}, err
 	}
 	cfg = cfg.withDefaults()
-	r := &runner{cfg: cfg, bounded: bounded, start: cfg.Now()}
+	mon := cfg.Monitor
+	if mon == nil {
+		mon = NewMonitor(cfg)
+		defer mon.close()
+	}
+	r := &runner{cfg: cfg, bounded: bounded, start: cfg.Now(), mon: mon,
+		state: newAttemptState(cfg.Name, bounded, cfg.Now()), epochSpans: map[uint64]epochSpan{},
+		streamOpts: map[string]streamOpts{}}
+	mon.begin(r.state)
+	ctx, r.syncSpan = mon.tracer.Start(ctx, "openetl.sync", trace.WithAttributes(
+		AttrPipeline.String(cfg.Name), AttrBounded.Bool(bounded)))
+	defer func() { r.end(ctx, res, err) }()
+	return r.run(ctx)
+}
+
+func (r *runner) run(ctx context.Context) (res Result, err error) {
+	cfg := r.cfg
+	bounded := r.bounded
 	log := cfg.Logger.With("pipeline", cfg.Name)
 
 	// Setting up (claim, discover, writers, recovery, open) follows the
@@ -140,6 +177,7 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 	log = log.With("generation", uint64(r.gen))
 	r.log = log
 	log.Info("attempt started", "bounded", bounded, "resume_epoch", headEpoch(r.head))
+	r.claimed()
 
 	defer func() { r.closeWriters(log) }()
 	for lane := 0; lane < cfg.Lanes; lane++ {
@@ -149,7 +187,7 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 		}
 		r.writers = append(r.writers, w)
 	}
-	if err := r.recover(ctx, log); err != nil {
+	if err := r.recoverSpan(ctx, log); err != nil {
 		return Result{}, err
 	}
 	r.firstEpoch = headEpoch(r.head) + 1
@@ -297,6 +335,7 @@ func (r *runner) recover(ctx context.Context, log *slog.Logger) error {
 			return r.publishFiles(ctx, r.head, nil)
 		case sink.Recoverable:
 			log.Info("applying the last committed epoch", "epoch", r.head.Epoch)
+			r.mon.emit(Event{Kind: EventEpochRecovered, Generation: r.gen, Epoch: r.head.Epoch, Outcome: out})
 			if err := r.commitDest(ctx, r.head.Epoch, r.head.Committables, log); err != nil {
 				return err
 			}
@@ -309,6 +348,7 @@ func (r *runner) recover(ctx context.Context, log *slog.Logger) error {
 				to = *r.head.Prev
 			}
 			log.Warn("rewinding past a lost epoch", "epoch", r.head.Epoch, "to", to.Epoch)
+			r.mon.emit(Event{Kind: EventEpochRecovered, Generation: r.gen, Epoch: r.head.Epoch, Outcome: out})
 			if err := r.cfg.Store.Rewind(ctx, r.cfg.Name, r.gen, to); err != nil {
 				return fmt.Errorf("checkpoints: rewind past lost epoch %d: %w", r.head.Epoch, err)
 			}
@@ -325,20 +365,24 @@ func (r *runner) recover(ctx context.Context, log *slog.Logger) error {
 	}
 }
 
-// commitDest calls Commit on lane 0 with retries and backoff.
-func (r *runner) commitDest(ctx context.Context, epoch uint64, cs [][]byte, log *slog.Logger) error {
+// commitDest calls Commit on lane 0 with retries and backoff, in a span
+// of its own.
+func (r *runner) commitDest(ctx context.Context, epoch uint64, cs [][]byte, log *slog.Logger) (err error) {
+	ctx, span := r.mon.tracer.Start(ctx, "openetl.commit", trace.WithAttributes(
+		AttrEpoch.Int64(int64(epoch)), AttrGeneration.Int64(int64(r.gen)), AttrDestination.String(r.mon.dest)))
+	defer func() { endSpan(span, err) }()
 	committables := make([]sink.Committable, len(cs))
 	for i, c := range cs {
 		committables[i] = c
 	}
 	backoff := r.cfg.CommitBackoff
-	var err error
 	for try := 0; ; try++ {
 		err = r.writers[0].Commit(ctx, epoch, committables)
 		if err == nil || errors.Is(err, sink.ErrFenced) || try >= r.cfg.CommitRetries {
 			break
 		}
 		log.Warn("destination commit failed; retrying", "epoch", epoch, "try", try+1, "err", err)
+		span.AddEvent("retry", trace.WithAttributes(attribute.Int("try", try+1)))
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():

@@ -23,6 +23,10 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/engine"
@@ -67,13 +71,36 @@ type Config struct {
 	StopTimeout time.Duration
 	// MaxDocumentBytes is passed to the engine; default 16 MiB.
 	MaxDocumentBytes int
-	// Logger receives lifecycle (Info), retries (Warn) and per-epoch
-	// (Debug) logs; default discard.
+	// Logger receives lifecycle (Info), retries (Warn) and per-epoch and
+	// per-batch (Debug) logs, never row data; every message and attribute
+	// passes through RedactSecrets first. Default discard.
 	Logger *slog.Logger
 	// OnProgress is called after every committed epoch and about once a
-	// second while reading, from a goroutine of the runner; it must not
-	// block for long.
+	// second while reading, from the attempt's coordinating goroutine:
+	// while it runs no barrier is requested, so it must return quickly.
 	OnProgress func(Progress)
+	// OnEvent receives the attempt's events (see EventKind), in order, on
+	// a goroutine of its own, through a queue of EventQueue events
+	// (default 1024): the runner never waits for it, and events that find
+	// the queue full are dropped and counted (Status.EventsDropped, the
+	// openetl.events.dropped metric). Default: no events.
+	OnEvent    func(Event)
+	EventQueue int
+	// LagAlert is the lag (the largest age a split reports through
+	// LagReporter) above which EventPipelineLagging is emitted, and at
+	// or below which EventPipelineRecovered follows; default 0, no lag
+	// events.
+	LagAlert time.Duration
+	// MeterProvider and TracerProvider make the runner's metrics and
+	// spans (METRICS.md lists them); defaults otel.GetMeterProvider() and
+	// otel.GetTracerProvider(), which do nothing until the host sets
+	// them.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
+	// Monitor carries status, events and instruments across attempts
+	// (NewMonitor; package etl makes one per Pipeline). When nil, each
+	// attempt makes its own from the fields above.
+	Monitor *Monitor
 	// NewEngine makes the engine; default engine.New.
 	NewEngine func(engine.Config) (engine.Engine, error)
 	// Now is the clock for _openetl_synced_at and record times; default
@@ -81,15 +108,32 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Progress is a snapshot of a running attempt.
+// Progress is a snapshot of a running attempt, passed to OnProgress. Its
+// maps and slices belong to the callback.
 type Progress struct {
 	Generation checkpoint.Generation
-	// Epoch is the last committed epoch (0 before the first).
+	// Phase is PhaseRunning, or PhaseStopping once the final barrier is
+	// requested.
+	Phase Phase
+	// Epoch is the last committed epoch (the one resumed after, before
+	// this attempt commits one; 0 when none).
 	Epoch uint64
 	// Read counts records read in this attempt so far, committed or not.
 	Read int64
 	// Committed counts this attempt's committed rows per stream.
 	Committed map[string]checkpoint.Counts
+	// Totals counts committed rows per stream over the pipeline's life.
+	Totals map[string]checkpoint.Counts
+	// Streams holds per-stream reads, counts and snapshot progress
+	// (rows copied and estimated, from splits implementing
+	// SnapshotReporter).
+	Streams map[string]StreamStatus
+	// Lag is the largest age of unread data the splits report (LagKnown
+	// false when none implements LagReporter or none can tell), and
+	// Backlog the splits' distance to the source's end, summed per unit.
+	Lag      time.Duration
+	LagKnown bool
+	Backlog  map[string]int64
 	// Elapsed since the attempt started.
 	Elapsed time.Duration
 }
@@ -149,6 +193,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CommitRetries < 0 || c.CommitBackoff < 0 || c.StopTimeout < 0 {
 		errs = append(errs, errors.New("commit retries, backoff and stop timeout: negative"))
+	}
+	if c.EventQueue < 0 || c.LagAlert < 0 {
+		errs = append(errs, errors.New("event queue and lag alert: negative"))
 	}
 	if c.Required > delivery.ExactlyOnce {
 		errs = append(errs, fmt.Errorf("required level: unknown %v", c.Required))
@@ -210,6 +257,14 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	} else if c.Logger.Handler() != slog.DiscardHandler {
+		c.Logger = slog.New(newRedactHandler(c.Logger.Handler()))
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 	if c.NewEngine == nil {
 		c.NewEngine = engine.New

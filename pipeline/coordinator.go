@@ -14,7 +14,6 @@ import (
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/engine"
-	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
 )
 
@@ -53,6 +52,7 @@ func (r *runner) pipeline(ctx, work context.Context, cancelWork context.CancelCa
 		seen[id] = true
 		r.pumps = append(r.pumps, newPump(r, i, id, resume[id], splitCtx))
 	}
+	r.running()
 	// splitsDone is closed when every split's Read returned nil. Splits
 	// that stop with an error never count, so it is closed by the last
 	// one to finish rather than by a goroutine that could wait forever.
@@ -105,16 +105,7 @@ func (r *runner) pipeline(ctx, work context.Context, cancelWork context.CancelCa
 			}
 		}
 	}
-	if err != nil {
-		if errors.Is(err, checkpoint.ErrFenced) || errors.Is(err, sink.ErrFenced) {
-			log.Warn("attempt fenced by a newer generation", "err", err)
-		} else {
-			log.Warn("attempt failed", "err", err)
-		}
-		return res, err
-	}
-	log.Info("attempt finished", "epoch", res.Epoch, "epochs", res.Epochs)
-	return res, nil
+	return res, err
 }
 
 // coordinate requests barriers and decides when the attempt ends.
@@ -147,6 +138,7 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 	request := func(isFinal bool) {
 		lastBarrier = r.progress()
 		r.epochBytes.Store(0)
+		r.startEpoch(next, isFinal)
 		r.barriers.request(next, isFinal)
 		inflight = true
 		log.Debug("barrier requested", "epoch", next, "final", isFinal)
@@ -159,6 +151,7 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 	// already requested when nothing was read since.
 	beginStop := func() {
 		stopping = true
+		r.stopping()
 		if inflight {
 			return // decided when the in-flight barrier aligns
 		}
@@ -171,8 +164,7 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 	}
 	report := func() {
 		if cfg.OnProgress != nil {
-			cfg.OnProgress(Progress{Generation: r.gen, Epoch: res.Epoch, Read: r.recordsRead(),
-				Committed: maps.Clone(res.Streams), Elapsed: cfg.Now().Sub(r.start)})
+			cfg.OnProgress(r.progressNow(res))
 		}
 	}
 	for {
@@ -215,6 +207,7 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 				r.placeIdle(errCh)
 			}
 		case <-progress.C:
+			r.poll()
 			report()
 		case epoch := <-r.alignedCh:
 			inflight = false
@@ -344,11 +337,15 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 				}
 				rec.Files = append(rec.Files, checkpoint.File{Kind: k.kind, Stream: k.stream, Path: name, Rows: rows})
 			}
-			if err := r.cfg.Store.Commit(ctx, r.gen, rec); err != nil {
+			ectx := r.epochContext(ctx, next)
+			if err := r.commitCheckpoint(ectx, rec); err != nil {
 				return fmt.Errorf("checkpoints: commit epoch %d: %w", next, err)
 			}
 			log.Debug("epoch committed", "epoch", next)
-			if err := r.commitDest(ctx, next, cs, log); err != nil {
+			t0 := time.Now()
+			err := r.commitDest(ectx, next, cs, log)
+			r.mon.inst.commitDur.Record(ctx, time.Since(t0).Seconds(), r.mon.destAttr)
+			if err != nil {
 				return err
 			}
 			if err := r.publishFiles(ctx, rec, info.side); err != nil {
@@ -363,6 +360,7 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 			ref := rec.Ref()
 			prevRef, resume, totals = &ref, rec.Resume, rec.Totals
 			counts = addCounts(counts, info.counts)
+			r.epochCommitted(ctx, rec, counts)
 			select {
 			case r.commitCh <- committed{epoch: next, counts: maps.Clone(counts), totals: maps.Clone(totals)}:
 			case <-ctx.Done():

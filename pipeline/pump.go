@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/source"
@@ -159,6 +160,14 @@ func (p *pump) flushLocked(b *engine.RawBatch) error {
 }
 
 func (p *pump) send(m pumpMsg) error {
+	select {
+	case p.r.toEngine <- m:
+		return nil
+	default:
+	}
+	// The engine queue is full: count the wait as backpressure.
+	t0 := time.Now()
+	defer func() { p.r.mon.backpressNs.Add(int64(time.Since(t0))) }()
 	select {
 	case p.r.toEngine <- m:
 		return nil

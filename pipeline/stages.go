@@ -5,9 +5,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"time"
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/engine"
@@ -148,10 +151,12 @@ func (r *runner) runEngine(ctx context.Context) error {
 func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoint.Counts, side map[sideKey][]byte, epoch uint64) error {
 	b := m.batch
 	defer r.putBatch(b)
+	t0 := time.Now()
 	out, err := r.eng.Push(b, r.cfg.Now())
 	if err != nil {
 		return fmt.Errorf("engine: stream %q: %w", b.Stream, err)
 	}
+	r.measureBatch(ctx, b, out, time.Since(t0), epoch)
 	c := counts[b.Stream]
 	c.Read += int64(b.Len())
 	c.Quarantined += int64(len(out.Quarantined))
@@ -181,9 +186,6 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 			buf = r.appendHeld(buf, m, h, out.Table, epoch)
 		}
 		side[k] = buf
-	}
-	for _, ch := range out.SchemaChanges {
-		r.log.Info("schema change", "stream", ch.Stream, "column", ch.Column, "kind", ch.Kind, "from", ch.From, "to", ch.To)
 	}
 	if out.Record == nil {
 		return nil
@@ -286,7 +288,7 @@ func (r *runner) runLane(ctx context.Context, lane int) error {
 			}
 			continue
 		}
-		c, err := w.PreCommit(ctx, m.epoch)
+		c, err := r.preCommit(ctx, w, lane, m.epoch)
 		if err != nil {
 			return fmt.Errorf("destination: lane %d: precommit epoch %d: %w", lane, m.epoch, err)
 		}
@@ -294,4 +296,45 @@ func (r *runner) runLane(ctx context.Context, lane int) error {
 			return nil
 		}
 	}
+}
+
+// measureBatch counts a pushed batch in the metrics and the status, logs
+// it at Debug and reports its schema changes: once per batch.
+func (r *runner) measureBatch(ctx context.Context, b *engine.RawBatch, out engine.Output, took time.Duration, epoch uint64) {
+	in, o := r.mon.inst, r.optsFor(b.Stream)
+	in.rowsRead.Add(ctx, int64(b.Len()), o.stream)
+	in.bytesRead.Add(ctx, int64(b.Bytes()), o.stream)
+	in.engineDur.Record(ctx, took.Seconds(), o.stream)
+	if out.Record != nil {
+		in.bytesWritten.Add(ctx, recordBytes(out.Record), o.dest)
+	}
+	r.state.addRead(b.Stream, int64(b.Len()))
+	if r.log.Enabled(ctx, slog.LevelDebug) {
+		var rows int64
+		if out.Record != nil {
+			rows = out.Record.NumRows()
+		}
+		r.log.Debug("batch", "stream", b.Stream, "epoch", epoch, "rows", b.Len(), "bytes", b.Bytes(),
+			"written", rows, "quarantined", len(out.Quarantined), "held", len(out.Held), "took", took)
+	}
+	for _, ch := range out.SchemaChanges {
+		r.log.Info("schema change", "stream", ch.Stream, "column", ch.Column, "kind", ch.Kind, "from", ch.From, "to", ch.To)
+		kind := EventSchemaChanged
+		if ch.Kind == engine.ChangeBlocked || ch.Kind == engine.ChangeDiscarded {
+			kind = EventSchemaBlocked
+		}
+		r.mon.emit(Event{Kind: kind, Generation: r.gen, Epoch: epoch, Stream: ch.Stream, Column: ch.Column,
+			Change: string(ch.Kind), From: ch.From, To: ch.To})
+	}
+}
+
+// preCommit runs a lane's PreCommit in a span under the epoch's.
+func (r *runner) preCommit(ctx context.Context, w sink.Writer, lane int, epoch uint64) (c sink.Committable, err error) {
+	ctx, span := r.mon.tracer.Start(r.epochContext(ctx, epoch), "openetl.precommit", trace.WithAttributes(
+		AttrEpoch.Int64(int64(epoch)), AttrLane.Int(lane), AttrDestination.String(r.mon.dest)))
+	t0 := time.Now()
+	c, err = w.PreCommit(ctx, epoch)
+	r.mon.inst.precommitDur.Record(ctx, time.Since(t0).Seconds(), r.laneOpts[lane])
+	endSpan(span, err)
+	return c, err
 }

@@ -98,7 +98,16 @@ func run() error {
 			if secs <= 0 {
 				return
 			}
-			fmt.Printf("\r  epoch %-4d  read %10d  %9.0f rows/s", pr.Epoch, pr.Read, float64(pr.Read)/secs)
+			// Done: what earlier runs committed plus what this run read;
+			// the fake source holds -rows records per stream.
+			done, quarantined := pr.Read, int64(0)
+			for s, t := range pr.Totals {
+				done += t.Read - pr.Committed[s].Read
+				quarantined += t.Quarantined
+			}
+			total := 2 * *rows
+			fmt.Printf("\r  epoch %-4d  %10d of %d records (%5.1f%%)  %9.0f rows/s  quarantined %d ",
+				pr.Epoch, done, total, 100*float64(done)/float64(total), float64(pr.Read)/secs, quarantined)
 		}).
 		Build()
 	if err != nil {

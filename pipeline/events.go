@@ -1,0 +1,149 @@
+package pipeline
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/sink"
+)
+
+// EventKind names an event. Its string is stable: hosts may store it or
+// route on it.
+type EventKind string
+
+// The events an attempt reports. Every attempt ends with exactly one of
+// EventSyncSucceeded, EventSyncStopped and EventSyncFailed, also one that
+// fails before it claims the pipeline (then without EventSyncStarted and
+// with Generation 0).
+const (
+	// EventSyncStarted: an attempt claimed the pipeline. Generation is
+	// its generation, Epoch the epoch it resumes after (0: none), Bounded
+	// tells Sync (true) from Run.
+	EventSyncStarted EventKind = "sync.started"
+	// EventSyncSucceeded: a Sync read to the source's end and committed.
+	// Epoch is the last committed epoch, Epochs how many the attempt
+	// committed, Streams its per-stream counts.
+	EventSyncSucceeded EventKind = "sync.succeeded"
+	// EventSyncStopped: a Run stopped cleanly after its context was
+	// cancelled (the final checkpoint is committed; Err nil), or a Sync
+	// was abandoned by its context (Err is the context's cause).
+	EventSyncStopped EventKind = "sync.stopped"
+	// EventSyncFailed: the attempt failed with Err (redacted: no
+	// passwords). After EventPipelineFenced, Err wraps
+	// checkpoint.ErrFenced or sink.ErrFenced.
+	EventSyncFailed EventKind = "sync.failed"
+	// EventSchemaChanged: a stream's schema gained a column or widened
+	// one: Stream, Column, Change ("added", "widened"), From, To (type
+	// names). Epoch is the epoch the change is committed with.
+	EventSchemaChanged EventKind = "schema.changed"
+	// EventSchemaBlocked: the stream's schema policy refused a change
+	// ("blocked": the record is quarantined) or dropped a new field
+	// ("discarded"); fields as EventSchemaChanged.
+	EventSchemaBlocked EventKind = "schema.blocked"
+	// EventStreamPaused and EventStreamResumed are reserved for sources
+	// that pause a stream; the runner does not emit them yet.
+	EventStreamPaused  EventKind = "stream.paused"
+	EventStreamResumed EventKind = "stream.resumed"
+	// EventPipelineLagging: the largest lag a split reports (see
+	// LagReporter) exceeded Config.LagAlert; Lag is that lag.
+	EventPipelineLagging EventKind = "pipeline.lagging"
+	// EventPipelineRecovered: after EventPipelineLagging, the lag fell
+	// back to or below Config.LagAlert; Lag is the lag now.
+	EventPipelineRecovered EventKind = "pipeline.recovered"
+	// EventPipelineFenced: a newer attempt claimed the pipeline; this one
+	// stops without committing anything more (EventSyncFailed follows).
+	// A host should not restart it. Err says where it noticed.
+	EventPipelineFenced EventKind = "pipeline.fenced"
+	// EventQuarantineAdded: a committed epoch set records of Stream
+	// aside: Rows of them, in the file Path (relative to the pipeline's
+	// directory in the checkpoint store; see QuarantineName).
+	EventQuarantineAdded EventKind = "quarantine.added"
+	// EventEpochCommitted: epoch Epoch is committed (HEAD moved and the
+	// destination applied it); Streams holds its per-stream counts.
+	EventEpochCommitted EventKind = "epoch.committed"
+	// EventEpochRecovered: on start, the attempt found HEAD's epoch Epoch
+	// not applied at the destination: Outcome sink.Recoverable (it was
+	// applied now) or sink.Lost (the log was rewound to the epoch before).
+	EventEpochRecovered EventKind = "epoch.recovered"
+)
+
+// Event is one thing that happened to a pipeline, delivered to
+// Config.OnEvent. Which fields are set depends on Kind (see the
+// EventKind constants); the others are zero. Maps in an event belong to
+// the receiver.
+type Event struct {
+	Kind       EventKind
+	Time       time.Time // by Config.Now
+	Pipeline   string
+	Generation checkpoint.Generation
+	Epoch      uint64
+	Bounded    bool
+	Epochs     int
+	Streams    map[string]checkpoint.Counts
+	Stream     string
+	Column     string
+	Change     string
+	From, To   string
+	Rows       int64
+	Path       string
+	Lag        time.Duration
+	Outcome    sink.Outcome
+	// Err is the attempt's error, its message redacted (RedactSecrets);
+	// errors.Is and errors.As see the original.
+	Err error
+}
+
+// defaultEventQueue is Config.EventQueue's default.
+const defaultEventQueue = 1024
+
+// eventQueue hands events to a callback on a goroutine of its own, in
+// order, through a bounded buffer: publishing never blocks, and an event
+// that finds the buffer full is dropped and counted. The goroutine runs
+// only while there are events to deliver.
+type eventQueue struct {
+	fn      func(Event)
+	ch      chan Event
+	running atomic.Bool
+	dropped atomic.Int64
+}
+
+func newEventQueue(fn func(Event), size int) *eventQueue {
+	if size <= 0 {
+		size = defaultEventQueue
+	}
+	return &eventQueue{fn: fn, ch: make(chan Event, size)}
+}
+
+func (q *eventQueue) publish(e Event) {
+	select {
+	case q.ch <- e:
+	default:
+		q.dropped.Add(1)
+		return
+	}
+	if q.running.CompareAndSwap(false, true) {
+		go q.drain()
+	}
+}
+
+// drain delivers queued events, one goroutine at a time (so in order),
+// and exits once the queue is empty.
+func (q *eventQueue) drain() {
+	for {
+		for done := false; !done; {
+			select {
+			case e := <-q.ch:
+				q.fn(e)
+			default:
+				done = true
+			}
+		}
+		q.running.Store(false)
+		// An event published between the last receive and the Store saw
+		// running true and started no goroutine: take it over.
+		if len(q.ch) == 0 || !q.running.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/binary"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/source"
+)
+
+// reportingSource has one stream "s0" and one split that implements
+// LagReporter and SnapshotReporter: it copies rows records as a
+// snapshot, reporting an age of an hour until it is half-way and has
+// been polled there, then none.
+type reportingSource struct {
+	rows int
+	sp   *reportingSplit
+}
+
+func (s *reportingSource) Discover(context.Context) (source.Catalog, error) {
+	return source.Catalog{Streams: []source.Stream{{Name: "s0", PrimaryKey: []string{"id"}}}}, nil
+}
+
+func (s *reportingSource) Replay() source.Replay { return source.ReplayExact }
+
+func (s *reportingSource) Open(context.Context, []string, map[source.SplitID][]byte) ([]source.Split, error) {
+	s.sp = &reportingSplit{rows: int64(s.rows), polledBehind: make(chan struct{})}
+	return []source.Split{s.sp}, nil
+}
+
+type reportingSplit struct {
+	rows         int64
+	next         atomic.Int64
+	caughtUp     atomic.Bool
+	polls        atomic.Int64
+	once         sync.Once
+	polledBehind chan struct{} // closed at the first poll at half-way
+}
+
+func (sp *reportingSplit) ID() source.SplitID { return "s0" }
+
+func (sp *reportingSplit) Lag() (int64, string, time.Duration, bool) {
+	sp.polls.Add(1)
+	next := sp.next.Load()
+	age := time.Duration(0)
+	if !sp.caughtUp.Load() {
+		age = time.Hour
+		if next >= sp.rows/2 {
+			sp.once.Do(func() { close(sp.polledBehind) })
+		}
+	}
+	return sp.rows - next, "message", age, true
+}
+
+func (sp *reportingSplit) SnapshotProgress() (string, int64, int64, bool) {
+	next := sp.next.Load()
+	return "s0", next, sp.rows, next < sp.rows
+}
+
+func (sp *reportingSplit) Read(ctx context.Context, e source.Emitter, bounded bool) error {
+	var st [8]byte
+	for i := int64(0); i < sp.rows; i++ {
+		if err := e.Record("s0", source.OpInsert, i+1, []byte(strconv.FormatInt(i, 10)), []byte("ok")); err != nil {
+			return err
+		}
+		sp.next.Store(i + 1)
+		if (i+1)%10 == 0 || i+1 == sp.rows {
+			binary.BigEndian.PutUint64(st[:], uint64(i+1))
+			if err := e.ResumePoint(st[:]); err != nil {
+				return err
+			}
+		}
+		if i+1 == sp.rows/2 {
+			// At a resume point: the runner can place barriers and poll
+			// while the split waits to be seen behind.
+			select {
+			case <-sp.polledBehind:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			sp.caughtUp.Store(true)
+		}
+	}
+	return nil
+}
+
+// TestLagAndSnapshotReports checks that what splits report through
+// LagReporter and SnapshotReporter reaches the progress callback, the
+// status and the lag events.
+func TestLagAndSnapshotReports(t *testing.T) {
+	src := &reportingSource{rows: 1000}
+	var mu sync.Mutex
+	var events []pipeline.Event
+	var progress []pipeline.Progress
+	cfg := pipeline.Config{
+		Name: "lag", Source: src, Destination: newMemDest(), Store: checkpoint.NewMem(),
+		BatchRows: 16, EpochInterval: 5 * time.Millisecond, NewEngine: newFakeEngine,
+		LagAlert: time.Minute,
+		OnEvent: func(e pipeline.Event) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		},
+		OnProgress: func(p pipeline.Progress) { progress = append(progress, p) },
+	}
+	cfg.Monitor = pipeline.NewMonitor(cfg)
+	res, err := syncWithin(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Streams["s0"].Written != 1000 {
+		t.Fatalf("result %+v", res)
+	}
+	// The events are delivered on a goroutine of their own: wait for the
+	// last one.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		mu.Lock()
+		n := len(events)
+		last := pipeline.EventKind("")
+		if n > 0 {
+			last = events[n-1].Kind
+		}
+		mu.Unlock()
+		if last == pipeline.EventSyncSucceeded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no sync.succeeded event within a minute")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var lagging, recovered int
+	for _, e := range events {
+		switch e.Kind {
+		case pipeline.EventPipelineLagging:
+			if recovered > 0 || e.Lag != time.Hour {
+				t.Errorf("pipeline.lagging %+v after %d pipeline.recovered", e, recovered)
+			}
+			lagging++
+		case pipeline.EventPipelineRecovered:
+			if lagging == 0 || e.Lag != 0 {
+				t.Errorf("pipeline.recovered %+v before pipeline.lagging", e)
+			}
+			recovered++
+		}
+	}
+	if lagging != 1 || recovered != 1 {
+		t.Fatalf("%d pipeline.lagging and %d pipeline.recovered events, want 1 each", lagging, recovered)
+	}
+
+	// Some progress report saw the copy under way; none saw more rows
+	// done than estimated, or a backlog that disagrees with it.
+	var during bool
+	for _, p := range progress {
+		s := p.Streams["s0"]
+		if s.SnapshotDone > s.SnapshotEstimated || s.Snapshotting && s.SnapshotEstimated != 1000 {
+			t.Errorf("progress %+v", s)
+		}
+		if s.Snapshotting && p.LagKnown {
+			during = true
+			// Lag is asked before SnapshotProgress, so the split may have
+			// moved on in between, never back.
+			if p.Backlog["message"] < 1000-s.SnapshotDone {
+				t.Errorf("backlog %v with %d of 1000 rows copied", p.Backlog, s.SnapshotDone)
+			}
+		}
+	}
+	if !during {
+		t.Errorf("no progress report during the copy (%d reports)", len(progress))
+	}
+	st := cfg.Monitor.Status()
+	if len(st.Splits) != 1 || st.Splits[0].ID != "s0" || !st.Splits[0].LagKnown || st.Splits[0].Behind != 0 ||
+		st.Splits[0].Unit != "message" || st.Splits[0].Snapshot || st.Backlog["message"] != 0 || !st.LagKnown || st.Lag != 0 {
+		t.Errorf("status after the sync: %+v", st)
+	}
+	if ss := st.Streams["s0"]; ss.Snapshotting || ss.Committed.Written != 1000 || ss.Read != 1000 {
+		t.Errorf("stream status after the sync: %+v", ss)
+	}
+}
