@@ -166,9 +166,14 @@ func New(cfg Config) (*Destination, error) {
 // Class returns sink.StageAndApply.
 func (d *Destination) Class() sink.Class { return sink.StageAndApply }
 
-// Capabilities returns the zero Capabilities: files are appended, never
-// merged, and identifiers have no length limit.
-func (d *Destination) Capabilities() sink.Capabilities { return sink.Capabilities{} }
+// Capabilities: files are appended, never merged, and identifiers have
+// no length limit. Intervals (Arrow month_day_nano_interval, from a
+// Postgres interval column) are unsupported: arrow-go's Parquet writer
+// can't write them, so the runner keeps their values under _held/
+// instead of failing the sync.
+func (d *Destination) Capabilities() sink.Capabilities {
+	return sink.Capabilities{Unsupported: []string{"interval"}}
+}
 
 // Writer returns the writer of one lane of pipeline. Each Writer gets a
 // random nonce that names its files, so writers of different attempts
