@@ -231,10 +231,10 @@ func BenchmarkSnapshot(b *testing.B) {
 		benchExec(b, d, "DROP TABLE IF EXISTS "+tbl,
 			fmt.Sprintf(`CREATE TABLE %s (id int8 PRIMARY KEY, a int4, b int8, c float8, d numeric(12,2), e text,
 	f bool, g timestamptz, h date, i uuid, j text, k int2, l float4, m varchar(32), n int8, o timestamp)`, tbl),
-			fmt.Sprintf(`INSERT INTO %s SELECT g, g %% 100000, g * 7919, g / 7.0, (g %% 1000000) / 100.0,
+			fmt.Sprintf(`INSERT INTO %s SELECT g, g %% 100000, g::int8 * 7919, g / 7.0, (g %% 1000000) / 100.0,
 	'customer ' || g, g %% 3 = 0, timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second',
 	date '2020-01-01' + (g %% 3000), md5(g::text)::uuid, repeat('x', g %% 40), (g %% 30000)::int2,
-	(g %% 1000) / 8.0, 'status-' || (g %% 7), g * 31, timestamp '2024-06-01' + g * interval '1 millisecond'
+	(g %% 1000) / 8.0, 'status-' || (g %% 7), g::int8 * 31, timestamp '2024-06-01' + g * interval '1 millisecond'
 	FROM generate_series(1, %d) g`, tbl, n),
 			"VACUUM ANALYZE "+tbl,
 			fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
@@ -349,7 +349,38 @@ COMMIT`, tbl, next, next+int64(ins)-1, lo, lo+int64(del), lo+int64(del+upd))
 			b.Fatalf("source read %d changes, the bare loop %d, want %d", m.rows, ceil.rows, n)
 		}
 		report(b, m, ceil, "ceiling")
+		if lastWalsenderCPU > 0 {
+			b.Logf("the ceiling's walsender (server side): %.3f CPU-s/M rows", lastWalsenderCPU.Seconds()/(float64(n)/1e6))
+		}
 	}
+}
+
+// lastWalsenderCPU is the CPU time the server's walsender for the last
+// bareReceiveLoop had used (user + system), read from /proc when the
+// server runs on this machine; 0 when unknown.
+var lastWalsenderCPU time.Duration
+
+// procCPU returns the user + system CPU time of process pid.
+func procCPU(pid uint32) (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// Fields after the parenthesized command: state is field 3, utime 14, stime 15.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(u+s) * time.Second / 100, true // USER_HZ is 100 on Linux
 }
 
 // bareReceiveLoop is the ceiling: it streams the slot from start with
@@ -430,6 +461,9 @@ func bareReceiveLoop(ctx context.Context, d, slot, pub string, start pglogrepl.L
 				if changes >= want {
 					if touched == 0 {
 						return changes, fmt.Errorf("no tuple data")
+					}
+					if cpu, ok := procCPU(conn.PID()); ok {
+						lastWalsenderCPU = cpu
 					}
 					return changes, nil
 				}
