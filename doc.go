@@ -48,6 +48,33 @@
 // checkpoint.ErrFenced at its next commit and stops without committing;
 // IsFenced tells a host not to restart it.
 //
+// # Watching a pipeline
+//
+// A host sees a pipeline without reading its code:
+//
+//   - Metrics and spans go to the OpenTelemetry providers passed to
+//     Builder.Telemetry (default: the global ones). METRICS.md lists every
+//     metric (openetl.rows.read, openetl.job.lag, openetl.pipeline.freshness
+//     ...) with its unit and attributes, and the spans: one per attempt,
+//     recovery, epoch (barrier to commit), checkpoint commit, destination
+//     Commit and PreCommit.
+//   - Builder.OnEvent delivers typed events (sync.started, epoch.committed,
+//     quarantine.added, schema.changed, pipeline.fenced, sync.failed ...) on
+//     a goroutine of its own through a bounded queue: a slow callback never
+//     slows the data path; what doesn't fit is dropped and counted.
+//   - Pipeline.Status returns a snapshot at any time (phase, generation,
+//     last epoch and its time, per-stream counts, snapshot progress, lag,
+//     last error), and HealthHandler serves it as /healthz and /readyz for
+//     Kubernetes probes.
+//   - Builder.OnProgress is called about once a second and after each
+//     epoch with the same figures.
+//   - Builder.Logger takes a *slog.Logger: lifecycle at Info, retries at
+//     Warn, per-epoch and per-batch detail at Debug, never row data, and
+//     passwords redacted from every message and attribute.
+//
+// Sources whose splits implement LagReporter or SnapshotReporter (plain
+// methods with standard types) feed the lag and snapshot figures.
+//
 // # Metadata columns
 //
 // Every row written carries _openetl_id (a hash of stream, key or payload,

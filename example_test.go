@@ -3,6 +3,7 @@ package etl_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 
 	"gocloud.dev/blob/memblob"
 
@@ -57,4 +58,62 @@ func Example() {
 	// customers: read 1000, written 994, quarantined 6
 	// orders: read 1000, written 993, quarantined 7
 	// orders rows in the manifest: 993
+}
+
+// Watching a pipeline: events through a callback, the status, and the
+// probes a Kubernetes deployment points at.
+func ExampleBuilder_OnEvent() {
+	src, err := faker.New(faker.Config{Rows: 1000, MalformedShare: 0.01})
+	if err != nil {
+		panic(err)
+	}
+	bucket := memblob.OpenBucket(nil)
+	defer bucket.Close()
+	dst, err := parquet.New(parquet.Config{Bucket: bucket})
+	if err != nil {
+		panic(err)
+	}
+	events := make(chan etl.Event, 100)
+	p, err := etl.NewPipeline("orders").
+		From(src).
+		To(dst).
+		Checkpoints(checkpoint.NewMem()).
+		OnEvent(func(e etl.Event) {
+			// Called on a goroutine of its own, in order; the runner
+			// never waits for it.
+			if e.Kind == etl.EventQuarantineAdded || e.Kind == etl.EventSyncSucceeded {
+				events <- e
+			}
+		}, 0).
+		Build()
+	if err != nil {
+		panic(err)
+	}
+	// In a service: http.Handle("/healthz", etl.HealthHandler(p)) and
+	// http.Handle("/readyz", etl.HealthHandler(p)).
+	probe := httptest.NewRecorder()
+	etl.HealthHandler(p).ServeHTTP(probe, httptest.NewRequest("GET", "/readyz", nil))
+	fmt.Println("ready before the first sync:", probe.Code)
+
+	if _, err := p.Sync(context.Background()); err != nil {
+		panic(err)
+	}
+	quarantined := map[string]int64{}
+	for e := range events {
+		if e.Kind == etl.EventSyncSucceeded {
+			break
+		}
+		quarantined[e.Stream] += e.Rows
+	}
+	fmt.Println("quarantined:", quarantined)
+	st := p.Status()
+	fmt.Println("phase:", st.Phase, "generation:", st.Generation, "orders written:", st.Streams["orders"].Committed.Written)
+	probe = httptest.NewRecorder()
+	etl.HealthHandler(p).ServeHTTP(probe, httptest.NewRequest("GET", "/readyz", nil))
+	fmt.Println("ready after it:", probe.Code)
+	// Output:
+	// ready before the first sync: 503
+	// quarantined: map[customers:6 orders:7]
+	// phase: succeeded generation: 1 orders written: 993
+	// ready after it: 200
 }

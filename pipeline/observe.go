@@ -124,7 +124,7 @@ func (r *runner) epochContext(ctx context.Context, epoch uint64) context.Context
 func (r *runner) epochCommitted(ctx context.Context, rec *checkpoint.Record, cum map[string]checkpoint.Counts) {
 	in, epoch := r.mon.inst, rec.Epoch
 	for stream, c := range rec.Counts {
-		o := r.optsFor2(stream)
+		o := r.epochOpts(stream)
 		in.rowsWritten.Add(ctx, c.Written, o.dest)
 		in.rowsQuarantined.Add(ctx, c.Quarantined, o.stream)
 		in.rowsHeld.Add(ctx, c.Held, o.stream)
@@ -157,9 +157,9 @@ func (r *runner) epochCommitted(ctx context.Context, rec *checkpoint.Record, cum
 	}
 }
 
-// optsFor2 is optsFor for goroutines other than the engine stage's: it
+// epochOpts is optsFor for goroutines other than the engine stage's: it
 // builds the options each time (once per epoch and stream).
-func (r *runner) optsFor2(stream string) streamOpts {
+func (r *runner) epochOpts(stream string) streamOpts {
 	return streamOpts{
 		stream: metric.WithAttributes(AttrPipeline.String(r.cfg.Name), AttrStream.String(stream)),
 		dest:   metric.WithAttributes(AttrPipeline.String(r.cfg.Name), AttrStream.String(stream), AttrDestination.String(r.mon.dest)),
