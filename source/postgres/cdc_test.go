@@ -472,3 +472,64 @@ func TestIntervalHeld(t *testing.T) {
 		t.Errorf("held files %q, want the interval value", held)
 	}
 }
+
+// progressEmitter asks the split for its snapshot progress at every
+// record.
+type progressEmitter struct {
+	sp interface {
+		SnapshotProgress() (string, int64, int64, bool)
+	}
+	seen []int64
+	est  int64
+}
+
+func (p *progressEmitter) Record(string, source.Op, int64, []byte, []byte) error {
+	_, done, est, ok := p.sp.SnapshotProgress()
+	if ok {
+		p.seen = append(p.seen, done)
+		p.est = est
+	}
+	return nil
+}
+
+func (p *progressEmitter) ResumePoint([]byte) error { return nil }
+
+// TestProgressAndLag: a snapshot split reports rows copied and the
+// table's estimate while it copies, and not once done; the change stream
+// reports its WAL lag in bytes.
+func TestProgressAndLag(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("prog"), name("pub"), name("slot")
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY)", tbl),
+		fmt.Sprintf("INSERT INTO %s SELECT generate_series(1, 1000)", tbl), fmt.Sprintf("ANALYZE %s", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	src := newSource(t, d, postgres.Config{Publication: pub, Slot: slot, SnapshotChunkRows: 100})
+	ctx := context.Background()
+	splits, err := src.Open(ctx, []string{tbl}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := splitByID(t, splits, "snapshot:"+tbl)
+	pe := &progressEmitter{sp: snap.(interface {
+		SnapshotProgress() (string, int64, int64, bool)
+	})}
+	if err := snap.Read(ctx, pe, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(pe.seen) != 1000 || pe.seen[0] != 0 || pe.seen[999] != 999 || pe.est != 1000 {
+		t.Errorf("progress: %d reports, first %v, estimate %d; want 1000 from 0 to 999 of 1000", len(pe.seen), pe.seen[:min(3, len(pe.seen))], pe.est)
+	}
+	if _, _, _, ok := pe.sp.SnapshotProgress(); ok {
+		t.Error("a finished snapshot split still reports progress")
+	}
+	stream := splitByID(t, splits, "slot:"+slot).(interface {
+		Lag() (int64, string, time.Duration, bool)
+	})
+	if err := splits[0].Read(ctx, &recordKeys{}, true); err != nil {
+		t.Fatal(err)
+	}
+	if behind, unit, _, ok := stream.Lag(); !ok || unit != "byte" || behind != 0 {
+		t.Errorf("lag after a bounded read: %d %s ok=%v, want 0 bytes", behind, unit, ok)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -24,6 +25,21 @@ type split struct {
 	rels map[uint32]*relation // from the stream's relation messages
 	buf  []byte
 	key  []byte
+
+	// For Lag, read from other goroutines: the server's WAL end at the
+	// last keepalive and the position read up to.
+	serverEnd, readTo atomic.Uint64
+}
+
+// Lag reports how many bytes of WAL the split is behind the server's
+// position at its last keepalive (see pipeline.LagReporter); the age of
+// the oldest unread change is unknown.
+func (sp *split) Lag() (behind int64, unit string, age time.Duration, ok bool) {
+	end, at := sp.serverEnd.Load(), sp.readTo.Load()
+	if end == 0 {
+		return 0, "byte", -1, false
+	}
+	return int64(end - min(at, end)), "byte", -1, true
 }
 
 // relation maps a pgoutput relation ID to an opened table (nil for a
@@ -119,6 +135,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 	var txnStart, txnCommit pglogrepl.LSN
 	resume := func(at pglogrepl.LSN) error {
 		emitted = at
+		sp.readTo.Store(uint64(at))
 		return e.ResumePoint(state{lsn: at, snapshot: start.snapshot}.encode())
 	}
 	sendStatus := func() error {
@@ -184,6 +201,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					return fmt.Errorf("postgres: keepalive: %w", err)
 				}
 				received = max(received, ka.ServerWALEnd)
+				sp.serverEnd.Store(uint64(received))
 				if ka.ReplyRequested {
 					next = time.Now()
 				}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,6 +30,7 @@ type snapState struct {
 	After []string `json:"after,omitempty"`
 	Page  uint64   `json:"page,omitempty"`
 	Done  bool     `json:"done,omitempty"`
+	Rows  int64    `json:"rows,omitempty"` // rows emitted up to this state
 }
 
 const snapStateVersion = 1
@@ -107,6 +109,18 @@ type snapSplit struct {
 
 	buf, key []byte
 	last     [][]byte // the last row's key values
+
+	// For SnapshotProgress, read from other goroutines.
+	copying   atomic.Bool
+	copied    atomic.Int64
+	estimated atomic.Int64
+}
+
+// SnapshotProgress reports the rows copied over all attempts and the
+// table's estimated row count (pg_class.reltuples) while the split copies
+// its table (see pipeline.SnapshotReporter).
+func (sp *snapSplit) SnapshotProgress() (stream string, done, estimated int64, ok bool) {
+	return sp.t.stream.Name, sp.copied.Load(), sp.estimated.Load(), sp.copying.Load()
 }
 
 func (sp *snapSplit) ID() source.SplitID { return sp.id }
@@ -156,6 +170,14 @@ func (sp *snapSplit) read(ctx context.Context, e source.Emitter) (err error) {
 		}
 	}
 	release()
+	if rows, err := queryText(ctx, c, `SELECT GREATEST(reltuples, 0)::int8 FROM pg_class WHERE oid = `+
+		quoteLiteral(sp.t.ident())+`::regclass`); err == nil && len(rows) == 1 {
+		n, _ := strconv.ParseInt(string(rows[0][0]), 10, 64)
+		sp.estimated.Store(n)
+	}
+	sp.copied.Store(sp.st.Rows)
+	sp.copying.Store(true)
+	defer sp.copying.Store(false)
 	if len(sp.t.key) > 0 {
 		err = sp.readKeyed(ctx, c, e)
 	} else {
@@ -291,6 +313,8 @@ func (sp *snapSplit) emitRows(rr *pgconn.ResultReader, e source.Emitter, seq int
 			return n, err
 		}
 		n++
+		sp.st.Rows++
+		sp.copied.Add(1)
 		if keepKey {
 			for i, k := range t.key {
 				sp.last[i] = append(sp.last[i][:0], vals[k]...)
