@@ -108,6 +108,24 @@
 //     but not fsynced by default, so a power loss can lose what the
 //     server acknowledged.
 //
+// # Limits
+//
+//   - The runner tells a writer neither a stream's write mode nor its
+//     primary key: merge tables are configured here (Config.Tables), by
+//     destination table name, and must agree with the pipeline's Mode.
+//   - A Write is never split: a block holds whole batches, so it can pass
+//     Config.BlockRows by one batch.
+//   - Staging partitions of blocks staged by a process that died before
+//     its epoch reached a checkpoint record are not reclaimed: they are
+//     never read, and can be dropped by hand (system.parts of
+//     _openetl_stage_* tables).
+//   - A column type change is an error, not an ALTER ... MODIFY COLUMN.
+//   - Writes use clickhouse-go's column Append with Go slices built once
+//     per batch per column; decimals and fixed strings cost an allocation
+//     per value (the driver takes them only as values that own their
+//     bytes). ch-go, which could take Arrow buffers without copying, does
+//     not speak 18.16's protocol (it fails on the first query).
+//
 // Reading merge tables needs FINAL (or OPTIMIZE ... FINAL first): until
 // parts merge, older versions of a key are stored beside the latest.
 package clickhouse
