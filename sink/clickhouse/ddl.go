@@ -120,6 +120,11 @@ func addColumn(db, table string, c column, f Features) string {
 	return "ALTER TABLE " + qualified(db, table) + " ADD COLUMN " + ine + quoteIdent(c.name) + " " + c.typ.ch
 }
 
+// modifyColumn changes a column's type.
+func modifyColumn(db, table string, c column) string {
+	return "ALTER TABLE " + qualified(db, table) + " MODIFY COLUMN " + quoteIdent(c.name) + " " + c.typ.ch
+}
+
 // fenceExpr is the pipeline's fence, evaluated once when a query starts.
 func fenceExpr(db, pipeline string) string {
 	return "(SELECT max(generation) FROM " + qualified(db, fenceTable) + " WHERE pipeline = " + quoteString(pipeline) + ")"

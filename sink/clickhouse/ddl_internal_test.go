@@ -213,3 +213,31 @@ func decimalFromString(t *testing.T, s string) decimal256.Num {
 	}
 	return n
 }
+
+func TestWidens(t *testing.T) {
+	for _, tc := range []struct {
+		have, want string
+		ok         bool
+	}{
+		{"Int32", "Int64", true},
+		{"Nullable(Int64)", "Nullable(Float64)", true},
+		{"Nullable(Int64)", "Nullable(String)", true},
+		{"Int64", "Nullable(Int64)", true},
+		{"Nullable(Int64)", "Int64", false},
+		{"Int64", "Int32", false},
+		{"Float64", "Int64", false},
+		{"Nullable(String)", "Nullable(Int64)", false},
+		{"UInt32", "Int64", true},
+		{"UInt64", "Int64", false},
+		{"Float32", "Float64", true},
+		{"Array(String)", "String", false},
+		{"Date", "String", true},
+	} {
+		if got := widens(tc.have, tc.want); got != tc.ok {
+			t.Errorf("widens(%s, %s) = %v, want %v", tc.have, tc.want, got, tc.ok)
+		}
+	}
+	if got := modifyColumn("db", "t", column{"x", colType{ch: "Nullable(Float64)"}}); got != "ALTER TABLE `db`.`t` MODIFY COLUMN `x` Nullable(Float64)" {
+		t.Errorf("modifyColumn: %s", got)
+	}
+}

@@ -18,8 +18,14 @@
 //	SELECT ... FROM t FINAL WHERE _openetl_deleted = 0
 //
 // New columns in a stream's schema are added with ALTER TABLE ... ADD
-// COLUMN (to the table, then its staging table). A column whose type
-// changed is not altered: Write fails naming the column and both types.
+// COLUMN (to the table, then its staging table). A column the engine
+// widened (an integer to a wider one or to Float64, Float32 to Float64,
+// anything but an array to String, non-Nullable to Nullable) is altered
+// in place with ALTER TABLE ... MODIFY COLUMN, which keeps every value.
+// Any other type change, and any change of a merge table's key column
+// (ClickHouse refuses those), is not applied: Write fails naming the
+// column and both types, and the stream is held back (nothing of it is
+// written, nothing truncated) until the column is altered by hand.
 //
 // Type map (Arrow → ClickHouse; Nullable(T) for nullable fields, except
 // key columns and arrays):
@@ -119,7 +125,12 @@
 //     its epoch reached a checkpoint record are not reclaimed: they are
 //     never read, and can be dropped by hand (system.parts of
 //     _openetl_stage_* tables).
-//   - A column type change is an error, not an ALTER ... MODIFY COLUMN.
+//   - Several addresses in the caller's clickhouse.Options are what
+//     clickhouse-go fails over between; the guarantee above holds for one
+//     server (see Guarantee). A failed Commit is retried by the runner
+//     with the same sealed blocks, verified before each copy; a failed
+//     send to a staging table fails the attempt, and the next attempt
+//     redoes the epoch.
 //   - Writes use clickhouse-go's column Append with Go slices built once
 //     per batch per column; decimals and fixed strings cost an allocation
 //     per value (the driver takes them only as values that own their

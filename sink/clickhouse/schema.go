@@ -84,11 +84,29 @@ func (d *Destination) layoutFor(ctx context.Context, table string, schema *arrow
 		}
 		d.schemas[table] = ts
 	}
-	for _, c := range all {
+	for i, c := range all {
 		have, ok := ts.target[c.name]
 		if ok && normType(have) != normType(c.typ.ch) {
-			return nil, fmt.Errorf("clickhouse: table %q: column %q is %s on the server, and the stream now needs %s: type changes are not applied (alter the column by hand, or hold the stream back)",
-				table, c.name, have, c.typ.ch)
+			switch {
+			case normType(have) == normType("Nullable("+c.typ.ch+")"):
+				// The table's column is Nullable (created from a nullable
+				// field): it takes this field's values as they are.
+				c.typ.nullable, c.typ.ch = true, have
+				all[i] = c
+				lay.cols[i] = c
+			case i < len(lay.key) && lay.key[i]:
+				return nil, fmt.Errorf("clickhouse: table %q: key column %q is %s on the server, and the stream now needs %s: ClickHouse can't change a key column's type",
+					table, c.name, have, c.typ.ch)
+			case widens(have, c.typ.ch):
+				if err := d.modifyColumn(ctx, table, c); err != nil {
+					return nil, err
+				}
+				ts.target[c.name], ts.stage[c.name] = c.typ.ch, c.typ.ch
+				d.log.Info("clickhouse: column widened", "table", table, "column", c.name, "from", have, "to", c.typ.ch)
+			default:
+				return nil, fmt.Errorf("clickhouse: table %q: column %q is %s on the server, and the stream now needs %s: not a widening ClickHouse can apply in place; the stream is held back until the column is altered by hand",
+					table, c.name, have, c.typ.ch)
+			}
 		}
 		if !ok {
 			if err := d.addColumn(ctx, table, c); err != nil {
@@ -177,6 +195,51 @@ func (d *Destination) applyColumns(ctx context.Context, table string) ([]string,
 		d.schemas[table] = ts
 	}
 	return slices.Clone(ts.order), nil
+}
+
+// modifyColumn changes c's type in the table and its staging table
+// (ALTER TABLE ... MODIFY COLUMN rewrites the column's data).
+func (d *Destination) modifyColumn(ctx context.Context, table string, c column) error {
+	for _, t := range []string{table, stageName(table)} {
+		if err := d.conn.Exec(ctx, modifyColumn(d.db, t, c)); err != nil {
+			return fmt.Errorf("clickhouse: widen column %q of %q to %s: %w", c.name, t, c.typ.ch, err)
+		}
+	}
+	return nil
+}
+
+// widens reports whether a column of type have can be altered to want
+// without losing a value: the engine's widenings (integer to a wider
+// integer or to Float64, Float32 to Float64, anything but an array to
+// String), in the same nullability or to Nullable.
+func widens(have, want string) bool {
+	hb, hn := unwrapNullable(normType(have))
+	wb, wn := unwrapNullable(normType(want))
+	if hn && !wn {
+		return false
+	}
+	rank := map[string]int{"Int8": 1, "Int16": 2, "Int32": 3, "Int64": 4}
+	urank := map[string]int{"UInt8": 1, "UInt16": 2, "UInt32": 3, "UInt64": 4}
+	switch {
+	case hb == wb:
+		return hn != wn
+	case wb == "String":
+		return !strings.HasPrefix(hb, "Array(")
+	case wb == "Float64":
+		return rank[hb] > 0 || urank[hb] > 0 || hb == "Float32"
+	case rank[wb] > 0:
+		return rank[hb] > 0 && rank[hb] < rank[wb] || urank[hb] > 0 && urank[hb] < rank[wb]
+	case urank[wb] > 0:
+		return urank[hb] > 0 && urank[hb] < urank[wb]
+	}
+	return false
+}
+
+func unwrapNullable(t string) (string, bool) {
+	if b, ok := strings.CutPrefix(t, "Nullable("); ok {
+		return strings.TrimSuffix(b, ")"), true
+	}
+	return t, false
 }
 
 // normType makes type names comparable: the server may print them with
