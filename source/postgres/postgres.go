@@ -88,6 +88,18 @@ type Config struct {
 	// append destination receives every row again.
 	OnSlotLost SlotLostPolicy
 
+	// Protocol is the pgoutput protocol version: 1, or 2, which streams
+	// large transactions while they are in progress (the server sends a
+	// transaction's changes once they outgrow its
+	// logical_decoding_work_mem instead of spilling them to its own disk;
+	// the source buffers them until the commit and drops them on abort).
+	// Default 0: 2 on Postgres 14 and later, 1 before.
+	Protocol int
+	// TransactionBufferBytes is how much of a streamed transaction the
+	// source keeps in memory before it moves it to a temporary file.
+	// Default 64 MiB.
+	TransactionBufferBytes int
+
 	// Truncates says what a TRUNCATE of a read table does: TruncateFail
 	// (the default) stops the stream with a *TruncateError before any
 	// change after it is read, since the destination cannot be emptied
@@ -274,6 +286,12 @@ func New(cfg Config) (*Source, error) {
 	}
 	if cfg.SnapshotChunkRows <= 0 {
 		cfg.SnapshotChunkRows = 50_000
+	}
+	if cfg.Protocol < 0 || cfg.Protocol > 2 {
+		return nil, fmt.Errorf("postgres: Config.Protocol %d: use 0 (the best the server has), 1 or 2", cfg.Protocol)
+	}
+	if cfg.TransactionBufferBytes <= 0 {
+		cfg.TransactionBufferBytes = 64 << 20
 	}
 	if cfg.SnapshotParallelism <= 0 {
 		cfg.SnapshotParallelism = 4

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -116,9 +117,15 @@ func (sp *split) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
 func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitter, start state,
 	confirmed pglogrepl.LSN, bounded bool, end pglogrepl.LSN) error {
 	s := sp.src
-	err := pglogrepl.StartReplication(ctx, repl, s.cfg.Slot, start.lsn, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names " + quoteLiteral(s.cfg.Publication)},
-	})
+	proto, err := s.protocol(ctx)
+	if err != nil {
+		return err
+	}
+	args := []string{"proto_version '" + strconv.Itoa(proto) + "'", "publication_names " + quoteLiteral(s.cfg.Publication)}
+	if proto >= 2 {
+		args = append(args, "streaming 'on'")
+	}
+	err = pglogrepl.StartReplication(ctx, repl, s.cfg.Slot, start.lsn, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
 		if isUndefinedObject(err) {
 			return &SlotError{Slot: s.cfg.Slot, Want: start.lsn, Err: ErrSlotMissing}
@@ -132,6 +139,16 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 	emitted := start.lsn  // the last resume point's position
 	received := start.lsn // highest WAL position seen
 	inTxn, touched := false, false
+	// Protocol 2: large transactions streamed while in progress, buffered
+	// by xid until their stream commit.
+	inStream := false
+	var streamed map[uint32]*txnBuffer
+	var cur *txnBuffer // the transaction of the open stream block
+	defer func() {
+		for _, b := range streamed {
+			b.close()
+		}
+	}()
 	var txnStart, txnCommit pglogrepl.LSN
 	resume := func(at pglogrepl.LSN) error {
 		emitted = at
@@ -201,7 +218,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					return fmt.Errorf("postgres: keepalive: %w", err)
 				}
 				received = max(received, ka.ServerWALEnd)
-				sp.serverEnd.Store(uint64(received))
+				sp.serverEnd.Store(max(sp.serverEnd.Load(), uint64(ka.ServerWALEnd)))
 				if ka.ReplyRequested {
 					next = time.Now()
 				}
@@ -227,15 +244,99 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					return fmt.Errorf("postgres: xlogdata: %w", err)
 				}
 				received = max(received, xld.WALStart)
-				m, err := pglogrepl.Parse(xld.WALData)
+				sp.serverEnd.Store(max(sp.serverEnd.Load(), uint64(xld.ServerWALEnd)))
+				var m pglogrepl.Message
+				if proto >= 2 {
+					m, err = pglogrepl.ParseV2(xld.WALData, inStream)
+				} else {
+					m, err = pglogrepl.Parse(xld.WALData)
+				}
 				if err != nil {
 					return fmt.Errorf("postgres: pgoutput message: %w", err)
+				}
+				// Changes go to the runner, or, inside a stream block, to
+				// the streamed transaction's buffer (tagged with their
+				// subtransaction).
+				var out source.Emitter = e
+				rels := sp.rels
+				if inStream {
+					out, rels = cur, cur.rels
+				}
+				switch v := m.(type) {
+				case *pglogrepl.InsertMessageV2:
+					m = &v.InsertMessage
+					if cur != nil {
+						cur.sub = v.Xid
+					}
+				case *pglogrepl.UpdateMessageV2:
+					m = &v.UpdateMessage
+					if cur != nil {
+						cur.sub = v.Xid
+					}
+				case *pglogrepl.DeleteMessageV2:
+					m = &v.DeleteMessage
+					if cur != nil {
+						cur.sub = v.Xid
+					}
+				case *pglogrepl.TruncateMessageV2:
+					m = &v.TruncateMessage
+				case *pglogrepl.RelationMessageV2:
+					m = &v.RelationMessage
+				}
+				lookup := func(id uint32) *relation {
+					if r := rels[id]; r != nil {
+						return r
+					}
+					return sp.rels[id]
 				}
 				// A transaction in progress when the slot was created can
 				// have changes before the snapshot's position: keep seqs
 				// above the snapshot rows' (see the package doc).
 				seq := int64(max(xld.WALStart, start.snapshot+1))
 				switch m := m.(type) {
+				case *pglogrepl.StreamStartMessageV2:
+					inStream = true
+					if streamed == nil {
+						streamed = map[uint32]*txnBuffer{}
+					}
+					if cur = streamed[m.Xid]; cur == nil {
+						cur = newTxnBuffer(s.cfg.TransactionBufferBytes)
+						streamed[m.Xid] = cur
+					}
+				case *pglogrepl.StreamStopMessageV2:
+					inStream, cur = false, nil
+				case *pglogrepl.StreamAbortMessageV2:
+					if b := streamed[m.Xid]; b != nil {
+						if m.SubXid == m.Xid {
+							b.close()
+							delete(streamed, m.Xid)
+						} else {
+							b.aborted[m.SubXid] = true
+						}
+					}
+				case *pglogrepl.StreamCommitMessageV2:
+					if b := streamed[m.Xid]; b != nil {
+						n, err := b.replay(e)
+						b.close()
+						delete(streamed, m.Xid)
+						if err != nil {
+							return err
+						}
+						pos = max(pos, m.TransactionEndLSN)
+						if n > 0 {
+							if err := resume(pos); err != nil {
+								return err
+							}
+						}
+					} else {
+						pos = max(pos, m.TransactionEndLSN)
+					}
+					if bounded && m.TransactionEndLSN >= end {
+						if pos > emitted {
+							return resume(pos)
+						}
+						return nil
+					}
 				case *pglogrepl.BeginMessage:
 					inTxn, touched, txnStart, txnCommit = true, false, xld.WALStart, m.FinalLSN
 				case *pglogrepl.CommitMessage:
@@ -255,21 +356,27 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 				case *pglogrepl.RelationMessage:
 					// Relation messages carry no position of their own: the
 					// transaction's commit orders them against discovery.
-					r, err := sp.relation(m, txnCommit)
+					// In a stream block the commit is not known yet: the
+					// server's position orders the message instead.
+					at := txnCommit
+					if inStream {
+						at = received
+					}
+					r, err := sp.relation(m, at)
 					if err != nil {
 						return err
 					}
-					sp.rels[m.RelationID] = r
+					rels[m.RelationID] = r
 				case *pglogrepl.InsertMessage:
-					if r := sp.rels[m.RelationID]; r != nil && r.table != nil {
-						touched = true
-						if err := e.Record(r.table.stream.Name, source.OpInsert, seq, sp.tupleKey(r, m.Tuple), sp.row(r, m.Tuple, nil)); err != nil {
+					if r := lookup(m.RelationID); r != nil && r.table != nil {
+						touched = touched || !inStream
+						if err := out.Record(r.table.stream.Name, source.OpInsert, seq, sp.tupleKey(r, m.Tuple), sp.row(r, m.Tuple, nil)); err != nil {
 							return err
 						}
 					}
 				case *pglogrepl.UpdateMessage:
-					if r := sp.rels[m.RelationID]; r != nil && r.table != nil {
-						touched = true
+					if r := lookup(m.RelationID); r != nil && r.table != nil {
+						touched = touched || !inStream
 						t := r.table
 						var old *pglogrepl.TupleData
 						if m.OldTupleType == pglogrepl.UpdateMessageTupleTypeOld {
@@ -280,29 +387,29 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 							// it differs, the old key's row is gone.
 							oldKey := append([]byte(nil), sp.tupleKey(r, m.OldTuple)...)
 							if string(oldKey) != string(sp.tupleKey(r, m.NewTuple)) {
-								if err := e.Record(t.stream.Name, source.OpDelete, seq, oldKey, nil); err != nil {
+								if err := out.Record(t.stream.Name, source.OpDelete, seq, oldKey, nil); err != nil {
 									return err
 								}
 							}
 						}
-						if err := e.Record(t.stream.Name, source.OpUpdate, seq, sp.tupleKey(r, m.NewTuple), sp.row(r, m.NewTuple, old)); err != nil {
+						if err := out.Record(t.stream.Name, source.OpUpdate, seq, sp.tupleKey(r, m.NewTuple), sp.row(r, m.NewTuple, old)); err != nil {
 							return err
 						}
 					}
 				case *pglogrepl.DeleteMessage:
-					if r := sp.rels[m.RelationID]; r != nil && r.table != nil {
-						touched = true
+					if r := lookup(m.RelationID); r != nil && r.table != nil {
+						touched = touched || !inStream
 						// Under REPLICA IDENTITY DEFAULT the old tuple holds the
 						// key columns and nulls: the delete row carries the key.
 						key := append([]byte(nil), sp.tupleKey(r, m.OldTuple)...)
-						if err := e.Record(r.table.stream.Name, source.OpDelete, seq, key, sp.row(r, m.OldTuple, nil)); err != nil {
+						if err := out.Record(r.table.stream.Name, source.OpDelete, seq, key, sp.row(r, m.OldTuple, nil)); err != nil {
 							return err
 						}
 					}
 				case *pglogrepl.TruncateMessage:
 					var names []string
 					for _, id := range m.RelationIDs {
-						if r := sp.rels[id]; r != nil && r.table != nil {
+						if r := lookup(id); r != nil && r.table != nil {
 							names = append(names, r.table.stream.Name)
 						}
 					}
@@ -438,4 +545,30 @@ func checkSlotIdle(ctx context.Context, repl *pgconn.PgConn, slot string) error 
 			ErrSlotInUse, slot, res[0].Rows[0][0])
 	}
 	return nil
+}
+
+// protocol returns the pgoutput protocol version to use: Config.Protocol,
+// or 2 (with streaming of large transactions in progress) on Postgres 14
+// and later and 1 before.
+func (s *Source) protocol(ctx context.Context) (int, error) {
+	if s.cfg.Protocol != 0 {
+		return s.cfg.Protocol, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.queryConn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if v, err := strconv.Atoi(c.ParameterStatus("server_version_num")); err == nil && v < 140000 {
+		return 1, nil
+	}
+	rows, err := queryText(ctx, c, "SHOW server_version_num")
+	if err != nil {
+		return 0, fmt.Errorf("postgres: server version: %w", err)
+	}
+	if v, err := strconv.Atoi(string(rows[0][0])); err == nil && v >= 140000 {
+		return 2, nil
+	}
+	return 1, nil
 }
