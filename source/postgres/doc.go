@@ -47,7 +47,8 @@
 // Every snapshot row is an insert whose seq is the slot's consistent LSN.
 //
 // The change stream runs beside the snapshot, from that LSN, over
-// pgoutput (protocol version 1): inserts, updates (the new row; when the
+// pgoutput (protocol version 2 on Postgres 14 and later, 1 before; see
+// Config.Protocol): inserts, updates (the new row; when the
 // key changed, first a delete of the old key) and deletes (under REPLICA
 // IDENTITY DEFAULT the row holds the key columns, the others null), each
 // with seq = the LSN of its change, and a resume point after each
@@ -57,6 +58,13 @@
 // resume point replays exactly what followed (source.ReplayExact). A
 // bounded Read stops at a transaction boundary once it has passed the
 // WAL insert position as of its start.
+//
+// Under protocol 2 the server streams a transaction that outgrows its
+// logical_decoding_work_mem while it is still in progress. The source
+// buffers such a transaction's changes (in memory up to
+// Config.TransactionBufferBytes, then in a temporary file), emits them
+// when its stream commit arrives, with a resume point after them, and
+// drops them on abort (a subtransaction's abort drops only its own).
 //
 // # Snapshots that resume, and tables added later
 //
@@ -125,9 +133,6 @@
 //
 // # Limits of this version
 //
-//   - pgoutput protocol version 2 (streaming of large transactions in
-//     progress) is not used: the server spills large transactions to
-//     disk and sends them at commit.
 //   - A table added to the publication is picked up by the next attempt
 //     (Sync, or Run started again), not by a running one.
 package postgres
