@@ -3,10 +3,13 @@ package clickhouse_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/openetl/etl/sink"
@@ -79,4 +82,35 @@ func visible(ctx context.Context, conn driver.Conn, db, table string) ([]sinktes
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// TestConformanceCurrent runs the suite against a current ClickHouse
+// named by OPENETL_TEST_CLICKHOUSE (host:port or a clickhouse:// DSN),
+// where tables get DateTime64 metadata columns and dedup-token settings.
+// Skipped when it is unset: scripts/servers.sh can only start 18.16.
+func TestConformanceCurrent(t *testing.T) {
+	target := os.Getenv("OPENETL_TEST_CLICKHOUSE")
+	if target == "" {
+		t.Skip("OPENETL_TEST_CLICKHOUSE is not set: this check needs a current ClickHouse, which scripts/servers.sh can't start")
+	}
+	opts := &ch.Options{Addr: []string{target}, DialTimeout: 10 * time.Second}
+	if strings.Contains(target, "://") {
+		var err error
+		if opts, err = ch.ParseDSN(target); err != nil {
+			t.Fatalf("OPENETL_TEST_CLICKHOUSE: %v", err)
+		}
+	}
+	conn, err := ch.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	db := freshDB(t, conn)
+	sinktest.Run(t, func(t *testing.T) sink.Destination {
+		return newDest(t, clickhouse.Config{Conn: conn, Database: db, BlockRows: 7})
+	}, sinktest.Options{
+		Visible: func(ctx context.Context, stream string) ([]sinktest.Row, error) {
+			return visible(ctx, conn, db, stream)
+		},
+	})
 }
