@@ -236,3 +236,74 @@ func TestPipelineSurvivesSIGKILL(t *testing.T) {
 		t.Errorf("_openetl_epochs: %v rows and distinct epochs: an epoch recorded twice", ep)
 	}
 }
+
+// TestChaosTwoCopies runs two copies of the pipeline at once, again and
+// again, SIGKILLing each at a random moment: the younger fences the older,
+// whose Commit fails or copies nothing. A final run completes, and the
+// tables must equal the source: customers with FINAL, orders each once.
+// OPENETL_SEED replays.
+func TestChaosTwoCopies(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("OPENETL_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("seed %d (replay: OPENETL_SEED=%d go test -run '^%s$' ./sink/clickhouse)", seed, seed, t.Name())
+	rng := rand.New(rand.NewPCG(seed, 1))
+	conn := open(t, addr(t))
+	db := freshDB(t, conn)
+	dir := t.TempDir()
+	const rows = 100_000
+	fenced, killed := 0, 0
+	for round := range 4 {
+		var cmds [2]*exec.Cmd
+		var outs [2]bytes.Buffer
+		for i := range cmds {
+			if i == 1 {
+				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+			}
+			cmds[i] = runChild(t, db, dir, rows)
+			cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
+			if err := cmds[i].Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done := make(chan struct{}, 2)
+		for i := range cmds {
+			wait := time.Duration(200+rng.IntN(1500)) * time.Millisecond
+			go func() {
+				time.Sleep(wait)
+				_ = cmds[i].Process.Signal(syscall.SIGKILL)
+				done <- struct{}{}
+			}()
+		}
+		for i := range cmds {
+			err := cmds[i].Wait()
+			out := outs[i].String()
+			switch {
+			case err == nil:
+			case strings.Contains(out, "fenced"):
+				fenced++
+			case strings.Contains(err.Error(), "killed"):
+				killed++
+			default:
+				t.Fatalf("round %d copy %d: %v\n%s", round, i, err, out)
+			}
+		}
+		<-done
+		<-done
+	}
+	t.Logf("%d copies killed, %d fenced", killed, fenced)
+	if killed == 0 {
+		t.Fatal("no copy was killed mid-run: raise rows")
+	}
+	cmd := runChild(t, db, dir, rows)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("final run: %v\n%s", err, out.String())
+	}
+	checkTables(t, db, rows)
+}
