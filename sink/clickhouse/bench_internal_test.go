@@ -106,11 +106,21 @@ func report(b *testing.B, rows int64, elapsed, self, server time.Duration) {
 // BenchmarkPlainBatchInsert is the baseline: Arrow columns turned into Go
 // slices and appended to a clickhouse-go batch, one Send per 100,000 rows,
 // into an Engine=Null table.
-func BenchmarkPlainBatchInsert(b *testing.B) {
+func BenchmarkPlainBatchInsert(b *testing.B) { benchPlain(b, "Null") }
+
+// BenchmarkPlainBatchInsertMergeTree is the same into a MergeTree ordered
+// by _openetl_seq: what storing the rows once costs, to compare with
+// BenchmarkWriterCommitted, which stores them twice (staging, then the
+// table).
+func BenchmarkPlainBatchInsertMergeTree(b *testing.B) {
+	benchPlain(b, "MergeTree ORDER BY _openetl_seq")
+}
+
+func benchPlain(b *testing.B, engine string) {
 	conn, db := testConn(b)
 	ctx := context.Background()
 	recs := benchBatchesOf(b)
-	ddl := fmt.Sprintf("CREATE TABLE %s.plain (id Int64, name Nullable(String), amount Nullable(Float64), _openetl_id String, _openetl_op String, _openetl_seq Int64, _openetl_synced_at DateTime('UTC')) ENGINE = Null", db)
+	ddl := fmt.Sprintf("CREATE TABLE %s.plain (id Int64, name Nullable(String), amount Nullable(Float64), _openetl_id String, _openetl_op String, _openetl_seq Int64, _openetl_synced_at DateTime('UTC')) ENGINE = %s", db, engine)
 	for _, q := range []string{createDatabase(db), ddl} {
 		if err := conn.Exec(ctx, q); err != nil {
 			b.Fatal(err)
