@@ -189,14 +189,16 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 }
 
 // BuildError is returned by Build. Err joins one error per problem;
-// errors.Is finds sentinels such as engine.ErrUnavailable in it.
+// errors.Is finds sentinels such as engine.ErrUnavailable in it. Its
+// message is redacted (RedactSecrets): a connector error quoting a DSN
+// shows no password.
 type BuildError struct {
 	Pipeline string
 	Err      error
 }
 
 func (e *BuildError) Error() string {
-	return fmt.Sprintf("etl: pipeline %q: %v", e.Pipeline, e.Err)
+	return pipeline.RedactSecrets(fmt.Sprintf("etl: pipeline %q: %v", e.Pipeline, e.Err))
 }
 
 func (e *BuildError) Unwrap() error { return e.Err }

@@ -99,7 +99,9 @@ func (r *runner) signalBudget() {
 
 // Sync runs one bounded attempt: it reads every split to the source's end
 // as of the start, commits and returns. Cancelling ctx abandons the
-// attempt: nothing after the last committed epoch is kept.
+// attempt: nothing after the last committed epoch is kept. Its error's
+// message is redacted (RedactSecrets); errors.Is and errors.As see the
+// original.
 func Sync(ctx context.Context, cfg Config) (Result, error) {
 	return attempt(ctx, cfg, true)
 }
@@ -133,7 +135,12 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 	mon.begin(r.state)
 	ctx, r.syncSpan = mon.tracer.Start(ctx, "openetl.sync", trace.WithAttributes(
 		AttrPipeline.String(cfg.Name), AttrBounded.Bool(bounded)))
-	defer func() { r.end(ctx, res, err) }()
+	defer func() {
+		r.end(ctx, res, err)
+		// The caller may print it: no passwords (errors.Is and As still
+		// see the original).
+		err = redactErr(err)
+	}()
 	return r.run(ctx)
 }
 
