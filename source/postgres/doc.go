@@ -53,8 +53,9 @@
 // IDENTITY DEFAULT the row holds the key columns, the others null), each
 // with seq = the LSN of its change, and a resume point after each
 // transaction that touched an opened table, and at keepalives between
-// transactions (the server's position then), so quiet tables still let
-// the slot confirm the WAL the rest of the cluster writes. Reopening at a
+// transactions (the server's position then; not while a streamed
+// transaction is open, see below), so quiet tables still let the slot
+// confirm the WAL the rest of the cluster writes. Reopening at a
 // resume point replays exactly what followed (source.ReplayExact). A
 // bounded Read stops at a transaction boundary once it has passed the
 // WAL insert position as of its start.

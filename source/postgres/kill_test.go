@@ -74,7 +74,9 @@ func lastRecord(t *testing.T, dir string) *checkpoint.Record {
 // several times, first in the middle of its snapshot (once a checkpoint
 // holds a snapshot split that is not done), then at random moments of
 // streaming, while a writer commits small transactions and large ones
-// (thousands of rows, so kills land inside them). After a final sync,
+// (thousands of rows, which the server streams while in progress under
+// the child's 64kB logical_decoding_work_mem, so kills land inside
+// them). After a final sync,
 // the Parquet output read with pyarrow, applied in seq order, equals the
 // table, and no id repeats.
 func TestKillDuringSnapshotAndStreaming(t *testing.T) {
@@ -144,7 +146,7 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 
 	start := func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "OPENETL_PG_CHILD=1", "OPENETL_PG_DSN="+d, "OPENETL_PG_PUB="+pub, "OPENETL_PG_SLOT="+slot,
+		cmd.Env = append(os.Environ(), "OPENETL_PG_CHILD=1", "OPENETL_PG_DSN="+d+"&logical_decoding_work_mem=64kB", "OPENETL_PG_PUB="+pub, "OPENETL_PG_SLOT="+slot,
 			"OPENETL_PG_TABLES="+h.tables, "OPENETL_PG_CKPTS="+h.ckpts, "OPENETL_PG_CHUNK=2000")
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
