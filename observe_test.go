@@ -3,6 +3,8 @@ package etl_test
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -472,6 +474,11 @@ func TestEventsOfFencedZombie(t *testing.T) {
 	errA := make(chan error, 1)
 	go func() { errA <- a.Run(ctx) }()
 	waitFor(t, func() bool { return a.Status().Epoch >= 1 })
+	probe := httptest.NewRecorder()
+	etl.HealthHandler(a).ServeHTTP(probe, httptest.NewRequest("GET", "/readyz", nil))
+	if probe.Code != 200 || !strings.Contains(probe.Body.String(), `"phase":"running"`) {
+		t.Errorf("A's readiness while it runs: %d %s", probe.Code, probe.Body)
+	}
 
 	// B: a Sync of the same pipeline over a source that ends where A's
 	// checkpoint is (it reads nothing new), claiming generation 2.

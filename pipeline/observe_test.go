@@ -184,3 +184,44 @@ func TestLagAndSnapshotReports(t *testing.T) {
 		t.Errorf("stream status after the sync: %+v", ss)
 	}
 }
+
+// TestRunStopEvents cancels a Run after its first committed epoch: its
+// events end with sync.stopped without an error, its status is stopped,
+// and every epoch.committed came in order before it.
+func TestRunStopEvents(t *testing.T) {
+	f := newFixture(t, 2, 1_000_000)
+	f.src.delay = 10 * time.Microsecond
+	events := make(chan pipeline.Event, 10_000)
+	cfg := f.config(2)
+	cfg.OnEvent = func(e pipeline.Event) { events <- e }
+	cfg.Monitor = pipeline.NewMonitor(cfg)
+	runThenCancel(t, cfg, func() {
+		for cfg.Monitor.Status().Epoch < 1 {
+			time.Sleep(time.Millisecond)
+		}
+	})
+	var got []pipeline.Event
+	for e := range events {
+		got = append(got, e)
+		if e.Kind == pipeline.EventSyncStopped || e.Kind == pipeline.EventSyncFailed || e.Kind == pipeline.EventSyncSucceeded {
+			break
+		}
+	}
+	last := got[len(got)-1]
+	if got[0].Kind != pipeline.EventSyncStarted || got[0].Bounded || last.Kind != pipeline.EventSyncStopped || last.Err != nil {
+		t.Fatalf("first %+v, last %+v", got[0], last)
+	}
+	var epochs uint64
+	for _, e := range got {
+		if e.Kind == pipeline.EventEpochCommitted {
+			epochs++
+			if e.Epoch != epochs {
+				t.Fatalf("epoch.committed %d, want %d", e.Epoch, epochs)
+			}
+		}
+	}
+	st := cfg.Monitor.Status()
+	if st.Phase != pipeline.PhaseStopped || st.Epoch != epochs || last.Epoch != epochs || st.LastError != "" || st.Bounded {
+		t.Errorf("status %+v, last event %+v, %d epoch.committed events", st, last, epochs)
+	}
+}
