@@ -1,0 +1,155 @@
+package iceberg
+
+import (
+	"encoding/json"
+	"fmt"
+
+	ice "github.com/apache/iceberg-go"
+
+	"github.com/openetl/etl/sink"
+)
+
+// committable is the JSON form of a sink.Committable: the data and delete
+// files one lane wrote for one epoch, per table, described fully enough
+// to add them to the table in another process.
+type committable struct {
+	Format   int          `json:"format"`
+	Pipeline string       `json:"pipeline"`
+	Lane     int          `json:"lane"`
+	Epoch    uint64       `json:"epoch"`
+	Nonce    string       `json:"nonce"`
+	Tables   []tableFiles `json:"tables,omitempty"`
+}
+
+// tableFiles are one table's files of a committable.
+type tableFiles struct {
+	Table   string     `json:"table"`
+	Rows    int64      `json:"rows"`
+	Data    []fileDesc `json:"data,omitempty"`
+	Deletes []fileDesc `json:"deletes,omitempty"` // equality deletes
+}
+
+// fileDesc describes an iceberg.DataFile of an unpartitioned table.
+type fileDesc struct {
+	Path         string           `json:"path"`
+	Content      int              `json:"content"`
+	Rows         int64            `json:"rows"`
+	Bytes        int64            `json:"bytes"`
+	SpecID       int32            `json:"spec_id"`
+	ColumnSizes  map[int]int64    `json:"column_sizes,omitempty"`
+	ValueCounts  map[int]int64    `json:"value_counts,omitempty"`
+	NullCounts   map[int]int64    `json:"null_counts,omitempty"`
+	NaNCounts    map[int]int64    `json:"nan_counts,omitempty"`
+	Lower        map[int][]byte   `json:"lower,omitempty"`
+	Upper        map[int][]byte   `json:"upper,omitempty"`
+	SplitOffsets []int64          `json:"split_offsets,omitempty"`
+	EqualityIDs  []int            `json:"equality_ids,omitempty"`
+	SortOrderID  *int             `json:"sort_order_id,omitempty"`
+	Partition    map[int]struct{} `json:"-"`
+}
+
+const committableFormat = 1
+
+func describe(df ice.DataFile) (fileDesc, error) {
+	if len(df.Partition()) > 0 {
+		return fileDesc{}, fmt.Errorf("iceberg: data file %s has partition values: partitioned tables are not supported yet", df.FilePath())
+	}
+	if df.FileFormat() != ice.ParquetFile {
+		return fileDesc{}, fmt.Errorf("iceberg: data file %s is %s, not Parquet", df.FilePath(), df.FileFormat())
+	}
+	return fileDesc{
+		Path:         df.FilePath(),
+		Content:      int(df.ContentType()),
+		Rows:         df.Count(),
+		Bytes:        df.FileSizeBytes(),
+		SpecID:       df.SpecID(),
+		ColumnSizes:  df.ColumnSizes(),
+		ValueCounts:  df.ValueCounts(),
+		NullCounts:   df.NullValueCounts(),
+		NaNCounts:    df.NaNValueCounts(),
+		Lower:        df.LowerBoundValues(),
+		Upper:        df.UpperBoundValues(),
+		SplitOffsets: df.SplitOffsets(),
+		EqualityIDs:  df.EqualityFieldIDs(),
+		SortOrderID:  df.SortOrderID(),
+	}, nil
+}
+
+// dataFile rebuilds the iceberg.DataFile f describes, for spec.
+func (f fileDesc) dataFile(spec ice.PartitionSpec) (ice.DataFile, error) {
+	if spec.ID() != int(f.SpecID) || spec.NumFields() != 0 {
+		return nil, fmt.Errorf("iceberg: file %s was written for partition spec %d, the table's is %d: partition specs can't change under the pipeline",
+			f.Path, f.SpecID, spec.ID())
+	}
+	b, err := ice.NewDataFileBuilder(spec, ice.ManifestEntryContent(f.Content), f.Path, ice.ParquetFile, nil, nil, nil, f.Rows, f.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("iceberg: file %s: %w", f.Path, err)
+	}
+	b.ColumnSizes(f.ColumnSizes).ValueCounts(f.ValueCounts).NullValueCounts(f.NullCounts).
+		NaNValueCounts(f.NaNCounts).LowerBoundValues(f.Lower).UpperBoundValues(f.Upper)
+	if len(f.SplitOffsets) > 0 {
+		b.SplitOffsets(f.SplitOffsets)
+	}
+	if len(f.EqualityIDs) > 0 {
+		b.EqualityFieldIDs(f.EqualityIDs)
+	}
+	if f.SortOrderID != nil {
+		b.SortOrderID(*f.SortOrderID)
+	}
+	return b.Build(), nil
+}
+
+func decodeCommittable(c sink.Committable) (*committable, error) {
+	var out committable
+	if len(c) == 0 {
+		return &out, nil
+	}
+	if err := json.Unmarshal(c, &out); err != nil {
+		return nil, fmt.Errorf("iceberg: decode committable: %w", err)
+	}
+	if out.Format != committableFormat {
+		return nil, fmt.Errorf("iceberg: committable format %d, want %d: written by another version?", out.Format, committableFormat)
+	}
+	return &out, nil
+}
+
+// epochFiles are one table's files of an epoch, over every lane.
+type epochFiles struct {
+	rows    int64
+	data    []fileDesc
+	deletes []fileDesc
+}
+
+// decodeAll groups the committables' files by table, in lane order.
+func (w *writer) decodeAll(epoch uint64, committables []sink.Committable) (map[string]*epochFiles, error) {
+	out := make(map[string]*epochFiles)
+	for lane, raw := range committables {
+		c, err := decodeCommittable(raw)
+		if err != nil {
+			return nil, fmt.Errorf("lane %d: %w", lane, err)
+		}
+		if len(c.Tables) == 0 {
+			continue
+		}
+		if c.Epoch != epoch {
+			return nil, fmt.Errorf("iceberg: lane %d's committable is for epoch %d, not %d", lane, c.Epoch, epoch)
+		}
+		if c.Pipeline != w.pipeline {
+			return nil, fmt.Errorf("iceberg: lane %d's committable is for pipeline %q, not %q", lane, c.Pipeline, w.pipeline)
+		}
+		for _, t := range c.Tables {
+			if err := checkName("table", t.Table); err != nil {
+				return nil, fmt.Errorf("lane %d's committable: %w", lane, err)
+			}
+			e := out[t.Table]
+			if e == nil {
+				e = &epochFiles{}
+				out[t.Table] = e
+			}
+			e.rows += t.Rows
+			e.data = append(e.data, t.Data...)
+			e.deletes = append(e.deletes, t.Deletes...)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,214 @@
+package iceberg_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openetl/etl"
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/internal/testutil"
+	"github.com/openetl/etl/sink/iceberg"
+	"github.com/openetl/etl/source/faker"
+)
+
+// childEnv names the directory a child process syncs into: the test
+// binary re-executed to run TestKillChild as a real pipeline.
+const childEnv = "OPENETL_ICEBERG_CHILD_DIR"
+
+const killRows = 60_000
+
+// TestKillChild is the child process of TestSurvivesSIGKILL: it syncs the
+// fake customers (merge, soft deletes) and orders (append) into a SQL
+// catalog on SQLite under $OPENETL_ICEBERG_CHILD_DIR, with epochs every
+// 20ms so kills land in every step of the protocol. It does nothing when
+// run as an ordinary test.
+func TestKillChild(t *testing.T) {
+	dir := os.Getenv(childEnv)
+	if dir == "" {
+		t.Skip("child process of TestSurvivesSIGKILL")
+	}
+	ctx := context.Background()
+	_, cat := openCatalog(t, dir)
+	dst := newDest(t, cat, iceberg.Config{Tables: map[string]iceberg.TableConfig{
+		faker.Customers: {Mode: iceberg.Merge, Key: []string{"id"}},
+	}})
+	src, err := faker.New(faker.Config{Seed: 42, Rows: killRows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := checkpoint.OpenDir(filepath.Join(dir, "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(ctx)
+	p, err := etl.NewPipeline("kill").From(src).To(dst).Checkpoints(store).
+		Mode(delivery.Merge, faker.Customers).Lanes(2).EpochEvery(20*time.Millisecond, 0).
+		Require(delivery.ExactlyOnce).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("SYNC-OK epochs=%d generation=%d\n", res.Epochs, res.Generation)
+}
+
+func seededRNG(t *testing.T) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("OPENETL_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("OPENETL_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("seed %d (replay: OPENETL_SEED=%d go test -run '^%s$' ./sink/iceberg)", seed, seed, t.Name())
+	return rand.New(rand.NewPCG(seed, 3))
+}
+
+func child(dir string) (*exec.Cmd, *bytes.Buffer) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), childEnv+"="+dir)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	return cmd, &out
+}
+
+// TestSurvivesSIGKILL runs the pipeline in child processes, SIGKILLed at
+// random moments (mid-epoch, mid-commit), some rounds two copies at once
+// (the younger fences the older), then one run to completion; pyiceberg
+// over the same SQLite catalog must then read every order version exactly
+// once and every customer's latest version (deleted ones flagged).
+// OPENETL_SEED replays a failing seed.
+func TestSurvivesSIGKILL(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("-short or -race: the kill test runs child processes for minutes (the plain run covers it)")
+	}
+	rng := seededRNG(t)
+	dir := t.TempDir()
+	killed, fenced := 0, 0
+	for round := range 6 {
+		copies := 1 + round%2
+		cmds := make([]*exec.Cmd, copies)
+		outs := make([]*bytes.Buffer, copies)
+		for i := range cmds {
+			if i > 0 {
+				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+			}
+			cmds[i], outs[i] = child(dir)
+			if err := cmds[i].Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(time.Duration(400+rng.IntN(1600)) * time.Millisecond)
+		for i, c := range cmds {
+			_ = c.Process.Signal(syscall.SIGKILL)
+			if err := c.Wait(); err != nil {
+				if strings.Contains(outs[i].String(), "fenced") {
+					fenced++
+				} else {
+					killed++
+				}
+			}
+		}
+	}
+	t.Logf("%d children killed, %d stopped fenced", killed, fenced)
+	if killed == 0 {
+		t.Fatal("no child was killed before it finished: raise killRows")
+	}
+	c, out := child(dir)
+	if err := c.Run(); err != nil || !strings.Contains(out.String(), "SYNC-OK") {
+		t.Fatalf("final run: %v\n%s", err, out)
+	}
+	verifyFaker(t, dir)
+}
+
+// verifyFaker compares what pyiceberg reads with what the faker generates.
+func verifyFaker(t *testing.T, dir string) {
+	t.Helper()
+	src, err := faker.New(faker.Config{Seed: 42, Rows: killRows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := testutil.ReadIcebergTables(t, "openetl", filepath.Join(dir, "catalog.db"), "file://"+filepath.Join(dir, "warehouse"), iceberg.DefaultNamespace)
+
+	// orders, append: every version exactly once.
+	orders := got[faker.Orders]
+	if orders == nil {
+		t.Fatal("no orders table")
+	}
+	want := map[string]string{} // seq → op
+	var buf []byte
+	for i := range int64(killRows) {
+		op, seq, key, _ := src.Generate(faker.Orders, i, buf)
+		buf = key[:0]
+		want[fmt.Sprint(seq)] = op.String()
+	}
+	seen := map[string]int{}
+	for _, r := range orders.Data {
+		s := str(r["_openetl_seq"])
+		seen[s]++
+		if w, ok := want[s]; !ok || w != str(r["_openetl_op"]) {
+			t.Fatalf("orders: row %v: not generated (op %q)", r, w)
+		}
+	}
+	for s := range want {
+		if seen[s] != 1 {
+			t.Fatalf("orders: seq %s visible %d times, want once", s, seen[s])
+		}
+	}
+	if orders.Rows != int64(len(want)) {
+		t.Errorf("orders: %d rows, want %d", orders.Rows, len(want))
+	}
+
+	// customers, merge with soft deletes: each key's latest version once.
+	cust := got[faker.Customers]
+	if cust == nil {
+		t.Fatal("no customers table")
+	}
+	type version struct {
+		seq int64
+		op  string
+	}
+	last := map[string]version{}
+	for i := range int64(killRows) {
+		op, seq, key, _ := src.Generate(faker.Customers, i, buf)
+		k := string(key)
+		buf = key[:0]
+		if v, ok := last[k]; !ok || seq > v.seq {
+			last[k] = version{seq, op.String()}
+		}
+	}
+	keys := map[string]bool{}
+	for _, r := range cust.Data {
+		k := str(r["id"])
+		if keys[k] {
+			t.Fatalf("customers: key %s visible twice", k)
+		}
+		keys[k] = true
+		v, ok := last[k]
+		if !ok {
+			t.Fatalf("customers: key %s never generated", k)
+		}
+		if str(r["_openetl_seq"]) != fmt.Sprint(v.seq) || str(r["_openetl_deleted"]) != fmt.Sprint(v.op == "delete") {
+			t.Fatalf("customers: key %s: seq %v deleted %v, want seq %d after %s", k, r["_openetl_seq"], r["_openetl_deleted"], v.seq, v.op)
+		}
+	}
+	if len(keys) != len(last) {
+		t.Errorf("customers: %d keys visible, want %d", len(keys), len(last))
+	}
+	t.Logf("orders %d rows in %d data files; customers %d keys, %d data + %d delete files, %d snapshots",
+		orders.Rows, orders.DataFiles, len(keys), cust.DataFiles, cust.DeleteFiles, cust.Snapshots)
+}

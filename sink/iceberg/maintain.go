@@ -1,0 +1,159 @@
+package iceberg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/table/compaction"
+)
+
+// MaintainOptions selects what Maintain does. The zero value expires
+// nothing, deletes no orphans and compacts nothing.
+type MaintainOptions struct {
+	// ExpireOlderThan expires snapshots older than this (keeping at
+	// least RetainLast, default 1, and the current one). 0 skips expiry.
+	ExpireOlderThan time.Duration
+	// RetainLast is the number of most recent snapshots expiry keeps.
+	// Default 1.
+	RetainLast int
+	// OrphansOlderThan deletes files under the table's location that no
+	// snapshot refers to and that are older than this: data files of
+	// epochs never committed (an attempt died between PreCommit and the
+	// checkpoint), and metadata of commits that lost a race. Keep it well
+	// above the longest time between a PreCommit and its Commit (minutes,
+	// or the time a crashed pipeline may stay down, whichever is longer),
+	// or files of a recoverable epoch are lost. 0 skips it.
+	OrphansOlderThan time.Duration
+	// Compact rewrites small data files (and the equality deletes that
+	// apply to them) into files of about TargetFileBytes (default the
+	// Destination's Config.TargetFileBytes) with iceberg-go's compaction.
+	Compact         bool
+	TargetFileBytes int64
+}
+
+// TableReport is what Maintain did to one table.
+type TableReport struct {
+	Table            string
+	ExpiredSnapshots int
+	OrphansDeleted   int
+	FilesRewritten   int
+	FilesWritten     int
+}
+
+// Maintain runs snapshot expiry, compaction and orphan cleanup, as opts
+// says, on every table of the Destination's namespace, one after the
+// other; the host calls it when it likes (a cron, between syncs, or while
+// a pipeline runs: a Commit that races it reloads and redoes its
+// transaction). The pipeline markers are table properties, which none of
+// these touch, so exactly-once bookkeeping survives them. It returns the
+// reports of the tables it finished and the first error.
+func (d *Destination) Maintain(ctx context.Context, opts MaintainOptions) ([]TableReport, error) {
+	if opts.RetainLast <= 0 {
+		opts.RetainLast = 1
+	}
+	if opts.TargetFileBytes <= 0 {
+		opts.TargetFileBytes = d.targetBytes
+	}
+	ok, err := d.cat.CheckNamespaceExists(ctx, d.ns)
+	if err != nil || !ok {
+		return nil, err
+	}
+	var idents []table.Identifier
+	for ident, err := range d.cat.ListTables(ctx, d.ns) {
+		if err != nil {
+			return nil, fmt.Errorf("iceberg: list tables of %v: %w", d.ns, err)
+		}
+		idents = append(idents, ident)
+	}
+	var out []TableReport
+	for _, ident := range idents {
+		r, err := d.maintain(ctx, ident, opts)
+		if err != nil {
+			return out, fmt.Errorf("iceberg: maintain %v: %w", ident, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (d *Destination) maintain(ctx context.Context, ident table.Identifier, opts MaintainOptions) (TableReport, error) {
+	r := TableReport{Table: ident[len(ident)-1]}
+	if opts.Compact {
+		if err := d.retry(ctx, ident, func(tbl *table.Table) error {
+			cfg := compaction.DefaultConfig()
+			cfg.TargetFileSizeBytes = opts.TargetFileBytes
+			cfg.MinFileSizeBytes = opts.TargetFileBytes * 3 / 4
+			cfg.MaxFileSizeBytes = opts.TargetFileBytes * 9 / 5
+			cfg.MinInputFiles = 2
+			plan, err := compaction.Analyze(ctx, tbl, cfg)
+			if err != nil {
+				return err
+			}
+			if len(plan.Groups) == 0 {
+				return nil
+			}
+			groups := make([]table.CompactionTaskGroup, len(plan.Groups))
+			for i, g := range plan.Groups {
+				groups[i] = table.CompactionTaskGroup{PartitionKey: g.PartitionKey, Tasks: g.Tasks, TotalSizeBytes: g.TotalSizeBytes}
+			}
+			res, err := tbl.RewriteDataFiles(ctx, groups, table.RewriteDataFilesOptions{})
+			if err != nil {
+				return err
+			}
+			r.FilesRewritten, r.FilesWritten = res.RemovedDataFiles, res.AddedDataFiles
+			return nil
+		}); err != nil {
+			return r, fmt.Errorf("compact: %w", err)
+		}
+	}
+	if opts.ExpireOlderThan > 0 {
+		if err := d.retry(ctx, ident, func(tbl *table.Table) error {
+			before := len(tbl.Metadata().Snapshots())
+			tx := tbl.NewTransaction()
+			if err := tx.ExpireSnapshots(table.WithOlderThan(opts.ExpireOlderThan), table.WithRetainLast(opts.RetainLast)); err != nil {
+				return err
+			}
+			next, err := tx.Commit(ctx)
+			if err != nil {
+				return err
+			}
+			r.ExpiredSnapshots = before - len(next.Metadata().Snapshots())
+			return nil
+		}); err != nil {
+			return r, fmt.Errorf("expire snapshots: %w", err)
+		}
+	}
+	if opts.OrphansOlderThan > 0 {
+		tbl, err := d.cat.LoadTable(ctx, ident)
+		if err != nil {
+			return r, err
+		}
+		res, err := tbl.DeleteOrphanFiles(ctx, table.WithFilesOlderThan(opts.OrphansOlderThan))
+		if err != nil {
+			return r, fmt.Errorf("delete orphan files: %w", err)
+		}
+		r.OrphansDeleted = len(res.DeletedFiles)
+	}
+	d.log.Info("iceberg: table maintained", "table", r.Table, "expired", r.ExpiredSnapshots,
+		"orphans", r.OrphansDeleted, "rewritten", r.FilesRewritten, "written", r.FilesWritten)
+	return r, nil
+}
+
+// retry runs op on a freshly loaded table until it does not lose a race,
+// up to Config.MaxCommitTries times.
+func (d *Destination) retry(ctx context.Context, ident table.Identifier, op func(*table.Table) error) error {
+	var err error
+	for range d.maxTries {
+		var tbl *table.Table
+		if tbl, err = d.cat.LoadTable(ctx, ident); err != nil {
+			return err
+		}
+		if err = op(tbl); err == nil || !isConflict(err) {
+			return err
+		}
+	}
+	return errors.Join(errors.New("lost the race too often"), err)
+}

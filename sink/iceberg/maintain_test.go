@@ -1,0 +1,142 @@
+package iceberg_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/sink/iceberg"
+)
+
+// TestMaintainKeepsMarkers writes many small epochs, runs compaction,
+// snapshot expiry and orphan cleanup, and checks the rows read the same,
+// the markers survive (a repeated Commit of the last epoch adds nothing,
+// Recover reports it applied), an uncommitted epoch's files are removed
+// as orphans, and the pipeline carries on.
+func TestMaintainKeepsMarkers(t *testing.T) {
+	ctx := context.Background()
+	wh := newWarehouse(t)
+	cfg := iceberg.Config{Tables: map[string]iceberg.TableConfig{"m": {Mode: iceberg.Merge, Key: []string{"id"}}}}
+	d := newDest(t, wh.cat, cfg)
+	w, err := d.Writer(ctx, "maint", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if _, err := w.Recover(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	live := map[int64]bool{}
+	var seq int64
+	var all []op
+	var last sink.Committable
+	const epochs = 8
+	for epoch := uint64(1); epoch <= epochs; epoch++ {
+		ops := genOps(rng, live, &seq, 50, 40, false)
+		all = append(all, ops...)
+		for _, tname := range []string{"a", "m"} {
+			rec := batch(ops, false)
+			if err := w.Write(ctx, tname, rec); err != nil {
+				t.Fatal(err)
+			}
+			rec.Release()
+		}
+		if last, err = w.PreCommit(ctx, epoch); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Commit(ctx, epoch, []sink.Committable{last}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An epoch pre-committed and never committed: its files are orphans.
+	rec := batch(genOps(rng, live, &seq, 10, 40, false), false)
+	if err := w.Write(ctx, "a", rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	if _, err := w.PreCommit(ctx, epochs+1); err != nil {
+		t.Fatal(err)
+	}
+	files := func(name string) int {
+		m, _ := filepath.Glob(filepath.Join(wh.dir, "warehouse", iceberg.DefaultNamespace+".db", name, "data", "*.parquet"))
+		return len(m)
+	}
+	beforeA, beforeM := files("a"), files("m")
+	wantA, _ := scan(ctx, wh.cat, iceberg.DefaultNamespace, "a")
+	wantM, _ := scan(ctx, wh.cat, iceberg.DefaultNamespace, "m")
+	// Orphan cleanup only takes files older than the cutoff.
+	time.Sleep(1100 * time.Millisecond)
+	reports, err := d.Maintain(ctx, iceberg.MaintainOptions{Compact: true, ExpireOlderThan: time.Nanosecond, OrphansOlderThan: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reports {
+		t.Logf("%+v", r)
+		if r.FilesRewritten == 0 || r.ExpiredSnapshots == 0 || (r.Table == "a") != (r.OrphansDeleted > 0) {
+			t.Errorf("table %s: %+v: want files rewritten, snapshots expired, and orphans deleted in a only", r.Table, r)
+		}
+	}
+	if a, m := files("a"), files("m"); a >= beforeA || m >= beforeM {
+		t.Errorf("data files: a %d → %d, m %d → %d: want fewer", beforeA, a, beforeM, m)
+	}
+	gotA, err := scan(ctx, wh.cat, iceberg.DefaultNamespace, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotM, err := scan(ctx, wh.cat, iceberg.DefaultNamespace, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gotA) != len(wantA) || len(gotA) != len(all) || len(gotM) != len(wantM) {
+		t.Fatalf("after maintenance: %d/%d rows in a (want %d), %d/%d in m", len(gotA), len(wantA), len(all), len(gotM), len(wantM))
+	}
+	for _, name := range []string{"a", "m"} {
+		tbl, err := wh.cat.LoadTable(ctx, table.Identifier{iceberg.DefaultNamespace, name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := tbl.Properties(); p["openetl.maint.epoch"] != "8" || p["openetl.maint.fence"] != "1" {
+			t.Errorf("%s: markers after maintenance: %v", name, p)
+		}
+	}
+	// The markers still make the last epoch applied, for this process and
+	// the next.
+	if err := w.Commit(ctx, epochs, []sink.Committable{last}); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := newDest(t, wh.cat, cfg).Writer(ctx, "maint", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close(ctx)
+	out, err := w2.Recover(ctx, 2, &checkpoint.Record{Pipeline: "maint", Epoch: epochs, Generation: 1, Committables: [][]byte{last}})
+	if err != nil || out != sink.Applied {
+		t.Fatalf("Recover after maintenance: %v, %v; want applied", out, err)
+	}
+	if again, _ := scan(ctx, wh.cat, iceberg.DefaultNamespace, "a"); len(again) != len(all) {
+		t.Fatalf("a repeated Commit after maintenance changed a: %d rows, want %d", len(again), len(all))
+	}
+	ops := genOps(rng, live, &seq, 20, 40, false)
+	rec = batch(ops, false)
+	if err := w2.Write(ctx, "a", rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	c, err := w2.PreCommit(ctx, epochs+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.Commit(ctx, epochs+1, []sink.Committable{c}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := scan(ctx, wh.cat, iceberg.DefaultNamespace, "a"); len(got) != len(all)+len(ops) {
+		t.Fatalf("after the next epoch: %d rows, want %d", len(got), len(all)+len(ops))
+	}
+}

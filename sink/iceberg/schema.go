@@ -1,0 +1,206 @@
+package iceberg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	ice "github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+)
+
+// SchemaError is returned by PreCommit when a table's schema can't take a
+// batch's: a column changed type in a way Iceberg can't promote (only
+// int → long, float → double and a wider decimal precision are allowed),
+// or the Arrow type has no Iceberg equivalent.
+type SchemaError struct {
+	Table string
+	Err   error
+}
+
+func (e *SchemaError) Error() string {
+	return fmt.Sprintf("iceberg: table %q: schema change Iceberg can't make: %v", e.Table, e.Err)
+}
+
+func (e *SchemaError) Unwrap() error { return e.Err }
+
+// toIceberg converts an Arrow schema to an Iceberg one with fresh IDs.
+// The library panics on some types it can't convert; that becomes an
+// error.
+func toIceberg(sc *arrow.Schema) (s *ice.Schema, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	return table.ArrowSchemaToIcebergWithFreshIDs(sc, false)
+}
+
+// ensureTable returns table name, created from sc when missing and
+// evolved to take sc when it lacks columns of sc or has narrower types:
+// new columns are added nullable, int → long, float → double and decimal
+// precisions widened. Creating or evolving a table commits metadata only
+// (no rows become visible), so it is not fenced.
+func (d *Destination) ensureTable(ctx context.Context, pipeline, name string, sc *arrow.Schema) (*table.Table, error) {
+	want, err := toIceberg(sc)
+	if err != nil {
+		return nil, &SchemaError{Table: name, Err: err}
+	}
+	ident := d.ident(name)
+	var lastErr error
+	for try := 0; try < d.maxTries; try++ {
+		tbl, err := d.cat.LoadTable(ctx, ident)
+		if errors.Is(err, catalog.ErrNoSuchTable) {
+			if err := d.ensureNamespace(ctx); err != nil {
+				return nil, err
+			}
+			tbl, err = d.cat.CreateTable(ctx, ident, want, catalog.WithProperties(d.props))
+			if errors.Is(err, catalog.ErrTableAlreadyExists) {
+				lastErr = err
+				continue // another lane created it: load it
+			}
+			if err != nil {
+				return nil, fmt.Errorf("iceberg: create table %v: %w", ident, err)
+			}
+			d.log.Info("iceberg: table created", "table", name, "schema", want.String())
+			return d.mark(ctx, pipeline, tbl)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("iceberg: load table %v: %w", ident, err)
+		}
+		if covers(tbl.Schema(), want) {
+			return d.mark(ctx, pipeline, tbl)
+		}
+		tx := tbl.NewTransaction()
+		if err := tx.UpdateSchema(true, false).UnionByNameWith(want).Commit(); err != nil {
+			return nil, &SchemaError{Table: name, Err: err}
+		}
+		next, err := tx.Commit(ctx)
+		if err == nil {
+			d.log.Info("iceberg: table schema evolved", "table", name, "schema", next.Schema().String())
+			return d.mark(ctx, pipeline, next)
+		}
+		if !isConflict(err) {
+			return nil, fmt.Errorf("iceberg: evolve table %v: %w", ident, err)
+		}
+		lastErr = err
+		d.log.Warn("iceberg: schema change lost a race; reloading", "table", name, "err", err)
+	}
+	return nil, fmt.Errorf("iceberg: table %v: schema change failed %d times: %w", ident, d.maxTries, lastErr)
+}
+
+// covers reports whether have already takes every column of want by name
+// with the same type or one want's type promotes to.
+func covers(have, want *ice.Schema) bool {
+	for _, f := range want.Fields() {
+		h, ok := have.FindFieldByName(f.Name)
+		if !ok {
+			return false
+		}
+		if !sameOrWider(h.Type, f.Type) {
+			return false
+		}
+		if h.Required && !f.Required {
+			return false
+		}
+	}
+	return true
+}
+
+// sameOrWider reports whether a column of type have takes values of type
+// v without a schema change. Nested types are compared field by field by
+// name.
+func sameOrWider(have, v ice.Type) bool {
+	if have.Equals(v) {
+		return true
+	}
+	switch h := have.(type) {
+	case ice.Int64Type:
+		_, ok := v.(ice.Int32Type)
+		return ok
+	case ice.Float64Type:
+		_, ok := v.(ice.Float32Type)
+		return ok
+	case ice.DecimalType:
+		w, ok := v.(ice.DecimalType)
+		return ok && w.Scale() == h.Scale() && w.Precision() <= h.Precision()
+	case *ice.StructType:
+		w, ok := v.(*ice.StructType)
+		if !ok {
+			return false
+		}
+		for _, f := range w.FieldList {
+			found := false
+			for _, g := range h.FieldList {
+				if g.Name == f.Name {
+					found = sameOrWider(g.Type, f.Type) && !(g.Required && !f.Required)
+					break
+				}
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	case *ice.ListType:
+		w, ok := v.(*ice.ListType)
+		return ok && sameOrWider(h.Element, w.Element) && !(h.ElementRequired && !w.ElementRequired)
+	}
+	return false
+}
+
+// isConflict reports whether err is a lost race for the table's metadata:
+// the catalog's compare-and-swap failed (table.ErrCommitFailed), or a
+// requirement on the table's state failed because another writer moved
+// it. iceberg-go v0.7.0 returns the latter as plain errors whose text
+// starts with "requirement failed" (any case): there is no type to test.
+func isConflict(err error) bool {
+	if errors.Is(err, table.ErrCommitFailed) {
+		return true
+	}
+	return containsFold(err.Error(), "requirement failed")
+}
+
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+}
+
+// mark gives tbl the pipeline's fence property, at 0, unless it has one:
+// then Recover finds the table and raises its fence before any epoch of
+// the pipeline was committed to it. The commit requires the property to
+// be absent, so it never lowers a fence.
+func (d *Destination) mark(ctx context.Context, pipeline string, tbl *table.Table) (*table.Table, error) {
+	ident := tbl.Identifier()
+	req := &fenceRequirement{Type: "openetl-fence", Pipeline: pipeline, Unmarked: true}
+	var lastErr error
+	for try := 0; try < d.maxTries; try++ {
+		if _, ok := tbl.Properties()[fenceKey(pipeline)]; ok {
+			return tbl, nil
+		}
+		ft, err := d.fenced(ctx, ident, req)
+		if err != nil {
+			return nil, fmt.Errorf("iceberg: load table %v: %w", ident, err)
+		}
+		tx := ft.NewTransaction()
+		if err := tx.SetProperties(ice.Properties{fenceKey(pipeline): "0"}); err != nil {
+			return nil, err
+		}
+		next, err := tx.Commit(ctx)
+		switch {
+		case err == nil:
+			return next, nil
+		case errors.Is(err, errMarked):
+		case isConflict(err):
+			lastErr = err
+		default:
+			return nil, fmt.Errorf("iceberg: table %v: mark as the pipeline's: %w", ident, err)
+		}
+		if tbl, err = d.cat.LoadTable(ctx, ident); err != nil {
+			return nil, fmt.Errorf("iceberg: load table %v: %w", ident, err)
+		}
+	}
+	return nil, fmt.Errorf("iceberg: table %v: marking lost the race %d times: %w", ident, d.maxTries, lastErr)
+}
