@@ -199,3 +199,86 @@ func TestFencedApplyCopiesNothing(t *testing.T) {
 		t.Fatalf("a fenced apply copied %d rows", n)
 	}
 }
+
+// TestRecoverDropsLeftovers: blocks an older attempt staged and no
+// checkpoint record names (sent mid-epoch, then the process died) are
+// dropped by the next attempt's Recover; the head epoch's blocks are
+// kept and applied.
+func TestRecoverDropsLeftovers(t *testing.T) {
+	conn, db := testConn(t)
+	ctx := context.Background()
+	d1, err := New(ctx, Config{Conn: conn, Database: db, BlockRows: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, _ := d1.Writer(ctx, "left", 0)
+	w1 := sw.(*writer)
+	if _, err := w1.Recover(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	rec := intRecord(0, 10)
+	defer rec.Release()
+	if err := w1.Write(ctx, "t", rec); err != nil {
+		t.Fatal(err)
+	}
+	c1, err := w1.PreCommit(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec2 := intRecord(10, 10) // sealed at BlockRows: staged, in no committable
+	defer rec2.Release()
+	if err := w1.Write(ctx, "t", rec2); err != nil {
+		t.Fatal(err)
+	}
+	stage := fmt.Sprintf("SELECT count() FROM %s.%s", db, stageName("t"))
+	if n := countRows(t, conn, stage); n != 20 {
+		t.Fatalf("staged %d rows, want 20", n)
+	}
+	if n := countRows(t, conn, stage+" WHERE _openetl_stage_generation = 1 AND _openetl_stage_pipeline = 'left'"); n != 20 {
+		t.Fatalf("%d staged rows stamped with generation 1 of pipeline left, want 20", n)
+	}
+	// The process dies; the next attempt recovers with head epoch 1.
+	d2, err := New(ctx, Config{Conn: conn, Database: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw2, _ := d2.Writer(ctx, "left", 0)
+	w2 := sw2.(*writer)
+	head := &checkpoint.Record{Pipeline: "left", Epoch: 1, Generation: 1, Committables: [][]byte{c1}}
+	if out, err := w2.Recover(ctx, 2, head); err != nil || out != sink.Recoverable {
+		t.Fatalf("Recover = %v, %v; want recoverable", out, err)
+	}
+	if n := countRows(t, conn, stage); n != 10 {
+		t.Fatalf("after Recover %d rows staged, want the head's 10", n)
+	}
+	if err := w2.Commit(ctx, 1, []sink.Committable{c1}); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, conn, fmt.Sprintf("SELECT count() FROM %s.t", db)); n != 10 {
+		t.Fatalf("table has %d rows, want 10", n)
+	}
+	if n := countRows(t, conn, stage); n != 0 {
+		t.Fatalf("after Commit %d rows staged, want 0", n)
+	}
+	// A block whose staging partition is gone is an error, not an empty
+	// copy: epoch 2's block dropped by hand before Commit.
+	rec3 := intRecord(20, 5)
+	defer rec3.Release()
+	if err := w2.Write(ctx, "t", rec3); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := w2.PreCommit(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byTable, _, _ := w2.decodeAll(2, []sink.Committable{c2})
+	if err := conn.Exec(ctx, dropStagePartition(db, "t", byTable["t"][0].Token)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.Commit(ctx, 2, []sink.Committable{c2}); err == nil {
+		t.Fatal("Commit of a block whose staging partition is gone succeeded")
+	}
+	if ok, _ := w2.applied(ctx, 2); ok {
+		t.Fatal("epoch 2 recorded as applied without its rows")
+	}
+}

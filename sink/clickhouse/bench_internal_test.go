@@ -200,7 +200,8 @@ func BenchmarkWriter(b *testing.B) {
 		b.Fatal(err)
 	}
 	st := qualified(db, stageName("bench"))
-	for _, q := range []string{"DROP TABLE " + st, fmt.Sprintf("CREATE TABLE %s AS %s ENGINE = Null", st, qualified(db, "bench"))} {
+	tmp := qualified(db, "bench_null_stage")
+	for _, q := range []string{fmt.Sprintf("CREATE TABLE %s AS %s ENGINE = Null", tmp, st), "DROP TABLE " + st, fmt.Sprintf("RENAME TABLE %s TO %s", tmp, st)} {
 		if err := conn.Exec(ctx, q); err != nil {
 			b.Fatal(err)
 		}

@@ -86,6 +86,7 @@ type Destination struct {
 	mu      sync.Mutex
 	schemas map[string]*tableSchema // table → what this process knows of it
 	blocks  map[uint64]blockState   // blocks staged by this process
+	gens    map[string]uint64       // pipeline → the generation that recovered here last
 }
 
 // blockState is what this process knows of a block it staged.
@@ -141,6 +142,7 @@ func New(ctx context.Context, cfg Config) (*Destination, error) {
 		features:  ServerFeatures(version),
 		schemas:   make(map[string]*tableSchema),
 		blocks:    make(map[uint64]blockState),
+		gens:      make(map[string]uint64),
 	}
 	for _, q := range append([]string{createDatabase(d.db)}, createState(d.db)...) {
 		if err := d.conn.Exec(ctx, q); err != nil {
@@ -249,4 +251,18 @@ func (d *Destination) forget(token uint64) {
 	d.mu.Lock()
 	delete(d.blocks, token)
 	d.mu.Unlock()
+}
+
+// setGen records the generation of pipeline's attempt in this process:
+// every lane stamps its staged blocks with it.
+func (d *Destination) setGen(pipeline string, gen uint64) {
+	d.mu.Lock()
+	d.gens[pipeline] = gen
+	d.mu.Unlock()
+}
+
+func (d *Destination) genOf(pipeline string) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.gens[pipeline]
 }

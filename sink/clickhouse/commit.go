@@ -108,6 +108,16 @@ func (w *writer) applyTable(ctx context.Context, table string, blocks []stagedBl
 				return fmt.Errorf("clickhouse: table %q holds %d rows of block %d, which has %d: was the table changed by hand?", table, n, b.Token, b.Rows)
 			}
 		}
+		// The block must still be staged, whole: a copy from a partition
+		// that is gone would copy nothing, and the epoch would look
+		// applied without its rows.
+		n, err := w.stagedRows(ctx, table, b.Token)
+		if err != nil {
+			return err
+		}
+		if n != b.Rows {
+			return fmt.Errorf("clickhouse: block %d of %q has %d rows staged and none applied, want %d: the epoch is lost (was the staging table changed by hand?)", b.Token, table, n, b.Rows)
+		}
 		qctx := clickhouse.Context(ctx, clickhouse.WithQueryID(w.applyQueryID(gen, b.Token)))
 		if err := w.d.conn.Exec(qctx, applyBlock(w.d.db, table, cols, b.Token, b.Rows, w.pipeline, gen, w.d.features)); err != nil {
 			return fmt.Errorf("clickhouse: apply block %d (%d rows) to %q: %w", b.Token, b.Rows, table, err)
@@ -259,6 +269,7 @@ func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *c
 		return 0, err
 	}
 	w.gen.Store(g)
+	w.d.setGen(w.pipeline, g)
 	// From here on an older generation's apply copies nothing (it reads
 	// the fence when it starts); one that started before still runs.
 	if err := w.waitApplies(ctx); err != nil {
@@ -266,6 +277,9 @@ func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *c
 	}
 	out, err := w.outcome(ctx, head)
 	if err != nil {
+		return 0, err
+	}
+	if err := w.dropLeftovers(ctx, g, head); err != nil {
 		return 0, err
 	}
 	var epoch uint64
@@ -322,4 +336,79 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 		}
 	}
 	return sink.Recoverable, nil
+}
+
+// dropLeftovers drops the staging partitions older generations of the
+// pipeline left behind (blocks of epochs that never reached a checkpoint
+// record, or whose writer died before Close), except head's blocks, which
+// Commit may still need. Only older generations' blocks: a newer one's
+// are never touched, even by a Recover that lost the race to it.
+func (w *writer) dropLeftovers(ctx context.Context, gen uint64, head *checkpoint.Record) error {
+	keep := make(map[uint64]bool)
+	if head != nil {
+		for _, raw := range head.Committables {
+			c, err := decodeCommittable(raw)
+			if err != nil {
+				return err
+			}
+			for _, b := range c.Blocks {
+				keep[b.Token] = true
+			}
+		}
+	}
+	rows, err := w.d.conn.Query(ctx, "SELECT name FROM system.tables WHERE database = "+quoteString(w.d.db)+" AND startsWith(name, "+quoteString(stagePrefix)+")")
+	if err != nil {
+		return fmt.Errorf("clickhouse: list staging tables: %w", err)
+	}
+	var stages []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return fmt.Errorf("clickhouse: list staging tables: %w", err)
+		}
+		stages = append(stages, name)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("clickhouse: list staging tables: %w", err)
+	}
+	dropped := 0
+	for _, st := range stages {
+		tokens, err := w.leftovers(ctx, st, gen)
+		if err != nil {
+			return err
+		}
+		for _, t := range tokens {
+			if keep[t] {
+				continue
+			}
+			q := fmt.Sprintf("ALTER TABLE %s DROP PARTITION %d", qualified(w.d.db, st), t)
+			if err := w.d.conn.Exec(ctx, q); err != nil {
+				return fmt.Errorf("clickhouse: drop a leftover block of %q: %w", st, err)
+			}
+			dropped++
+		}
+	}
+	if dropped > 0 {
+		w.d.log.Info("clickhouse: dropped blocks older attempts left staged", "pipeline", w.pipeline, "blocks", dropped)
+	}
+	return nil
+}
+
+func (w *writer) leftovers(ctx context.Context, stage string, gen uint64) ([]uint64, error) {
+	rows, err := w.d.conn.Query(ctx, leftoverBlocks(w.d.db, stage, w.pipeline, gen))
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: list leftover blocks of %q: %w", stage, err)
+	}
+	defer rows.Close()
+	var out []uint64
+	for rows.Next() {
+		var t uint64
+		if err := rows.Scan(&t); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
 }

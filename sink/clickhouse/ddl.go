@@ -103,11 +103,32 @@ func createTarget(db, table string, cols []column, key, orderBy []string, f Feat
 	return b.String()
 }
 
-// createStage is the staging table of a target: the same columns, one
-// partition per staged block (so a block is dropped whole once applied).
+// Columns only staging tables have: who staged a block, so that Recover
+// can drop what older generations of the pipeline left behind.
+const (
+	colStagePipeline = "_openetl_stage_pipeline"
+	colStageGen      = "_openetl_stage_generation"
+)
+
+// stageOnly are the staging tables' own columns.
+var stageOnly = []column{
+	{colStagePipeline, colType{ch: "String", kind: kString}},
+	{colStageGen, colType{ch: "UInt64", kind: kUint64}},
+}
+
+// createStage is the staging table of a target: the same columns plus
+// stageOnly, one partition per staged block (so a block is dropped whole
+// once applied).
 func createStage(db, table string, cols []column) string {
-	return "CREATE TABLE IF NOT EXISTS " + qualified(db, stageName(table)) + " (" + columnList(cols) +
+	return "CREATE TABLE IF NOT EXISTS " + qualified(db, stageName(table)) + " (" + columnList(append(cols[:len(cols):len(cols)], stageOnly...)) +
 		") ENGINE = MergeTree PARTITION BY " + quoteIdent(colBatch) + " ORDER BY tuple()"
+}
+
+// leftoverBlocks lists the blocks an older generation of pipeline staged
+// in a staging table.
+func leftoverBlocks(db, stage, pipeline string, gen uint64) string {
+	return fmt.Sprintf("SELECT DISTINCT %s FROM %s WHERE %s = %s AND %s < %d", quoteIdent(colBatch), qualified(db, stage),
+		quoteIdent(colStagePipeline), quoteString(pipeline), quoteIdent(colStageGen), gen)
 }
 
 // addColumn adds a column; servers before 19 have no IF NOT EXISTS (the

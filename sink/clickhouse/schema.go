@@ -123,9 +123,12 @@ func (d *Destination) layoutFor(ctx context.Context, table string, schema *arrow
 			ts.order = append(ts.order, c.name)
 		}
 	}
-	names := make([]string, len(all))
-	for i, c := range all {
-		names[i] = c.name
+	names := make([]string, 0, len(all)+len(stageOnly))
+	for _, c := range all {
+		names = append(names, c.name)
+	}
+	for _, c := range stageOnly {
+		names = append(names, c.name)
 	}
 	lay.insert = "INSERT INTO " + qualified(d.db, stageName(table)) + " (" + nameList(names) + ")"
 	return lay, nil
@@ -194,7 +197,13 @@ func (d *Destination) applyColumns(ctx context.Context, table string) ([]string,
 		}
 		d.schemas[table] = ts
 	}
-	return slices.Clone(ts.order), nil
+	out := make([]string, 0, len(ts.order))
+	for _, c := range ts.order {
+		if c != colStagePipeline && c != colStageGen {
+			out = append(out, c)
+		}
+	}
+	return out, nil
 }
 
 // modifyColumn changes c's type in the table and its staging table

@@ -49,6 +49,7 @@ type openBlock struct {
 	lay   *layout
 	batch driver.Batch
 	token uint64
+	gen   uint64 // the attempt's generation, as lane 0's Recover set it
 	rows  int64
 }
 
@@ -184,6 +185,17 @@ func (w *writer) write(ctx context.Context, table string, rec arrow.RecordBatch)
 	if err := blk.batch.Column(next).Append(tokens); err != nil {
 		return fmt.Errorf("clickhouse: table %q column %s: %w", table, colBatch, err)
 	}
+	pipes := make([]string, n)
+	gens := make([]uint64, n)
+	for i := range pipes {
+		pipes[i], gens[i] = w.pipeline, blk.gen
+	}
+	if err := blk.batch.Column(next + 1).Append(pipes); err != nil {
+		return fmt.Errorf("clickhouse: table %q column %s: %w", table, colStagePipeline, err)
+	}
+	if err := blk.batch.Column(next + 2).Append(gens); err != nil {
+		return fmt.Errorf("clickhouse: table %q column %s: %w", table, colStageGen, err)
+	}
 	blk.rows += int64(n)
 	if blk.rows >= int64(w.d.blockRows) {
 		return w.seal(ctx, blk)
@@ -251,7 +263,7 @@ func (w *writer) start(ctx context.Context, table string, schema *arrow.Schema) 
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: prepare a block of %q: %w", table, err)
 	}
-	blk := &openBlock{table: table, lay: lay, batch: b, token: token}
+	blk := &openBlock{table: table, lay: lay, batch: b, token: token, gen: w.d.genOf(w.pipeline)}
 	w.open[table] = blk
 	return blk, nil
 }
