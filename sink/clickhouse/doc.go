@@ -61,8 +61,9 @@
 // # How an epoch travels
 //
 // Each lane gathers a table's rows into one clickhouse-go batch of the
-// table's staging table (_openetl_stage_{table}: the same columns,
-// PARTITION BY _openetl_batch) and sends it as one block when it reaches
+// table's staging table (_openetl_stage_{table}: the same columns plus
+// _openetl_stage_pipeline and _openetl_stage_generation, PARTITION BY
+// _openetl_batch) and sends it as one block when it reaches
 // Config.BlockRows, when the schema changes, and at PreCommit. Each block
 // has a random token, written in its rows' _openetl_batch: the committable
 // lists the blocks (table, token, rows). Staged rows are invisible to
@@ -77,7 +78,12 @@
 // The squashing settings make the copy one insert block, so one part of
 // an unpartitioned table: a block lands whole or not at all. Then it
 // records the epoch in _openetl_epochs and drops the staging partitions.
-// An epoch recorded there is skipped: Commit is idempotent.
+// An epoch recorded there is skipped: Commit is idempotent. Before a copy
+// Commit checks that the block is still staged whole: a partition gone
+// (dropped by hand) is an error, never an epoch recorded without its rows.
+// Recover drops the blocks older generations of the pipeline left staged
+// (sent before a crash, in no checkpoint record), except the head
+// epoch's.
 //
 // # Guarantee
 //
@@ -121,10 +127,6 @@
 //     destination table name, and must agree with the pipeline's Mode.
 //   - A Write is never split: a block holds whole batches, so it can pass
 //     Config.BlockRows by one batch.
-//   - Staging partitions of blocks staged by a process that died before
-//     its epoch reached a checkpoint record are not reclaimed: they are
-//     never read, and can be dropped by hand (system.parts of
-//     _openetl_stage_* tables).
 //   - Several addresses in the caller's clickhouse.Options are what
 //     clickhouse-go fails over between; the guarantee above holds for one
 //     server (see Guarantee). A failed Commit is retried by the runner
