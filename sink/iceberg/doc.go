@@ -78,12 +78,29 @@
 // Any Iceberg reader over the same catalog: pyiceberg's SqlCatalog on the
 // SQLite file (with the same catalog name), Spark, Trino or DuckDB.
 //
+// # Small files
+//
+// Every epoch is durable on its own, so each epoch adds at least one data
+// file per table and lane, and one snapshot per table. Grouping several
+// epochs into one snapshot would not reduce the files (they are written
+// at PreCommit, before the epoch's commit point), only the snapshots; the
+// knobs that reduce files are the pipeline's epoch size (etl's
+// EpochEvery: e.g. 60s or 128 MB per epoch for Iceberg) and compaction
+// (Maintain with Compact), which keeps the markers intact.
+//
 // # Limits
 //
-//   - Unpartitioned tables only.
+//   - Unpartitioned tables only (the committable does not carry
+//     partition values yet).
+//   - Append and Merge; no Overwrite mode yet.
 //   - An epoch's rows are held in memory until PreCommit.
 //   - A schema change Iceberg can't make (e.g. long → double, which the
 //     engine does when a JSON field turns fractional) fails PreCommit with
 //     a *SchemaError; the engine's hold-back is not wired to it yet.
-//   - Each epoch is its own snapshot per table: no grouping of epochs.
+//   - The write mode and key come from Config.Tables: the runner does not
+//     pass a stream's mode or primary key to writers.
+//   - Fencing is atomic with the commit on the SQL catalog (SQLite,
+//     Postgres); a REST catalog can't carry the pipeline's requirement.
+//   - pyiceberg 0.12 can't scan tables with equality deletes (Merge
+//     tables); iceberg-go, Spark, Trino and Flink can.
 package iceberg
