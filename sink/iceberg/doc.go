@@ -100,7 +100,10 @@
 //   - The write mode and key come from Config.Tables: the runner does not
 //     pass a stream's mode or primary key to writers.
 //   - Fencing is atomic with the commit on the SQL catalog (SQLite,
-//     Postgres); a REST catalog can't carry the pipeline's requirement.
+//     Postgres). Other catalogs (REST) can't carry the pipeline's
+//     requirement: it is checked on metadata loaded right before the
+//     commit, which leaves a window of one request. Untested here: no
+//     REST catalog server ran on this machine.
 //   - pyiceberg 0.12 can't scan tables with equality deletes (Merge
 //     tables); iceberg-go, Spark, Trino and Flink can.
 package iceberg

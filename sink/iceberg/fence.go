@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/openetl/etl/checkpoint"
@@ -109,6 +110,11 @@ func (r *fenceRequirement) Validate(meta table.Metadata) error {
 type fencedCatalog struct {
 	inner table.CatalogIO
 	req   *fenceRequirement
+	// atomic: the catalog validates requirement objects in process (the
+	// SQL catalog). Others (REST) serialize requirements and would reject
+	// ours: for them it is checked on freshly loaded metadata right before
+	// the commit, a best effort with a window of one request.
+	atomic bool
 }
 
 func (c *fencedCatalog) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
@@ -121,6 +127,16 @@ func (c *fencedCatalog) LoadTable(ctx context.Context, ident table.Identifier) (
 
 func (c *fencedCatalog) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, updates []table.Update) (table.Metadata, string, error) {
 	all := append(append(make([]table.Requirement, 0, len(reqs)+1), reqs...), c.req)
+	if !c.atomic {
+		cur, err := c.inner.LoadTable(ctx, ident)
+		if err != nil {
+			return nil, "", err
+		}
+		if err := c.req.Validate(cur.Metadata()); err != nil {
+			return nil, "", err
+		}
+		all = reqs
+	}
 	meta, loc, err := c.inner.CommitTable(ctx, ident, all, updates)
 	if err == nil || errors.Is(err, table.ErrCommitFailed) || errors.Is(err, sink.ErrFenced) || errors.Is(err, errApplied) || errors.Is(err, errMarked) {
 		return meta, loc, err
@@ -146,6 +162,6 @@ func (c *fencedCatalog) CommitTable(ctx context.Context, ident table.Identifier,
 
 // fenced loads table ident through a fencedCatalog with req.
 func (d *Destination) fenced(ctx context.Context, ident table.Identifier, req *fenceRequirement) (*table.Table, error) {
-	fc := &fencedCatalog{inner: d.cat, req: req}
+	fc := &fencedCatalog{inner: d.cat, req: req, atomic: d.cat.CatalogType() == catalog.SQL}
 	return fc.LoadTable(ctx, ident)
 }
