@@ -71,11 +71,11 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		}
 		m, _ := readMarkers(tbl.Properties(), w.pipeline)
 		spec := tbl.Spec()
-		data, err := dataFiles(files.data, spec)
+		data, err := dataFiles(files.data, spec, tbl.Schema())
 		if err != nil {
 			return err
 		}
-		deletes, err := dataFiles(files.deletes, spec)
+		deletes, err := dataFiles(files.deletes, spec, tbl.Schema())
 		if err != nil {
 			return err
 		}
@@ -118,10 +118,10 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 	return fmt.Errorf("iceberg: table %v: commit of epoch %d lost the race %d times: %w", ident, epoch, w.d.maxTries, lastErr)
 }
 
-func dataFiles(fs []fileDesc, spec ice.PartitionSpec) ([]ice.DataFile, error) {
+func dataFiles(fs []fileDesc, spec ice.PartitionSpec, sc *ice.Schema) ([]ice.DataFile, error) {
 	out := make([]ice.DataFile, 0, len(fs))
 	for _, f := range fs {
-		df, err := f.dataFile(spec)
+		df, err := f.dataFile(spec, sc)
 		if err != nil {
 			return nil, err
 		}

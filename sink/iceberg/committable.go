@@ -31,28 +31,38 @@ type tableFiles struct {
 
 // fileDesc describes an iceberg.DataFile of an unpartitioned table.
 type fileDesc struct {
-	Path         string           `json:"path"`
-	Content      int              `json:"content"`
-	Rows         int64            `json:"rows"`
-	Bytes        int64            `json:"bytes"`
-	SpecID       int32            `json:"spec_id"`
-	ColumnSizes  map[int]int64    `json:"column_sizes,omitempty"`
-	ValueCounts  map[int]int64    `json:"value_counts,omitempty"`
-	NullCounts   map[int]int64    `json:"null_counts,omitempty"`
-	NaNCounts    map[int]int64    `json:"nan_counts,omitempty"`
-	Lower        map[int][]byte   `json:"lower,omitempty"`
-	Upper        map[int][]byte   `json:"upper,omitempty"`
-	SplitOffsets []int64          `json:"split_offsets,omitempty"`
-	EqualityIDs  []int            `json:"equality_ids,omitempty"`
-	SortOrderID  *int             `json:"sort_order_id,omitempty"`
-	Partition    map[int]struct{} `json:"-"`
+	Path         string         `json:"path"`
+	Content      int            `json:"content"`
+	Rows         int64          `json:"rows"`
+	Bytes        int64          `json:"bytes"`
+	SpecID       int32          `json:"spec_id"`
+	ColumnSizes  map[int]int64  `json:"column_sizes,omitempty"`
+	ValueCounts  map[int]int64  `json:"value_counts,omitempty"`
+	NullCounts   map[int]int64  `json:"null_counts,omitempty"`
+	NaNCounts    map[int]int64  `json:"nan_counts,omitempty"`
+	Lower        map[int][]byte `json:"lower,omitempty"`
+	Upper        map[int][]byte `json:"upper,omitempty"`
+	SplitOffsets []int64        `json:"split_offsets,omitempty"`
+	EqualityIDs  []int          `json:"equality_ids,omitempty"`
+	SortOrderID  *int           `json:"sort_order_id,omitempty"`
+	// Partition holds the partition values by partition field ID, as
+	// JSON; their Go types come back from the spec's result types.
+	Partition map[int]json.RawMessage `json:"partition,omitempty"`
 }
 
 const committableFormat = 1
 
 func describe(df ice.DataFile) (fileDesc, error) {
-	if len(df.Partition()) > 0 {
-		return fileDesc{}, fmt.Errorf("iceberg: data file %s has partition values: partitioned tables are not supported yet", df.FilePath())
+	var part map[int]json.RawMessage
+	for id, v := range df.Partition() {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return fileDesc{}, fmt.Errorf("iceberg: data file %s: partition value %v: %w", df.FilePath(), v, err)
+		}
+		if part == nil {
+			part = make(map[int]json.RawMessage)
+		}
+		part[id] = raw
 	}
 	if df.FileFormat() != ice.ParquetFile {
 		return fileDesc{}, fmt.Errorf("iceberg: data file %s is %s, not Parquet", df.FilePath(), df.FileFormat())
@@ -72,16 +82,21 @@ func describe(df ice.DataFile) (fileDesc, error) {
 		SplitOffsets: df.SplitOffsets(),
 		EqualityIDs:  df.EqualityFieldIDs(),
 		SortOrderID:  df.SortOrderID(),
+		Partition:    part,
 	}, nil
 }
 
-// dataFile rebuilds the iceberg.DataFile f describes, for spec.
-func (f fileDesc) dataFile(spec ice.PartitionSpec) (ice.DataFile, error) {
-	if spec.ID() != int(f.SpecID) || spec.NumFields() != 0 {
+// dataFile rebuilds the iceberg.DataFile f describes, for spec over sc.
+func (f fileDesc) dataFile(spec ice.PartitionSpec, sc *ice.Schema) (ice.DataFile, error) {
+	if spec.ID() != int(f.SpecID) {
 		return nil, fmt.Errorf("iceberg: file %s was written for partition spec %d, the table's is %d: partition specs can't change under the pipeline",
 			f.Path, f.SpecID, spec.ID())
 	}
-	b, err := ice.NewDataFileBuilder(spec, ice.ManifestEntryContent(f.Content), f.Path, ice.ParquetFile, nil, nil, nil, f.Rows, f.Bytes)
+	part, err := partitionValues(spec, sc, f.Partition)
+	if err != nil {
+		return nil, fmt.Errorf("iceberg: file %s: %w", f.Path, err)
+	}
+	b, err := ice.NewDataFileBuilder(spec, ice.ManifestEntryContent(f.Content), f.Path, ice.ParquetFile, part, nil, nil, f.Rows, f.Bytes)
 	if err != nil {
 		return nil, fmt.Errorf("iceberg: file %s: %w", f.Path, err)
 	}
@@ -152,4 +167,61 @@ func (w *writer) decodeAll(epoch uint64, committables []sink.Committable) (map[s
 		}
 	}
 	return out, nil
+}
+
+// partitionValues decodes a file's partition values into the Go types
+// iceberg-go's writer gives them for each field's result type.
+func partitionValues(spec ice.PartitionSpec, sc *ice.Schema, raw map[int]json.RawMessage) (map[int]any, error) {
+	if spec.NumFields() == 0 {
+		return nil, nil
+	}
+	out := make(map[int]any, spec.NumFields())
+	for _, f := range spec.Fields() {
+		r, ok := raw[f.FieldID]
+		if !ok || string(r) == "null" {
+			out[f.FieldID] = nil
+			continue
+		}
+		src, ok := sc.FindFieldByID(f.SourceIDs[0])
+		if !ok {
+			return nil, fmt.Errorf("partition source column %d is not in the schema", f.SourceIDs[0])
+		}
+		var v any
+		var err error
+		switch f.Transform.ResultType(src.Type).(type) {
+		case ice.Int32Type:
+			v, err = decode[int32](r)
+		case ice.Int64Type:
+			v, err = decode[int64](r)
+		case ice.DateType:
+			v, err = decode[ice.Date](r)
+		case ice.TimeType:
+			v, err = decode[ice.Time](r)
+		case ice.TimestampType, ice.TimestampTzType:
+			v, err = decode[ice.Timestamp](r)
+		case ice.StringType:
+			v, err = decode[string](r)
+		case ice.BinaryType, ice.FixedType:
+			v, err = decode[[]byte](r)
+		case ice.BooleanType:
+			v, err = decode[bool](r)
+		case ice.Float32Type:
+			v, err = decode[float32](r)
+		case ice.Float64Type:
+			v, err = decode[float64](r)
+		default:
+			return nil, fmt.Errorf("partition field %s of type %s is not supported", f.Name, f.Transform.ResultType(src.Type))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("partition field %s: %w", f.Name, err)
+		}
+		out[f.FieldID] = v
+	}
+	return out, nil
+}
+
+func decode[T any](r json.RawMessage) (T, error) {
+	var v T
+	err := json.Unmarshal(r, &v)
+	return v, err
 }

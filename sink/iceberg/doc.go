@@ -90,8 +90,9 @@
 //
 // # Limits
 //
-//   - Unpartitioned tables only (the committable does not carry
-//     partition values yet).
+//   - Partition specs (TableConfig.Partition) apply when the destination
+//     creates a table; a Merge table may only be partitioned by key
+//     columns; a spec changed under a running pipeline fails the commit.
 //   - Append and Merge; no Overwrite mode yet.
 //   - An epoch's rows are held in memory until PreCommit.
 //   - A schema change Iceberg can't make (e.g. long → double, which the

@@ -48,11 +48,26 @@ type TableConfig struct {
 	// the table has (the engine's destination names). Required for
 	// Merge, ignored for Append.
 	Key []string
+	// Partition is the table's partition spec, used when the destination
+	// creates the table (an existing table keeps its own): fields in
+	// order, each a column and an Iceberg transform: "identity", "year",
+	// "month", "day", "hour", "bucket[N]" or "truncate[W]". A Merge table
+	// may only be partitioned by its key columns: an equality delete
+	// applies within its partition, so a row whose partition value
+	// changed would otherwise keep its old version. Default unpartitioned.
+	Partition []PartitionField
 	// HardDeletes, for Merge: a row whose _openetl_op is "delete" removes
 	// the key's row and writes nothing. Default false: soft deletes, the
 	// row is kept with _openetl_deleted = true (see the package doc for
 	// the read view that hides them).
 	HardDeletes bool
+}
+
+// PartitionField is one field of a partition spec: Transform applied to
+// Column (see TableConfig.Partition).
+type PartitionField struct {
+	Column    string
+	Transform string
 }
 
 // Defaults of Config.
@@ -153,7 +168,16 @@ func New(cfg Config) (*Destination, error) {
 		default:
 			return nil, fmt.Errorf("iceberg: Config.Tables[%q]: unknown mode %d", name, uint8(tc.Mode))
 		}
+		for _, pf := range tc.Partition {
+			if _, err := ice.ParseTransform(pf.Transform); err != nil {
+				return nil, fmt.Errorf("iceberg: Config.Tables[%q].Partition: column %q: %w", name, pf.Column, err)
+			}
+			if tc.Mode == Merge && !slices.Contains(tc.Key, pf.Column) {
+				return nil, fmt.Errorf("iceberg: Config.Tables[%q]: a merge table can only be partitioned by key columns, not %q", name, pf.Column)
+			}
+		}
 		tc.Key = slices.Clone(tc.Key)
+		tc.Partition = slices.Clone(tc.Partition)
 		tables[name] = tc
 	}
 	props := ice.Properties{}

@@ -57,7 +57,15 @@ func (d *Destination) ensureTable(ctx context.Context, pipeline, name string, sc
 			if err := d.ensureNamespace(ctx); err != nil {
 				return nil, err
 			}
-			tbl, err = d.cat.CreateTable(ctx, ident, want, catalog.WithProperties(d.props))
+			opts := []catalog.CreateTableOpt{catalog.WithProperties(d.props)}
+			if pfs := d.tables[name].Partition; len(pfs) > 0 {
+				spec, err := partitionSpec(want, pfs)
+				if err != nil {
+					return nil, fmt.Errorf("iceberg: table %q: %w", name, err)
+				}
+				opts = append(opts, catalog.WithPartitionSpec(&spec))
+			}
+			tbl, err = d.cat.CreateTable(ctx, ident, want, opts...)
 			if errors.Is(err, catalog.ErrTableAlreadyExists) {
 				lastErr = err
 				continue // another lane created it: load it
@@ -203,4 +211,25 @@ func (d *Destination) mark(ctx context.Context, pipeline string, tbl *table.Tabl
 		}
 	}
 	return nil, fmt.Errorf("iceberg: table %v: marking lost the race %d times: %w", ident, d.maxTries, lastErr)
+}
+
+// partitionSpec builds the spec of pfs over sc.
+func partitionSpec(sc *ice.Schema, pfs []PartitionField) (ice.PartitionSpec, error) {
+	var opts []ice.PartitionOption
+	for _, pf := range pfs {
+		tr, err := ice.ParseTransform(pf.Transform)
+		if err != nil {
+			return ice.PartitionSpec{}, err
+		}
+		f, ok := sc.FindFieldByName(pf.Column)
+		if !ok {
+			return ice.PartitionSpec{}, fmt.Errorf("partition column %q is not in the rows", pf.Column)
+		}
+		name := pf.Column
+		if _, identity := tr.(ice.IdentityTransform); !identity {
+			name = pf.Column + "_" + strings.NewReplacer("[", "", "]", "").Replace(tr.String())
+		}
+		opts = append(opts, ice.AddPartitionFieldBySourceID(f.ID, name, tr, sc, nil))
+	}
+	return ice.NewPartitionSpecOpts(opts...)
 }
