@@ -354,6 +354,11 @@ type table struct {
 	// discovered is the WAL insert position just before the catalog was
 	// read: relation messages before it may show an older shape.
 	discovered pglogrepl.LSN
+	// identity is pg_class.relreplident: 'd' default (the key), 'f' full,
+	// 'i' an index, 'n' nothing.
+	identity byte
+	// toastable says a column can hold TOASTed (out-of-line) values.
+	toastable bool
 }
 
 func (t *table) ident() string {
@@ -435,7 +440,7 @@ SELECT n.nspname, c.relname, a.attname,
        NOT a.attnotnull,
        COALESCE((SELECT array_position(i.indkey::int2[], a.attnum) - array_lower(i.indkey::int2[], 1) + 1
                  FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), 0),
-       a.atttypid, a.atttypmod
+       a.atttypid, a.atttypmod, c.relreplident, a.attlen = -1 AND a.attstorage <> 'p'
 FROM pg_publication_tables pt
 JOIN pg_namespace n ON n.nspname = pt.schemaname
 JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
@@ -451,7 +456,7 @@ ORDER BY n.nspname, c.relname, a.attnum`)
 	for _, r := range rows {
 		schema, name := string(r[0]), string(r[1])
 		if len(out) == 0 || out[len(out)-1].schema != schema || out[len(out)-1].name != name {
-			out = append(out, &table{schema: schema, name: name, discovered: discovered, stream: source.Stream{
+			out = append(out, &table{schema: schema, name: name, discovered: discovered, identity: r[8][0], stream: source.Stream{
 				Name: streamName(schema, name), Format: source.FormatRow, CDC: true, Types: source.TypesPostgres,
 			}})
 		}
@@ -462,6 +467,7 @@ ORDER BY n.nspname, c.relname, a.attnum`)
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, fmt.Errorf("postgres: type of %s.%s.%s: %w", schema, name, r[2], err)
 		}
+		t.toastable = t.toastable || string(r[9]) == "t"
 		t.oids = append(t.oids, uint32(oid))
 		t.typmods = append(t.typmods, int32(mod))
 		if pos := string(r[5]); pos != "0" {
@@ -622,6 +628,16 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 		}
 	}
 	sp.start = *start
+	for _, t := range sp.tables {
+		switch {
+		case t.identity == 'n' || t.identity == 'd' && len(t.key) == 0:
+			s.log.WarnContext(ctx, "table has no replica identity: Postgres refuses its updates and deletes while it is published "+
+				"(give it a primary key or set REPLICA IDENTITY FULL)", "stream", t.stream.Name)
+		case t.identity != 'f' && t.toastable:
+			s.log.InfoContext(ctx, "an update that leaves a large (TOASTed) value alone doesn't carry it: such rows are quarantined "+
+				"as unchanged_value unless the table has REPLICA IDENTITY FULL", "stream", t.stream.Name)
+		}
+	}
 	out := []source.Split{sp}
 	for _, ss := range snaps {
 		if ss.st.V == 0 {
