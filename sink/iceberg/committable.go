@@ -29,7 +29,7 @@ type tableFiles struct {
 	Deletes []fileDesc `json:"deletes,omitempty"` // equality deletes
 }
 
-// fileDesc describes an iceberg.DataFile of an unpartitioned table.
+// fileDesc describes a data or equality-delete file (an iceberg.DataFile).
 type fileDesc struct {
 	Path         string         `json:"path"`
 	Content      int            `json:"content"`

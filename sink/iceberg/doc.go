@@ -11,14 +11,15 @@
 //
 // # How an epoch travels
 //
-// Write keeps each table's Arrow batches of the epoch in memory
-// (retained, not copied). PreCommit creates the table from the batch's
-// Arrow schema when it is missing (fresh field IDs; the IDs then never
-// change, columns are matched by name), adds nullable columns and widens
-// int → long, float → double and decimal precision when the engine's
-// schema grew, and writes the epoch's rows as Parquet data files under the
-// table's data location with iceberg-go's writer. No snapshot refers to
-// them, so readers don't see them. The committable lists the files with
+// The first batch of a schema creates the table from the batch's Arrow
+// schema when it is missing (fresh field IDs; the IDs then never change,
+// columns are matched by name), or adds nullable columns and widens int →
+// long, float → double and decimal precision when the engine's schema
+// grew. For an Append table, Write hands batches to iceberg-go's writer,
+// which encodes Parquet data files under the table's data location in the
+// background; PreCommit waits for them. A Merge table's batches are kept
+// in memory (retained, not copied) until PreCommit. No snapshot refers to
+// the files, so readers don't see them. The committable lists the files with
 // their statistics, so another process can add them.
 //
 // After the checkpoint record holding the committables is the log's HEAD,
@@ -94,10 +95,11 @@
 //     creates a table; a Merge table may only be partitioned by key
 //     columns; a spec changed under a running pipeline fails the commit.
 //   - Append and Merge; no Overwrite mode yet.
-//   - An epoch's rows are held in memory until PreCommit.
+//   - A Merge table's rows of an epoch are held in memory until
+//     PreCommit.
 //   - A schema change Iceberg can't make (e.g. long → double, which the
-//     engine does when a JSON field turns fractional) fails PreCommit with
-//     a *SchemaError; the engine's hold-back is not wired to it yet.
+//     engine does when a JSON field turns fractional) fails Write or
+//     PreCommit with a *SchemaError; the engine's hold-back is not wired to it yet.
 //   - The write mode and key come from Config.Tables: the runner does not
 //     pass a stream's mode or primary key to writers.
 //   - Fencing is atomic with the commit on the SQL catalog (SQLite,

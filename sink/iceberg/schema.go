@@ -12,8 +12,8 @@ import (
 	"github.com/apache/iceberg-go/table"
 )
 
-// SchemaError is returned by PreCommit when a table's schema can't take a
-// batch's: a column changed type in a way Iceberg can't promote (only
+// SchemaError is returned by Write (Append tables) or PreCommit (Merge
+// tables) when a table's schema can't take a batch's: a column changed type in a way Iceberg can't promote (only
 // int → long, float → double and a wider decimal precision are allowed),
 // or the Arrow type has no Iceberg equivalent.
 type SchemaError struct {

@@ -38,23 +38,97 @@ type writer struct {
 
 var _ sink.Writer = (*writer)(nil)
 
-// pendingTable is one table's batches of the epoch being written, in
-// order. They are retained until PreCommit hands them to iceberg-go,
-// which releases them.
+// pendingTable is one table's rows of the epoch being written. An Append
+// table's batches stream into data files as they come (cur, then files);
+// a Merge table's are retained, in order, until PreCommit reduces them.
 type pendingTable struct {
-	recs []arrow.RecordBatch
-	rows int64
+	recs  []arrow.RecordBatch // Merge: retained batches
+	cur   *fileStream         // Append: the data files being written
+	files []fileDesc          // Append: files of finished streams
+	rows  int64
 }
 
-func (p *pendingTable) release() {
+// release drops the pending rows: retained batches are released, a
+// running stream is aborted, and files it wrote are deleted (best
+// effort, through w).
+func (p *pendingTable) release(ctx context.Context, w *writer, name string) {
 	for _, r := range p.recs {
 		r.Release()
 	}
 	p.recs = nil
+	if p.cur != nil {
+		p.cur.cancel()
+		files, _ := p.cur.finish()
+		p.files = append(p.files, files...)
+		p.cur = nil
+	}
+	if len(p.files) > 0 {
+		w.removeFiles(ctx, []tableFiles{{Table: name, Data: p.files}})
+		p.files = nil
+	}
 }
 
-// Write adds rec to the epoch: it keeps the batch (retained) until
-// PreCommit writes the epoch's data files. Memory grows with the epoch.
+// fileStream is iceberg-go's writer of one run of same-schema batches of
+// an Append table, running in its own goroutine: Write hands it batches
+// through ch (bounded, so a slow writer holds Write back), and finish
+// closes ch and waits for the data files.
+type fileStream struct {
+	schema *arrow.Schema
+	ch     chan arrow.RecordBatch
+	done   chan struct{}
+	cancel context.CancelFunc
+	files  []fileDesc // set before done is closed
+	err    error      // set before done is closed
+}
+
+func (w *writer) startStream(ctx context.Context, tbl *table.Table, sc *arrow.Schema) *fileStream {
+	// The stream outlives the Write that starts it: its context is
+	// cancelled only to abort it (Close, a failure).
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s := &fileStream{schema: sc, ch: make(chan arrow.RecordBatch, 8), done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(s.done)
+		seq := func(yield func(arrow.RecordBatch, error) bool) {
+			for r := range s.ch {
+				if !yield(r, nil) { // iceberg-go released r
+					return
+				}
+			}
+		}
+		for df, err := range table.WriteRecords(bctx, tbl, sc, seq, table.WithTargetFileSize(w.d.targetBytes)) {
+			if err != nil {
+				s.err = fmt.Errorf("iceberg: write data files of %v: %w", tbl.Identifier(), err)
+				break
+			}
+			fd, err := describe(df)
+			if err != nil {
+				s.err = err
+				break
+			}
+			s.files = append(s.files, fd)
+		}
+		for r := range s.ch { // what it did not take after a failure
+			r.Release()
+		}
+	}()
+	return s
+}
+
+// finish ends the stream's input and returns its files.
+func (s *fileStream) finish() ([]fileDesc, error) {
+	close(s.ch)
+	<-s.done
+	s.cancel()
+	return s.files, s.err
+}
+
+// Write adds rec to the epoch. For an Append table it creates or evolves
+// the table for rec's schema on the first batch of that schema and hands
+// the batch to iceberg-go's writer, which encodes data files in the
+// background (a few batches are queued; a slow writer holds Write back).
+// For a Merge table it keeps the batch (retained) until PreCommit reduces
+// the epoch: memory grows with the epoch. Cancelling ctx while Write
+// waits fails the writer from then on.
 func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch) error {
 	if w.closed {
 		return errors.New("iceberg: Write after Close")
@@ -73,10 +147,50 @@ func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch
 		p = &pendingTable{}
 		w.pending[stream] = p
 	}
+	if w.d.tables[stream].Mode == Merge {
+		rec.Retain()
+		p.recs = append(p.recs, rec)
+		p.rows += rec.NumRows()
+		return nil
+	}
+	if p.cur != nil && !p.cur.schema.Equal(rec.Schema()) {
+		// The engine widened the schema: the run of batches of the old
+		// one ends here.
+		files, err := p.cur.finish()
+		p.cur = nil
+		p.files = append(p.files, files...)
+		if err != nil {
+			return w.fail(ctx, err)
+		}
+	}
+	if p.cur == nil {
+		tbl, err := w.d.ensureTable(ctx, w.pipeline, stream, rec.Schema())
+		if err != nil {
+			return w.fail(ctx, err)
+		}
+		p.cur = w.startStream(ctx, tbl, rec.Schema())
+	}
 	rec.Retain()
-	p.recs = append(p.recs, rec)
+	select {
+	case p.cur.ch <- rec:
+	case <-ctx.Done():
+		rec.Release()
+		return w.fail(ctx, ctx.Err())
+	}
 	p.rows += rec.NumRows()
 	return nil
+}
+
+// fail makes err sticky and drops the epoch's pending rows: once a batch
+// is lost the epoch can't be committed, and the runner must end the
+// attempt.
+func (w *writer) fail(ctx context.Context, err error) error {
+	w.err = err
+	for name, p := range w.pending {
+		p.release(context.WithoutCancel(ctx), w, name)
+	}
+	clear(w.pending)
+	return err
 }
 
 // PreCommit creates or evolves each table written in the epoch, writes
@@ -97,19 +211,15 @@ func (w *writer) PreCommit(ctx context.Context, epoch uint64) (sink.Committable,
 	}
 	c := committable{Format: committableFormat, Pipeline: w.pipeline, Lane: w.lane, Epoch: epoch, Nonce: w.nonce}
 	names := slices.Sorted(maps.Keys(w.pending))
-	for i, name := range names {
+	for _, name := range names {
 		p := w.pending[name]
 		tf, err := w.writeTable(ctx, name, p)
 		if err != nil {
-			for _, rest := range names[i+1:] {
-				w.pending[rest].release()
-			}
-			clear(w.pending)
 			w.removeFiles(ctx, c.Tables)
-			w.err = err
-			return nil, err
+			return nil, w.fail(ctx, err)
 		}
 		c.Tables = append(c.Tables, tf)
+		delete(w.pending, name)
 	}
 	clear(w.pending)
 	out, err := json.Marshal(c)
@@ -121,52 +231,26 @@ func (w *writer) PreCommit(ctx context.Context, epoch uint64) (sink.Committable,
 	return out, nil
 }
 
-// writeTable writes one table's pending rows; it consumes p's batches.
+// writeTable finishes one table's pending rows: an Append table's stream
+// ends, a Merge table's batches are reduced and written. It consumes p.
 func (w *writer) writeTable(ctx context.Context, name string, p *pendingTable) (tableFiles, error) {
 	tf := tableFiles{Table: name, Rows: p.rows}
+	if p.cur != nil {
+		files, err := p.cur.finish()
+		p.cur = nil
+		p.files = append(p.files, files...)
+		if err != nil {
+			return tf, err // fail removes p.files
+		}
+	}
+	if len(p.recs) == 0 {
+		tf.Data, p.files = p.files, nil
+		return tf, nil
+	}
+	// A Merge table: mergeRows takes over the batches.
 	recs := p.recs
 	p.recs = nil
-	defer func() {
-		for _, r := range recs {
-			if r != nil {
-				r.Release()
-			}
-		}
-	}()
-	if tc := w.d.tables[name]; tc.Mode == Merge {
-		r := recs
-		recs = nil // mergeRows releases them
-		return w.writeMerge(ctx, name, tc, tf, r)
-	}
-	// Evolve the table for every schema of the epoch, in order, so that
-	// the last table covers them all.
-	var tbl *table.Table
-	var last *arrow.Schema
-	for _, r := range recs {
-		if last != nil && last.Equal(r.Schema()) {
-			continue
-		}
-		last = r.Schema()
-		var err error
-		if tbl, err = w.d.ensureTable(ctx, w.pipeline, name, last); err != nil {
-			return tf, err
-		}
-	}
-	// One WriteRecords per run of batches with the same schema.
-	for start := 0; start < len(recs); {
-		end := start + 1
-		for end < len(recs) && recs[end].Schema().Equal(recs[start].Schema()) {
-			end++
-		}
-		files, err := w.write(ctx, tbl, recs[start:end])
-		tf.Data = append(tf.Data, files...)
-		if err != nil {
-			w.removeFiles(ctx, []tableFiles{tf})
-			return tf, err
-		}
-		start = end
-	}
-	return tf, nil
+	return w.writeMerge(ctx, name, w.d.tables[name], tf, recs)
 }
 
 // write writes recs (one schema) as data files of tbl. It takes over the
@@ -215,15 +299,17 @@ func (w *writer) removeFiles(ctx context.Context, tfs []tableFiles) {
 	}
 }
 
-// Close discards the rows written since the last PreCommit (they were
-// only in memory). Files of committables, applied or not, are kept.
+// Close discards the rows written since the last PreCommit: it aborts
+// the data files being written and deletes those already written (best
+// effort; cancelling ctx leaves them as orphans for Maintain). Files of
+// committables, applied or not, are kept.
 func (w *writer) Close(ctx context.Context) error {
 	if w.closed {
 		return nil
 	}
 	w.closed = true
-	for _, p := range w.pending {
-		p.release()
+	for name, p := range w.pending {
+		p.release(ctx, w, name)
 	}
 	clear(w.pending)
 	return nil
