@@ -430,7 +430,10 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 					return nil, fmt.Errorf("%w: split %q: %w", ErrState, id, err)
 				}
 			}
-			splits = append(splits, &split{id: id, topic: t.name, partition: p, r: r, next: next})
+			sp := &split{id: id, topic: t.name, partition: p, r: r, next: next}
+			sp.lagEnd.Store(-1)
+			sp.lagNext.Store(next)
+			splits = append(splits, sp)
 		}
 	}
 	return splits, nil

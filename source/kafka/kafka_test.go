@@ -383,3 +383,53 @@ func TestPositionLost(t *testing.T) {
 		}
 	}
 }
+
+// lagProbe asks the split for its lag at every record.
+type lagProbe struct {
+	sp interface {
+		Lag() (int64, string, time.Duration, bool)
+	}
+	lags []int64
+}
+
+func (p *lagProbe) Record(string, source.Op, int64, []byte, []byte) error {
+	if behind, unit, _, ok := p.sp.Lag(); ok && unit == "message" {
+		p.lags = append(p.lags, behind)
+	}
+	return nil
+}
+
+func (p *lagProbe) ResumePoint([]byte) error { return nil }
+
+// TestLag: a split reports how many messages its partition holds past
+// it, as of the last fetch; none once it has read them all.
+func TestLag(t *testing.T) {
+	brokers := newCluster(t, 1, "lag")
+	cl := newClient(t, brokers)
+	var recs []*kgo.Record
+	for i := range 100 {
+		recs = append(recs, rec("lag", 0, "", fmt.Sprintf(`{"i":%d}`, i)))
+	}
+	produce(t, cl, recs...)
+	src := newSource(t, kafka.Config{Opts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, Topics: []string{"lag"}})
+	splits, err := src.Open(t.Context(), []string{"lag"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lr, ok := splits[0].(interface {
+		Lag() (int64, string, time.Duration, bool)
+	})
+	if !ok {
+		t.Fatal("the split does not report its lag")
+	}
+	p := &lagProbe{sp: lr}
+	if err := splits[0].Read(t.Context(), p, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.lags) != 100 || p.lags[0] != 99 || p.lags[99] != 0 {
+		t.Fatalf("lags %d reports, first %v", len(p.lags), p.lags[:min(3, len(p.lags))])
+	}
+	if behind, _, _, ok := lr.Lag(); !ok || behind != 0 {
+		t.Errorf("lag after reading everything: %d ok=%v", behind, ok)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -29,6 +30,7 @@ type chunk struct {
 
 // queue holds one partition's fetched records until its split takes them.
 type queue struct {
+	end    *atomic.Int64 // the partition's end as of the last fetch, for Lag
 	chunks []chunk
 	bytes  int64
 	paused bool
@@ -76,7 +78,7 @@ func (r *reader) partCapLocked() int64 {
 
 // attach starts consuming t at offset next (-1: the start) and returns
 // its queue; detach undoes it.
-func (r *reader) attach(t tp, next int64) (*queue, error) {
+func (r *reader) attach(t tp, next int64, end *atomic.Int64) (*queue, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.parts[t]; ok {
@@ -87,7 +89,7 @@ func (r *reader) attach(t tp, next int64) (*queue, error) {
 			return nil, err
 		}
 	}
-	q := &queue{signal: make(chan struct{}, 1)}
+	q := &queue{signal: make(chan struct{}, 1), end: end}
 	r.parts[t] = q
 	off := kgo.NewOffset().AtStart()
 	if next >= 0 {
@@ -181,12 +183,22 @@ func (r *reader) dispatch(ctx context.Context, cl *kgo.Client, done chan struct{
 		var pause map[string][]int32
 		partCap := r.partCapLocked()
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			if len(p.Records) == 0 {
-				return
-			}
 			q := r.parts[tp{p.Topic, p.Partition}]
 			if q == nil {
 				return // detached meanwhile
+			}
+			// The end a consumer can reach: the last stable offset under
+			// read_committed (when the broker reports it), else the high
+			// watermark.
+			if end := p.HighWatermark; end >= 0 {
+				if r.s.cfg.ReadUncommitted || p.LastStableOffset < 0 {
+					q.end.Store(end)
+				} else {
+					q.end.Store(p.LastStableOffset)
+				}
+			}
+			if len(p.Records) == 0 {
+				return
 			}
 			var n int64
 			for _, rec := range p.Records {

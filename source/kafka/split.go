@@ -3,6 +3,8 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/openetl/etl/source"
 )
@@ -17,6 +19,21 @@ type split struct {
 	next  int64 // next offset to read; -1: the partition's start
 	state [stateLen]byte
 	dec   decoder
+
+	// For Lag, read from other goroutines.
+	lagNext atomic.Int64 // next offset to read, once known
+	lagEnd  atomic.Int64 // the partition's end at the last fetch (-1: none yet)
+}
+
+// Lag reports how many messages the partition holds past the split's
+// position, as of the last fetch (see pipeline.LagReporter); the age of
+// the oldest unread message is not tracked.
+func (sp *split) Lag() (behind int64, unit string, age time.Duration, ok bool) {
+	end, next := sp.lagEnd.Load(), sp.lagNext.Load()
+	if end < 0 || next < 0 {
+		return 0, "message", -1, false
+	}
+	return max(0, end-next), "message", -1, true
 }
 
 func (sp *split) ID() source.SplitID { return sp.id }
@@ -61,7 +78,7 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 		}
 	}
 	t := tp{sp.topic, sp.partition}
-	q, err := sp.r.attach(t, sp.next)
+	q, err := sp.r.attach(t, sp.next, &sp.lagEnd)
 	if err != nil {
 		return err
 	}
@@ -80,6 +97,7 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 				continue // already emitted (a refetch after a pause)
 			}
 			sp.next = rec.Offset + 1
+			sp.lagNext.Store(sp.next)
 			if !rec.Attrs.IsControl() {
 				if op, key, payload, ok := sp.dec.decode(rec); ok {
 					if err := e.Record(sp.topic, op, rec.Offset, key, payload); err != nil {
