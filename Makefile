@@ -22,7 +22,8 @@ engine:
 engine-check:
 	engine/check.sh
 
-# Independent readers for the tests (pyarrow in a virtualenv under CACHE).
+# Independent readers for the tests (pyarrow and pyiceberg in a virtualenv
+# under CACHE).
 tools:
 	@scripts/test-tools.sh >/dev/null
 
@@ -38,8 +39,10 @@ test-rust:
 # The Go tests, with the race detector on the concurrent packages, against
 # the servers scripts/servers.sh installs (once, into CACHE) and starts on
 # loopback for the duration (S3: versitygw, GCS: fake-gcs-server, Azure:
-# Azurite, Kafka: Apache Kafka 4.1.1 in KRaft mode from Maven Central). `env=$$(...)` rather than eval "$$(...)": a failed start must
-# fail the target.
+# Azurite, Kafka: Apache Kafka 4.1.1 in KRaft mode from Maven Central,
+# PostgreSQL 15 and ClickHouse 18.16 from Debian, and the services of
+# scripts/services/). `env=$$(...)` rather than eval "$$(...)": a failed
+# start must fail the target.
 test-go: tools
 	@set -e; unset OPENETL_SERVERS_DIR; env=$$(scripts/servers.sh start); eval "$$env"; \
 	trap 'scripts/servers.sh stop' EXIT; \
@@ -64,10 +67,12 @@ SEEDS ?= 10000
 sim:
 	$(GO) test ./sim -run TestSeeds -sim.seeds $(SEEDS) -timeout 60m -v
 
+# Benchmarks at full size (the Postgres ones fill a 5M-row table once).
 bench:
 	@set -e; unset OPENETL_SERVERS_DIR; env=$$(scripts/servers.sh start); eval "$$env"; \
 	trap 'scripts/servers.sh stop' EXIT; \
-	$(GO) test -run '^$$' -bench . -benchmem . ./engine/ ./source/... ./sink/... ./checkpoint/...
+	OPENETL_BENCH_PG_CDC_CHANGES=2000000 OPENETL_BENCH_PG_SNAPSHOT_ROWS=5000000 \
+	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m . ./engine/ ./source/... ./sink/... ./checkpoint/...
 
 quickstart:
 	$(GO) run ./examples/quickstart
