@@ -5,4 +5,4 @@ package engine
 // libSourceHash is the source hash of the engine library in lib/ (see
 // build.sh). It is here so that a rebuilt library changes this package's
 // Go sources: Go's build cache does not notice the library file itself.
-const libSourceHash = "b5368218c17db036b210c244f2565d992726ef71b8e102ebd635c8736d485493"
+const libSourceHash = "d49648b7610f8818b3aa5dd80e83c6e18e0546948ff4f31db7382824b3273d39"

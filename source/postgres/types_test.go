@@ -214,6 +214,8 @@ var goldenRows = []goldenRow{
 		"c_json":  `'{"a":1,"a":2}'`, // json keeps duplicate keys and spacing
 		"c_jsonb": `'{"big": 1e400, "small": -1e-400, "s": "\u0001 \" \\"}'`,
 	}},
+	{id: 14, vals: map[string]string{"c_timetz": "'24:00:00-15:59'"}}, // timetz's maximum
+	{id: 17, vals: map[string]string{"c_timetz": "'24:00:00+00'"}},
 	{id: 15, vals: map[string]string{"c_time": "'24:00:00'"}, mayQuarantine: true},
 	{id: 16, vals: map[string]string{"c_interval": "'-1 mons 40 days -00:00:00.000001'"}},
 

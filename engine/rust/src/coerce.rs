@@ -152,7 +152,7 @@ pub fn coerce(
         }
         Decl::TimeTz => {
             let mut c = Cur::new(text);
-            c.time(false)?;
+            c.time_of_day(true)?;
             c.offset()?.ok_or_else(|| conflict("timetz (no offset)"))?;
             c.end("timetz")?;
             keep(text, src, arena)?
@@ -466,6 +466,14 @@ impl<'a> Cur<'a> {
     /// HH:MM:SS[.ffffff] in microseconds; `span` allows a sign and hours
     /// up to 838 (MySQL time), otherwise hours are 0..=23.
     fn time(&mut self, span: bool) -> Result<i64, Reject> {
+        self.time_inner(span, false)
+    }
+    /// A time of day; with end_of_day, 24:00:00 (which Postgres accepts
+    /// for time and timetz) too.
+    fn time_of_day(&mut self, end_of_day: bool) -> Result<i64, Reject> {
+        self.time_inner(false, end_of_day)
+    }
+    fn time_inner(&mut self, span: bool, end_of_day: bool) -> Result<i64, Reject> {
         let what = if span { "time span" } else { "time" };
         if self.t.starts_with(b"infinity") || self.t.starts_with(b"-infinity") {
             return Err(range("timestamp (infinity)"));
@@ -497,7 +505,8 @@ impl<'a> Cur<'a> {
         if m > 59 || sec > 60 {
             return Err(conflict(what));
         }
-        if (!span && h > 23) || (span && h > 838) || sec == 60 {
+        let midnight_end = end_of_day && h == 24 && m == 0 && sec == 0 && us == 0;
+        if (!span && h > 23 && !midnight_end) || (span && h > 838) || sec == 60 {
             return Err(range(what));
         }
         let v = ((h * 60 + m) * 60 + sec) * 1_000_000 + us;

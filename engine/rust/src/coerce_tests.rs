@@ -116,6 +116,15 @@ fn times() {
         Ok(Val::Text { .. })
     ));
     assert_eq!(pg("timetz", "01:02:03"), Err(T));
+    // Postgres accepts 24:00:00 for time and timetz: timetz keeps its
+    // text; time64[us] can't hold it.
+    assert!(matches!(
+        pg("timetz", "24:00:00-15:59"),
+        Ok(Val::Text { .. })
+    ));
+    assert!(matches!(pg("timetz", "24:00:00+00"), Ok(Val::Text { .. })));
+    assert_eq!(pg("timetz", "24:00:01+00"), Err(R));
+    assert_eq!(pg("time", "24:00:00"), Err(R));
 }
 
 #[test]
