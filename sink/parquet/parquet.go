@@ -168,11 +168,11 @@ func (d *Destination) Class() sink.Class { return sink.StageAndApply }
 
 // Capabilities: files are appended, never merged, and identifiers have
 // no length limit. Intervals (Arrow month_day_nano_interval, from a
-// Postgres interval column) are unsupported: arrow-go's Parquet writer
-// can't write them, so the runner keeps their values under _held/
-// instead of failing the sync.
+// Postgres interval column) and durations (from a MySQL TIME column) are
+// unsupported: arrow-go's Parquet writer can't write them, so the runner
+// keeps their values under _held/ instead of failing the sync.
 func (d *Destination) Capabilities() sink.Capabilities {
-	return sink.Capabilities{Unsupported: []string{"interval"}}
+	return sink.Capabilities{Unsupported: []string{"interval", "duration"}}
 }
 
 // Writer returns the writer of one lane of pipeline. Each Writer gets a

@@ -30,7 +30,7 @@ func TestNew(t *testing.T) {
 	if d.Class() != sink.StageAndApply {
 		t.Errorf("Class = %v", d.Class())
 	}
-	if !reflect.DeepEqual(d.Capabilities(), sink.Capabilities{Unsupported: []string{"interval"}}) {
+	if !reflect.DeepEqual(d.Capabilities(), sink.Capabilities{Unsupported: []string{"interval", "duration"}}) {
 		t.Errorf("Capabilities = %+v", d.Capabilities())
 	}
 	for _, bad := range []string{"", "a/b", "..", "."} {

@@ -1,0 +1,48 @@
+package mysql_test
+
+import (
+	"context"
+	"log"
+
+	"gocloud.dev/blob/fileblob"
+
+	"github.com/openetl/etl"
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/sink/parquet"
+	"github.com/openetl/etl/source/mysql"
+)
+
+// Two tables synced into Parquet: the first Sync reads a snapshot, later
+// ones the binlog since the last one.
+func Example() {
+	ctx := context.Background()
+	src, err := mysql.New(mysql.Config{
+		DSN:    "etl:secret@127.0.0.1:3306/app",
+		Tables: []string{"orders", "customers"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer src.Close(ctx)
+	bucket, err := fileblob.OpenBucket("/data/tables", &fileblob.Options{CreateDir: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	dst, err := parquet.New(parquet.Config{Bucket: bucket})
+	if err != nil {
+		log.Fatal(err)
+	}
+	store, err := checkpoint.OpenDir("/data/checkpoints")
+	if err != nil {
+		log.Fatal(err)
+	}
+	p, err := etl.NewPipeline("app").From(src).To(dst).Checkpoints(store).Build()
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := p.Sync(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("orders: %d rows", res.Streams["orders"].Written)
+}

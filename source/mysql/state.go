@@ -1,0 +1,237 @@
+package mysql
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// position is a place in the binlog: a file and an offset in it, and
+// the GTID position there when the server has GTIDs (MariaDB's
+// domain-server-seq list, or MySQL's executed set uuid:1-N,...).
+type position struct {
+	file string
+	pos  uint32
+	idx  uint32 // the file's number: bin.000042 → 42
+	gtid string
+}
+
+// parsePosition reads a file name and an offset as SHOW MASTER STATUS
+// gives them.
+func parsePosition(file, pos string) (position, error) {
+	p, err := strconv.ParseUint(pos, 10, 32)
+	if err != nil {
+		return position{}, fmt.Errorf("mysql: binlog position %q: %w", pos, err)
+	}
+	idx, err := fileIndex(file)
+	if err != nil {
+		return position{}, err
+	}
+	return position{file: file, pos: uint32(p), idx: idx}, nil
+}
+
+// fileIndex is the number a binlog file's name ends with.
+func fileIndex(file string) (uint32, error) {
+	dot := strings.LastIndexByte(file, '.')
+	n, err := strconv.ParseUint(file[dot+1:], 10, 31)
+	if dot < 0 || err != nil || dot == len(file)-1 {
+		return 0, fmt.Errorf("mysql: binlog file name %q does not end in .NUMBER", file)
+	}
+	return uint32(n), nil
+}
+
+// before reports whether p comes before q in the binlog.
+func (p position) before(q position) bool {
+	return p.idx < q.idx || p.idx == q.idx && p.pos < q.pos
+}
+
+// seq is the position as a record seq: the file number in the high 32
+// bits, the offset in the low 32. Later positions have higher seqs, also
+// across files.
+func (p position) seq() int64 { return int64(p.idx)<<32 | int64(p.pos) }
+
+// seqAt is the seq of offset pos in file number idx.
+func seqAt(idx, pos uint32) int64 { return int64(idx)<<32 | int64(pos) }
+
+// The resume state, as JSON: the flavor, the binlog position after the
+// last whole transaction, and the GTID position there (empty when the
+// server has no GTIDs). Only states after the snapshot exist: it is read
+// in one go.
+type stateJSON struct {
+	V      int    `json:"v"`
+	Flavor string `json:"flavor"`
+	File   string `json:"file"`
+	Pos    uint32 `json:"pos"`
+	GTID   string `json:"gtid,omitempty"`
+}
+
+const stateVersion = 1
+
+type state struct {
+	flavor string
+	at     position
+}
+
+func (st state) encode() []byte {
+	b, _ := json.Marshal(stateJSON{V: stateVersion, Flavor: st.flavor, File: st.at.file, Pos: st.at.pos, GTID: st.at.gtid})
+	return b
+}
+
+// decodeState reads a resume state, strictly: one JSON object with known
+// fields, a known flavor, a binlog file with a number, an offset past
+// the file's magic bytes and a GTID position of the flavor's form.
+func decodeState(b []byte) (state, error) {
+	var j stateJSON
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return state{}, fmt.Errorf("%w: %v", ErrBadState, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return state{}, fmt.Errorf("%w: data after the state", ErrBadState)
+	}
+	if j.V != stateVersion {
+		return state{}, fmt.Errorf("%w: version %d", ErrBadState, j.V)
+	}
+	if j.Flavor != FlavorMySQL && j.Flavor != FlavorMariaDB {
+		return state{}, fmt.Errorf("%w: flavor %q", ErrBadState, j.Flavor)
+	}
+	idx, err := fileIndex(j.File)
+	if err != nil || j.Pos < 4 {
+		return state{}, fmt.Errorf("%w: position %q:%d", ErrBadState, j.File, j.Pos)
+	}
+	if j.GTID != "" {
+		g, err := parseGTID(j.Flavor, j.GTID)
+		if err != nil {
+			return state{}, fmt.Errorf("%w: %v", ErrBadState, err)
+		}
+		if g.String() != j.GTID {
+			return state{}, fmt.Errorf("%w: GTID position %q is not in canonical form", ErrBadState, j.GTID)
+		}
+	}
+	return state{flavor: j.Flavor, at: position{file: j.File, pos: j.Pos, idx: idx, gtid: j.GTID}}, nil
+}
+
+// gtidSet is a flavor's GTID position, advanced one transaction at a
+// time.
+type gtidSet interface {
+	String() string
+	gomysql.GTIDSet
+}
+
+// parseGTID parses a GTID position of the flavor: MariaDB's
+// "domain-server-seq[,...]" (one per domain) or MySQL's
+// "uuid:1-5:7[,uuid:...]" (with tags, "uuid:tag:1-5", on MySQL 8.3+).
+func parseGTID(flavor, s string) (gtidSet, error) {
+	switch flavor {
+	case FlavorMariaDB:
+		g, err := gomysql.ParseMariadbGTIDSet(s)
+		if err != nil {
+			return nil, fmt.Errorf("MariaDB GTID position %q: %w", s, err)
+		}
+		return g.(*gomysql.MariadbGTIDSet), nil
+	case FlavorMySQL:
+		g, err := gomysql.ParseMysqlGTIDSet(s)
+		if err != nil {
+			return nil, fmt.Errorf("MySQL GTID set %q: %w", s, err)
+		}
+		return g.(*gomysql.MysqlGTIDSet), nil
+	}
+	return nil, fmt.Errorf("flavor %q", flavor)
+}
+
+// gtidTracker follows the GTID position through the binlog: the GTID of
+// the transaction being read, added to the position when it commits.
+type gtidTracker struct {
+	flavor string
+	set    gtidSet // nil when the server has no GTIDs
+	str    string  // set.String(), cached between commits
+
+	// the current transaction's GTID
+	mariadb    gomysql.MariadbGTID
+	hasMariadb bool
+	sid        uuid.UUID
+	tag        gomysql.Tag
+	gno        int64
+	hasMySQL   bool
+}
+
+func newGTIDTracker(flavor, pos string) (*gtidTracker, error) {
+	t := &gtidTracker{flavor: flavor, str: pos}
+	if pos == "" && flavor == FlavorMySQL {
+		return t, nil // GTIDs off
+	}
+	set, err := parseGTID(flavor, pos)
+	if err != nil {
+		return nil, err
+	}
+	t.set = set
+	return t, nil
+}
+
+// beginMariaDB notes the GTID of a MariaDB transaction.
+func (t *gtidTracker) beginMariaDB(g gomysql.MariadbGTID) {
+	t.mariadb, t.hasMariadb = g, true
+}
+
+// beginMySQL notes the GTID of a MySQL transaction; an anonymous one
+// (GTIDs off: a zero SID) is not tracked.
+func (t *gtidTracker) beginMySQL(sid []byte, tag gomysql.Tag, gno int64) error {
+	if gno == 0 || allZero(sid) {
+		t.hasMySQL = false
+		return nil
+	}
+	u, err := uuid.FromBytes(sid)
+	if err != nil {
+		return fmt.Errorf("mysql: GTID event SID: %w", err)
+	}
+	t.sid, t.tag, t.gno, t.hasMySQL = u, tag, gno, true
+	return nil
+}
+
+// commit adds the current transaction's GTID to the position.
+func (t *gtidTracker) commit() error {
+	switch {
+	case t.hasMariadb:
+		t.hasMariadb = false
+		if t.set == nil {
+			set, _ := parseGTID(FlavorMariaDB, "")
+			t.set = set
+		}
+		g := t.mariadb
+		if err := t.set.(*gomysql.MariadbGTIDSet).AddSet(&g); err != nil {
+			return fmt.Errorf("mysql: GTID %s: %w", g.String(), err)
+		}
+		t.str = t.set.String()
+	case t.hasMySQL:
+		t.hasMySQL = false
+		if t.set == nil {
+			set, _ := parseGTID(FlavorMySQL, "")
+			t.set = set
+		}
+		s := t.set.(*gomysql.MysqlGTIDSet)
+		if t.tag != (gomysql.Tag{}) {
+			s.AddGTIDWithTag(t.sid, t.tag, t.gno)
+		} else {
+			s.AddGTID(t.sid, t.gno)
+		}
+		t.str = t.set.String()
+	}
+	return nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
