@@ -17,6 +17,7 @@ import (
 	"github.com/openetl/etl/sink/parquet"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/kafka"
+	"github.com/openetl/etl/source/mysql"
 	"github.com/openetl/etl/source/postgres"
 )
 
@@ -91,4 +92,23 @@ func TestConnectorSecretsRedacted(t *testing.T) {
 	}
 	defer ksrc.Close(context.Background())
 	clean("kafka Build error", build(ksrc))
+
+	// MySQL: a password field, and a go-sql-driver style DSN.
+	for i, cfg := range []mysql.Config{
+		{Addr: "127.0.0.1:1", User: "app", Password: secret, Database: "shop"},
+		{DSN: "app:" + secret + "@tcp(127.0.0.1:1)/shop"},
+	} {
+		clean(fmt.Sprintf("mysql config %d (%%+v)", i), etl.RedactSecrets(fmt.Sprintf("%+v", cfg)))
+		msrc, err := mysql.New(cfg)
+		if err != nil {
+			clean(fmt.Sprintf("mysql.New error %d", i), etl.RedactSecrets(err.Error()))
+			continue
+		}
+		clean(fmt.Sprintf("mysql config %d: Build error", i), build(msrc))
+		if c, ok := any(msrc).(interface{ Close(context.Context) error }); ok {
+			c.Close(context.Background())
+		}
+	}
+	// sink/clickhouse and sink/iceberg take a connection or a catalog the
+	// host made: no credentials pass through their configs.
 }
