@@ -539,7 +539,8 @@ func TestProgressAndLag(t *testing.T) {
 	}
 }
 
-// TestStreamedTransactions: with protocol 2 and a tiny
+// TestStreamedTransactions: with protocol 2 (not offered by Config yet,
+// see Config.Protocol: forced here) and a tiny
 // logical_decoding_work_mem the server streams large transactions while
 // they run; the source buffers them (spilling to a file past
 // TransactionBufferBytes) and emits them at their commit, without the
@@ -551,7 +552,8 @@ func TestStreamedTransactions(t *testing.T) {
 	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY, v text)", tbl),
 		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
 	dropSlotAtCleanup(t, d, slot)
-	h := newHarness(t, d+"&logical_decoding_work_mem=64kB", postgres.Config{Publication: pub, Slot: slot, TransactionBufferBytes: 4096})
+	h := newHarness(t, d+"&logical_decoding_work_mem=64kB", postgres.Config{Publication: pub, Slot: slot})
+	h.setup = func(src *postgres.Source) { postgres.ForceProtocol(src, 2, 4096) }
 	if _, err := h.sync(); err != nil {
 		t.Fatal(err)
 	}

@@ -47,25 +47,25 @@
 // Every snapshot row is an insert whose seq is the slot's consistent LSN.
 //
 // The change stream runs beside the snapshot, from that LSN, over
-// pgoutput (protocol version 2 on Postgres 14 and later, 1 before; see
-// Config.Protocol): inserts, updates (the new row; when the
+// pgoutput (protocol version 1; see Config.Protocol): inserts, updates (the new row; when the
 // key changed, first a delete of the old key) and deletes (under REPLICA
 // IDENTITY DEFAULT the row holds the key columns, the others null), each
 // with seq = the LSN of its change, and a resume point after each
 // transaction that touched an opened table, and at keepalives between
-// transactions (the server's position then; not while a streamed
-// transaction is open, see below), so quiet tables still let the slot
+// transactions (the server's position then), so quiet tables still let the slot
 // confirm the WAL the rest of the cluster writes. Reopening at a
 // resume point replays exactly what followed (source.ReplayExact). A
 // bounded Read stops at a transaction boundary once it has passed the
 // WAL insert position as of its start.
 //
-// Under protocol 2 the server streams a transaction that outgrows its
-// logical_decoding_work_mem while it is still in progress. The source
-// buffers such a transaction's changes (in memory up to
-// Config.TransactionBufferBytes, then in a temporary file), emits them
-// when its stream commit arrives, with a resume point after them, and
-// drops them on abort (a subtransaction's abort drops only its own).
+// Protocol 2's streaming of large transactions in progress is built
+// (changes buffered per transaction, in memory and then a temporary
+// file, emitted at the stream commit, dropped on abort) and tested
+// within one session, but not offered: with it,
+// TestKillDuringSnapshotAndStreaming loses changes across restarts, and
+// no resume rule tried (none while a streamed transaction is open) fixed
+// that yet. Under protocol 1 the server spills large transactions to its
+// disk and sends them at commit.
 //
 // # Snapshots that resume, and tables added later
 //

@@ -23,6 +23,7 @@ type harness struct {
 	cfg           postgres.Config
 	tables, ckpts string
 	last          etl.Result
+	setup         func(*postgres.Source) // called on each new source
 }
 
 func newHarness(t *testing.T, d string, cfg postgres.Config) *harness {
@@ -37,6 +38,9 @@ func (h *harness) build(epochEvery time.Duration) (*etl.Pipeline, func(), error)
 	src, err := postgres.New(cfg)
 	if err != nil {
 		return nil, nil, err
+	}
+	if h.setup != nil {
+		h.setup(src)
 	}
 	bucket, err := fileblob.OpenBucket(h.tables, &fileblob.Options{CreateDir: true, Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
 	if err != nil {

@@ -38,6 +38,11 @@ func child() int {
 	h := &harness{d: os.Getenv("OPENETL_PG_DSN"), tables: os.Getenv("OPENETL_PG_TABLES"), ckpts: os.Getenv("OPENETL_PG_CKPTS"),
 		cfg: postgres.Config{Publication: os.Getenv("OPENETL_PG_PUB"), Slot: os.Getenv("OPENETL_PG_SLOT"),
 			SnapshotChunkRows: chunk, StatusInterval: 200 * time.Millisecond}}
+	if v, _ := strconv.Atoi(os.Getenv("OPENETL_PG_PROTO")); v == 2 {
+		// The protocol 2 path, which loses changes across restarts
+		// today (see Config.Protocol): OPENETL_PG_PROTO=2 reproduces it.
+		h.setup = func(src *postgres.Source) { postgres.ForceProtocol(src, 2, 64<<20) }
+	}
 	if err := h.run(context.Background(), 20*time.Millisecond); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
@@ -74,9 +79,10 @@ func lastRecord(t *testing.T, dir string) *checkpoint.Record {
 // several times, first in the middle of its snapshot (once a checkpoint
 // holds a snapshot split that is not done), then at random moments of
 // streaming, while a writer commits small transactions and large ones
-// (thousands of rows, which the server streams while in progress under
-// the child's 64kB logical_decoding_work_mem, so kills land inside
-// them). After a final sync,
+// (thousands of rows, so kills land inside them; the child's 64kB
+// logical_decoding_work_mem makes the server spill them, or stream them
+// in progress under protocol 2, which OPENETL_PG_PROTO=2 selects and
+// which fails this test today). After a final sync,
 // the Parquet output read with pyarrow, applied in seq order, equals the
 // table, and no id repeats.
 func TestKillDuringSnapshotAndStreaming(t *testing.T) {
