@@ -331,7 +331,11 @@ func TestByteBudgetClosesEpochs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Epochs < 3 {
+	// Without the budget a sync with an hour's interval commits one
+	// epoch, its last. How many the budget adds depends on how far the
+	// source got before a barrier was placed (under load it can read
+	// everything first: make test saw 2), so at least one more.
+	if res.Epochs < 2 {
 		t.Fatalf("%d epochs for ~8 KB read with a 1 KB budget", res.Epochs)
 	}
 	f.checkExactlyOnce(t)
