@@ -93,9 +93,19 @@ func TestBackpressure(t *testing.T) {
 	if n := free.count(); n != perPartition {
 		t.Fatalf("the free split read %d records, want %d", n, perPartition)
 	}
-	r.mu.Lock()
-	peak, pauses, queued := r.peak, r.pauses, r.queued
-	r.mu.Unlock()
+	// The blocked split may attach late (its Read asks for offsets first;
+	// under -race on a loaded machine the free split can finish before):
+	// give its partition time to fill its queue and pause.
+	var peak, queued int64
+	var pauses int
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r.mu.Lock()
+		peak, pauses, queued = r.peak, r.pauses, r.queued
+		r.mu.Unlock()
+		if pauses > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	t.Logf("while blocked: peak queued %d bytes, %d pauses, %d queued now (budget %d)", peak, pauses, queued, budget)
 	if pauses == 0 {
 		t.Error("the blocked split's partition was never paused")
