@@ -15,12 +15,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"gocloud.dev/blob/fileblob"
 
 	"github.com/openetl/etl"
-	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/testutil"
-	"github.com/openetl/etl/sink/parquet"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/postgres"
 )
@@ -41,32 +38,11 @@ func TestPipeline(t *testing.T) {
 		fmt.Sprintf(`INSERT INTO %s (id) VALUES (51)`, tbl)) // all nulls but the key
 	dropSlotAtCleanup(t, d, slot)
 
-	dir := t.TempDir()
-	tables, ckpts := filepath.Join(dir, "tables"), filepath.Join(dir, "checkpoints")
+	h := newHarness(t, d, postgres.Config{Publication: pub, CreatePublication: true, Tables: []string{tbl}, Slot: slot})
+	tables := h.tables
 	sync := func() etl.Result {
 		t.Helper()
-		src := newSource(t, d, postgres.Config{Publication: pub, CreatePublication: true, Tables: []string{tbl}, Slot: slot})
-		bucket, err := fileblob.OpenBucket(tables, &fileblob.Options{CreateDir: true, Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer bucket.Close()
-		dst, err := parquet.New(parquet.Config{Bucket: bucket})
-		if err != nil {
-			t.Fatal(err)
-		}
-		store, err := checkpoint.OpenDir(ckpts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer store.Close(context.Background())
-		p, err := etl.NewPipeline("pg").From(src).To(dst).Checkpoints(store).Build()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		res, err := p.Sync(ctx)
+		res, err := h.sync()
 		if err != nil {
 			t.Fatal(err)
 		}

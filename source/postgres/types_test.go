@@ -13,15 +13,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"gocloud.dev/blob/fileblob"
 
 	"github.com/openetl/etl"
-	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/testutil"
-	"github.com/openetl/etl/sink/parquet"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/postgres"
 )
@@ -328,28 +324,8 @@ func runGolden(t *testing.T, cols []goldenCol, rows []goldenRow) {
 // typesSync runs one bounded sync of the golden table into Parquet.
 func typesSync(t *testing.T, d string, cfg postgres.Config, tables, ckpts string) etl.Result {
 	t.Helper()
-	src := newSource(t, d, cfg)
-	bucket, err := fileblob.OpenBucket(tables, &fileblob.Options{CreateDir: true, Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bucket.Close()
-	dst, err := parquet.New(parquet.Config{Bucket: bucket})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := checkpoint.OpenDir(ckpts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(context.Background())
-	p, err := etl.NewPipeline("golden").From(src).To(dst).Checkpoints(store).Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	res, err := p.Sync(ctx)
+	h := &harness{t: t, d: d, cfg: cfg, tables: tables, ckpts: ckpts}
+	res, err := h.sync()
 	if err != nil {
 		t.Fatal(err)
 	}
