@@ -59,9 +59,10 @@
 //     recovery, epoch (barrier to commit), checkpoint commit, destination
 //     Commit and PreCommit.
 //   - Builder.OnEvent delivers typed events (sync.started, epoch.committed,
-//     quarantine.added, schema.changed, pipeline.fenced, sync.failed ...) on
-//     a goroutine of its own through a bounded queue: a slow callback never
-//     slows the data path; what doesn't fit is dropped and counted.
+//     quarantine.added, schema.changed, stream.paused, pipeline.fenced,
+//     sync.failed ...) on a goroutine of its own through a bounded queue: a
+//     slow callback never slows the data path; what doesn't fit is dropped
+//     and counted.
 //   - Pipeline.Status returns a snapshot at any time (phase, generation,
 //     last epoch and its time, per-stream counts, snapshot progress, lag,
 //     last error), and HealthHandler serves it as /healthz and /readyz for

@@ -20,8 +20,8 @@ const (
 	EventSyncFailed        = pipeline.EventSyncFailed        // sync.failed: Err (redacted)
 	EventSchemaChanged     = pipeline.EventSchemaChanged     // schema.changed: Stream, Column, Change, From, To
 	EventSchemaBlocked     = pipeline.EventSchemaBlocked     // schema.blocked: the schema policy refused or dropped a change
-	EventStreamPaused      = pipeline.EventStreamPaused      // stream.paused: reserved, not emitted yet
-	EventStreamResumed     = pipeline.EventStreamResumed     // stream.resumed: reserved, not emitted yet
+	EventStreamPaused      = pipeline.EventStreamPaused      // stream.paused: Split (Stream) stopped reading: backpressure; Paused so far
+	EventStreamResumed     = pipeline.EventStreamResumed     // stream.resumed: Split reads again; Paused is how long it paused
 	EventPipelineLagging   = pipeline.EventPipelineLagging   // pipeline.lagging: Lag above LagAlert
 	EventPipelineRecovered = pipeline.EventPipelineRecovered // pipeline.recovered: Lag back at or below LagAlert
 	EventPipelineFenced    = pipeline.EventPipelineFenced    // pipeline.fenced: a newer attempt took over; do not restart

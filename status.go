@@ -12,8 +12,10 @@ type Status = pipeline.Status
 // or Progress.
 type StreamStatus = pipeline.StreamStatus
 
-// SplitStatus is what one split reported about its lag and snapshot
-// progress (LagReporter, SnapshotReporter).
+// SplitStatus is what is known of one split: its lag and snapshot
+// progress (LagReporter, SnapshotReporter), whether it is paused by
+// backpressure (PauseReporter, or the runner's own view) and how long it
+// waited on the runner.
 type SplitStatus = pipeline.SplitStatus
 
 // Phase is where an attempt is; see the Phase constants.
@@ -42,6 +44,18 @@ type LagReporter = pipeline.LagReporter
 // table's snapshot, to report rows done and estimated; it feeds
 // StreamStatus's snapshot fields and Progress.
 type SnapshotReporter = pipeline.SnapshotReporter
+
+// PauseReporter may be implemented by a source's splits that stop
+// fetching when the pipeline's queues are full, to report it: it feeds
+// SplitStatus.Paused and the stream.paused / stream.resumed events. For
+// splits without it the pipeline reports a split paused once its records
+// have waited on a full queue for PauseAfter. It uses only standard
+// types.
+type PauseReporter = pipeline.PauseReporter
+
+// PauseAfter is how long a split without PauseReporter must wait on the
+// pipeline's full queue, without a break, to be reported paused.
+const PauseAfter = pipeline.PauseAfter
 
 // RedactSecrets returns s with passwords and similar secrets replaced by
 // "xxxxx": URL passwords (postgres://user:secret@host), password=/pwd=/

@@ -41,9 +41,20 @@ const (
 	// ("blocked": the record is quarantined) or dropped a new field
 	// ("discarded"); fields as EventSchemaChanged.
 	EventSchemaBlocked EventKind = "schema.blocked"
-	// EventStreamPaused and EventStreamResumed are reserved for sources
-	// that pause a stream; the runner does not emit them yet.
-	EventStreamPaused  EventKind = "stream.paused"
+	// EventStreamPaused: split Split stopped reading from its source
+	// because the runner's queues are full (backpressure: the engine or
+	// the destination is the bottleneck), as the split reports it
+	// (PauseReporter) or, for splits without it, as the runner sees it
+	// (its records waited on the full engine queue for PauseAfter).
+	// Paused is how long it had been paused when a poll noticed it (about
+	// once a second); Stream is the split's stream when it emitted one
+	// only (a Kafka partition, a table's snapshot), else empty (every
+	// stream of the split is held up; Status().Splits lists them).
+	EventStreamPaused EventKind = "stream.paused"
+	// EventStreamResumed: after EventStreamPaused, the split reads again;
+	// Paused is how long the pause lasted (up to a poll interval more).
+	// A pause still open when the attempt ends gets no EventStreamResumed:
+	// the attempt's last event ends it.
 	EventStreamResumed EventKind = "stream.resumed"
 	// EventPipelineLagging: the largest lag a split reports (see
 	// LagReporter) exceeded Config.LagAlert; Lag is that lag.
@@ -89,6 +100,10 @@ type Event struct {
 	Path       string
 	Lag        time.Duration
 	Outcome    sink.Outcome
+	// Split and Paused are set on EventStreamPaused and
+	// EventStreamResumed.
+	Split  string
+	Paused time.Duration
 	// Err is the attempt's error, its message redacted (RedactSecrets);
 	// errors.Is and errors.As see the original.
 	Err error

@@ -78,7 +78,7 @@ func NewMonitor(cfg Config) *Monitor {
 	m.pipeAttr = metric.WithAttributeSet(attribute.NewSet(AttrPipeline.String(m.name)))
 	m.destAttr = metric.WithAttributeSet(attribute.NewSet(AttrPipeline.String(m.name), AttrDestination.String(m.dest)))
 	reg, err := m.inst.meter.RegisterCallback(m.observe, m.inst.lag, m.inst.lagAge, m.inst.freshness,
-		m.inst.queueDepth, m.inst.backpressure, m.inst.eventsDropped)
+		m.inst.queueDepth, m.inst.backpressure, m.inst.eventsDropped, m.inst.splitsPaused)
 	if err != nil {
 		otel.Handle(err)
 	} else {
@@ -196,6 +196,7 @@ func (m *Monitor) observe(_ context.Context, o metric.Observer) error {
 		}
 	}
 	if a.toEngine != nil && a.st.Ended.IsZero() {
+		o.ObserveInt64(m.inst.splitsPaused, int64(a.st.Paused), m.pipeAttr)
 		o.ObserveInt64(m.inst.queueDepth, int64(len(a.toEngine)), metric.WithAttributes(AttrPipeline.String(m.name),
 			AttrQueue.String("engine")))
 		for i, ch := range a.toLanes {
@@ -236,7 +237,7 @@ type instruments struct {
 	epochs, attempts                                 metric.Int64Counter
 	epochDur, checkpointDur, commitDur, precommitDur metric.Float64Histogram
 	engineDur                                        metric.Float64Histogram
-	lag, queueDepth, eventsDropped                   metric.Int64Observable
+	lag, queueDepth, eventsDropped, splitsPaused     metric.Int64Observable
 	lagAge, freshness, backpressure                  metric.Float64Observable
 }
 
@@ -300,6 +301,9 @@ func newInstruments(m metric.Meter) *instruments {
 	errs = append(errs, err)
 	in.queueDepth, err = m.Int64ObservableGauge("openetl.queue.depth", metric.WithUnit("{batch}"),
 		metric.WithDescription("Batches waiting in the runner's queues (engine, per writer lane)"))
+	errs = append(errs, err)
+	in.splitsPaused, err = m.Int64ObservableGauge("openetl.splits.paused", metric.WithUnit("{split}"),
+		metric.WithDescription("Splits paused at the last poll because the runner's queues are full"))
 	errs = append(errs, err)
 	in.backpressure, err = m.Float64ObservableCounter("openetl.backpressure.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time source splits waited on a full engine queue"))

@@ -27,20 +27,27 @@ type epochSpan struct {
 	start time.Time
 }
 
-// streamOpts are a stream's precomputed metric attributes, so that a
-// batch's measurements allocate nothing.
+// streamOpts are a stream's precomputed metric options, in the slices
+// the instruments' variadic parameters take, so that a batch's
+// measurements allocate nothing.
 type streamOpts struct {
-	stream, dest metric.MeasurementOption
+	add     []metric.AddOption    // openetl.pipeline, openetl.stream
+	addDest []metric.AddOption    // ... and openetl.destination
+	rec     []metric.RecordOption // openetl.pipeline, openetl.stream
 }
 
+func newStreamOpts(pipeline, stream, dest string) streamOpts {
+	s := metric.WithAttributeSet(attribute.NewSet(AttrPipeline.String(pipeline), AttrStream.String(stream)))
+	d := metric.WithAttributeSet(attribute.NewSet(AttrPipeline.String(pipeline), AttrStream.String(stream),
+		AttrDestination.String(dest)))
+	return streamOpts{add: []metric.AddOption{s}, addDest: []metric.AddOption{d}, rec: []metric.RecordOption{s}}
+}
+
+// optsFor returns stream's options, for the engine stage (no lock).
 func (r *runner) optsFor(stream string) streamOpts {
 	o, ok := r.streamOpts[stream]
 	if !ok {
-		o = streamOpts{
-			stream: metric.WithAttributeSet(attribute.NewSet(AttrPipeline.String(r.cfg.Name), AttrStream.String(stream))),
-			dest: metric.WithAttributeSet(attribute.NewSet(AttrPipeline.String(r.cfg.Name), AttrStream.String(stream),
-				AttrDestination.String(r.mon.dest))),
-		}
+		o = newStreamOpts(r.cfg.Name, stream, r.mon.dest)
 		r.streamOpts[stream] = o
 	}
 	return o
@@ -86,6 +93,7 @@ func (r *runner) running() {
 	r.state.mu.Lock()
 	r.state.st.Phase = PhaseRunning
 	r.state.toEngine, r.state.toLanes = r.toEngine, r.toLanes
+	r.state.splits = make([]splitObs, len(r.pumps))
 	r.state.mu.Unlock()
 }
 
@@ -125,9 +133,9 @@ func (r *runner) epochCommitted(ctx context.Context, rec *checkpoint.Record, cum
 	in, epoch := r.mon.inst, rec.Epoch
 	for stream, c := range rec.Counts {
 		o := r.epochOpts(stream)
-		in.rowsWritten.Add(ctx, c.Written, o.dest)
-		in.rowsQuarantined.Add(ctx, c.Quarantined, o.stream)
-		in.rowsHeld.Add(ctx, c.Held, o.stream)
+		in.rowsWritten.Add(ctx, c.Written, o.addDest...)
+		in.rowsQuarantined.Add(ctx, c.Quarantined, o.add...)
+		in.rowsHeld.Add(ctx, c.Held, o.add...)
 	}
 	in.epochs.Add(ctx, 1, r.mon.pipeAttr)
 	r.spanMu.Lock()
@@ -160,19 +168,34 @@ func (r *runner) epochCommitted(ctx context.Context, rec *checkpoint.Record, cum
 // epochOpts is optsFor for goroutines other than the engine stage's: it
 // builds the options each time (once per epoch and stream).
 func (r *runner) epochOpts(stream string) streamOpts {
-	return streamOpts{
-		stream: metric.WithAttributes(AttrPipeline.String(r.cfg.Name), AttrStream.String(stream)),
-		dest:   metric.WithAttributes(AttrPipeline.String(r.cfg.Name), AttrStream.String(stream), AttrDestination.String(r.mon.dest)),
-	}
+	return newStreamOpts(r.cfg.Name, stream, r.mon.dest)
 }
 
-// poll asks the splits how far they are and updates status and lag
-// events.
+// poll asks the splits how far they are and whether they are paused,
+// and updates status, lag and pause events.
 func (r *runner) poll() {
 	if len(r.pumps) == 0 {
 		return
 	}
-	lag, known := r.state.setSplits(r.pollSplits())
+	r.state.pollMu.Lock()
+	defer r.state.pollMu.Unlock()
+	now := time.Now()
+	lag, known, changes := r.state.setSplits(r.pollSplits(now), now)
+	for _, c := range changes {
+		e := Event{Kind: EventStreamPaused, Generation: r.gen, Split: c.split.ID, Paused: now.Sub(c.split.PausedSince)}
+		if c.resumed {
+			e.Kind = EventStreamResumed
+		}
+		if len(c.split.Streams) == 1 {
+			e.Stream = c.split.Streams[0]
+		}
+		if c.resumed {
+			r.log.Info("split resumed", "split", c.split.ID, "paused", e.Paused)
+		} else {
+			r.log.Info("split paused by backpressure", "split", c.split.ID, "since", c.split.PausedSince)
+		}
+		r.mon.emit(e)
+	}
 	r.mon.lag(r.state, r.gen, lag, known)
 }
 

@@ -50,11 +50,13 @@ func BenchmarkMeasureBatch(b *testing.B) {
 	defer tp.Shutdown(context.Background())
 
 	for _, tc := range []struct {
-		name string
-		cfg  Config
+		name   string
+		cfg    Config
+		noSpan bool
 	}{
-		{"off", Config{Name: "bench", MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()}},
-		{"on", Config{Name: "bench", MeterProvider: mp, TracerProvider: tp}},
+		{"off", Config{Name: "bench", MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()}, false},
+		{"on", Config{Name: "bench", MeterProvider: mp, TracerProvider: tp}, false},
+		{"on-nospan", Config{Name: "bench", MeterProvider: mp, TracerProvider: tp}, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			cfg := tc.cfg.withDefaults()
@@ -64,9 +66,12 @@ func BenchmarkMeasureBatch(b *testing.B) {
 				streamOpts: map[string]streamOpts{}, log: slog.New(slog.DiscardHandler)}
 			ctx, span := mon.tracer.Start(context.Background(), "bench")
 			defer span.End()
+			if tc.noSpan {
+				ctx = context.Background()
+			}
 			b.ReportAllocs()
 			for b.Loop() {
-				r.measureBatch(ctx, raw, out, time.Millisecond, 1)
+				r.measureBatch(ctx, 0, raw, out, time.Millisecond, 1)
 			}
 		})
 	}

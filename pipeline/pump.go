@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/source"
@@ -166,8 +165,8 @@ func (p *pump) send(m pumpMsg) error {
 	default:
 	}
 	// The engine queue is full: count the wait as backpressure.
-	t0 := time.Now()
-	defer func() { p.r.mon.backpressNs.Add(int64(time.Since(t0))) }()
+	t0 := p.r.waitStart(p.idx)
+	defer p.r.waitEnd(p.idx, t0)
 	select {
 	case p.r.toEngine <- m:
 		return nil

@@ -156,7 +156,7 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 	if err != nil {
 		return fmt.Errorf("engine: stream %q: %w", b.Stream, err)
 	}
-	r.measureBatch(ctx, b, out, time.Since(t0), epoch)
+	r.measureBatch(ctx, m.split, b, out, time.Since(t0), epoch)
 	c := counts[b.Stream]
 	c.Read += int64(b.Len())
 	c.Quarantined += int64(len(out.Quarantined))
@@ -300,15 +300,15 @@ func (r *runner) runLane(ctx context.Context, lane int) error {
 
 // measureBatch counts a pushed batch in the metrics and the status, logs
 // it at Debug and reports its schema changes: once per batch.
-func (r *runner) measureBatch(ctx context.Context, b *engine.RawBatch, out engine.Output, took time.Duration, epoch uint64) {
+func (r *runner) measureBatch(ctx context.Context, split int, b *engine.RawBatch, out engine.Output, took time.Duration, epoch uint64) {
 	in, o := r.mon.inst, r.optsFor(b.Stream)
-	in.rowsRead.Add(ctx, int64(b.Len()), o.stream)
-	in.bytesRead.Add(ctx, int64(b.Bytes()), o.stream)
-	in.engineDur.Record(ctx, took.Seconds(), o.stream)
+	in.rowsRead.Add(ctx, int64(b.Len()), o.add...)
+	in.bytesRead.Add(ctx, int64(b.Bytes()), o.add...)
+	in.engineDur.Record(ctx, took.Seconds(), o.rec...)
 	if out.Record != nil {
-		in.bytesWritten.Add(ctx, recordBytes(out.Record), o.dest)
+		in.bytesWritten.Add(ctx, recordBytes(out.Record), o.addDest...)
 	}
-	r.state.addRead(b.Stream, int64(b.Len()))
+	r.state.addRead(split, b.Stream, int64(b.Len()))
 	if r.log.Enabled(ctx, slog.LevelDebug) {
 		var rows int64
 		if out.Record != nil {

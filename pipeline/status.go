@@ -47,9 +47,13 @@ type Status struct {
 	Read int64
 	// Streams holds per-stream counts and snapshot progress.
 	Streams map[string]StreamStatus
-	// Splits holds what splits implementing LagReporter or
-	// SnapshotReporter reported at the last poll (about once a second).
+	// Splits holds what is known of each split at the last poll (about
+	// once a second): lag and snapshot progress from splits implementing
+	// LagReporter or SnapshotReporter, pauses and backpressure.
 	Splits []SplitStatus
+	// Paused counts the splits paused at the last poll (see
+	// SplitStatus.Paused).
+	Paused int
 	// Lag is the largest age a split reported (LagKnown false when none
 	// could tell); Backlog sums the splits' Behind per unit.
 	Lag      time.Duration
@@ -90,6 +94,12 @@ type attemptState struct {
 	st       Status
 	toEngine chan pumpMsg
 	toLanes  []chan laneMsg
+	// splits is indexed like the runner's splits; set before they start
+	// reading, never resized.
+	splits []splitObs
+	// pollMu makes polls (from the coordinator and at commits) one at a
+	// time, so that pause transitions are seen in order.
+	pollMu sync.Mutex
 }
 
 func newAttemptState(name string, bounded bool, now time.Time) *attemptState {
@@ -103,8 +113,15 @@ func (a *attemptState) update(f func(*Status)) {
 	a.mu.Unlock()
 }
 
-func (a *attemptState) addRead(stream string, n int64) {
+// addRead counts a batch of n records of stream from split.
+func (a *attemptState) addRead(split int, stream string, n int64) {
 	a.mu.Lock()
+	if split >= 0 && split < len(a.splits) {
+		o := &a.splits[split]
+		if len(o.streams) == 0 || o.streams[len(o.streams)-1] != stream && !slices.Contains(o.streams, stream) {
+			o.streams = append(o.streams, stream)
+		}
+	}
 	s := a.st.Streams[stream]
 	s.Read += n
 	a.st.Streams[stream] = s
@@ -123,10 +140,45 @@ func (a *attemptState) snapshot() Status {
 	return s
 }
 
-// setSplits records a poll of the splits and returns the lag.
-func (a *attemptState) setSplits(ss []SplitStatus) (lag time.Duration, known bool) {
+// pauseChange is a split's pause starting or ending between two polls.
+type pauseChange struct {
+	split   SplitStatus
+	resumed bool
+}
+
+// setSplits records a poll of the splits made at now; it returns the lag
+// and the splits that paused or resumed since the previous poll. A
+// split paused at both polls stays in the same pause (the earlier
+// PausedSince), even if it resumed briefly in between.
+func (a *attemptState) setSplits(ss []SplitStatus, now time.Time) (lag time.Duration, known bool, changes []pauseChange) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	prev := a.st.Splits
+	a.st.Paused = 0
+	for i := range ss {
+		s := &ss[i]
+		if i < len(a.splits) {
+			st := a.splits[i].streams
+			s.Streams = st[:len(st):len(st)]
+		}
+		wasPaused := i < len(prev) && prev[i].ID == s.ID && prev[i].Paused
+		switch {
+		case s.Paused && wasPaused:
+			s.PausedSince = prev[i].PausedSince
+		case s.Paused:
+			if s.PausedSince.IsZero() || s.PausedSince.After(now) {
+				s.PausedSince = now
+			}
+			changes = append(changes, pauseChange{split: *s})
+		case wasPaused:
+			p := prev[i]
+			p.Streams, p.Paused = s.Streams, false
+			changes = append(changes, pauseChange{split: p, resumed: true})
+		}
+		if s.Paused {
+			a.st.Paused++
+		}
+	}
 	a.st.Splits = ss
 	clear(a.st.Backlog)
 	for name, s := range a.st.Streams {
@@ -149,7 +201,7 @@ func (a *attemptState) setSplits(ss []SplitStatus) (lag time.Duration, known boo
 		}
 	}
 	a.st.Lag, a.st.LagKnown = lag, known
-	return lag, known
+	return lag, known, changes
 }
 
 // committed records a committed epoch: this attempt's cumulative counts
