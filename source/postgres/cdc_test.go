@@ -539,11 +539,10 @@ func TestProgressAndLag(t *testing.T) {
 	}
 }
 
-// TestStreamedTransactions: with protocol 2 (not offered by Config yet,
-// see Config.Protocol: forced here) and a tiny
-// logical_decoding_work_mem the server streams large transactions while
-// they run; the source buffers them (spilling to a file past
-// TransactionBufferBytes) and emits them at their commit, without the
+// TestStreamedTransactions: with protocol 2 (the default on Postgres 14+)
+// and a tiny logical_decoding_work_mem the server streams large
+// transactions while they run; the source buffers them (spilling to a
+// file past StreamedTxnMemory) and emits them at their commit, without the
 // changes of a rolled-back savepoint or of an aborted transaction, and
 // beside small transactions that commit before and after them.
 func TestStreamedTransactions(t *testing.T) {
@@ -552,8 +551,7 @@ func TestStreamedTransactions(t *testing.T) {
 	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY, v text)", tbl),
 		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
 	dropSlotAtCleanup(t, d, slot)
-	h := newHarness(t, d+"&logical_decoding_work_mem=64kB", postgres.Config{Publication: pub, Slot: slot})
-	h.setup = func(src *postgres.Source) { postgres.ForceProtocol(src, 2, 4096) }
+	h := newHarness(t, d+"&logical_decoding_work_mem=64kB", postgres.Config{Publication: pub, Slot: slot, StreamedTxnMemory: 4096})
 	if _, err := h.sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -601,5 +599,69 @@ func TestStreamedTransactions(t *testing.T) {
 	// update follows its insert.
 	if i, u := slices.Index(rows, "insert 7"), slices.Index(rows, "update 7"); i < 0 || u < i {
 		t.Errorf("insert 7 at %d, update 7 at %d in seq order", i, u)
+	}
+}
+
+// TestStreamedTransactionOpenAcrossRestart: a sync ends while a large
+// transaction the server streams in progress is still open, at the
+// commit of a small one that committed inside it; the next sync, a new
+// session, restarts from there and receives the large transaction whole
+// at its commit, and a change after it whose table's relation message
+// came inside the streamed transaction (the server counts it as sent
+// once that transaction commits). Every change lands exactly once.
+func TestStreamedTransactionOpenAcrossRestart(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("streamopen"), name("pub"), name("slot")
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY, v text)", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	h := newHarness(t, d+"&logical_decoding_work_mem=64kB", postgres.Config{Publication: pub, Slot: slot, StreamedTxnMemory: 4096})
+	if _, err := h.sync(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, err := pgconn.Connect(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	run := func(sql string) {
+		t.Helper()
+		if _, err := a.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	streamed := func() string {
+		return queryOne(t, d, "SELECT COALESCE(sum(stream_txns), 0) FROM pg_stat_replication_slots WHERE slot_name = '"+slot+"'")
+	}
+	run(fmt.Sprintf("BEGIN; INSERT INTO %s SELECT g, repeat('a', 100) FROM generate_series(1, 3000) g", tbl))
+	execSQL(t, d, fmt.Sprintf("INSERT INTO %s VALUES (50000, 'during')", tbl))
+	if _, err := h.sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.rows(tbl); !slices.Equal(got, []string{"insert 50000"}) {
+		t.Fatalf("after the sync with the big transaction open: %v, want only insert 50000", got)
+	}
+	if n := streamed(); n == "0" {
+		t.Fatal("the server streamed no transaction while the big one was open: the test does not exercise a restart inside one")
+	}
+	run(fmt.Sprintf("UPDATE %s SET v = 'u' WHERE id <= 1000; COMMIT", tbl))
+	execSQL(t, d, fmt.Sprintf("INSERT INTO %s VALUES (50001, 'after')", tbl))
+	if _, err := h.sync(); err != nil {
+		t.Fatal(err)
+	}
+	rows := h.rows(tbl)
+	count := map[string]int{}
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if seen[r] {
+			t.Fatalf("%s landed twice", r)
+		}
+		seen[r] = true
+		op, _, _ := strings.Cut(r, " ")
+		count[op]++
+	}
+	if len(rows) != 4002 || count["insert"] != 3002 || count["update"] != 1000 || !seen["insert 50001"] {
+		t.Fatalf("%d rows (%v), want the big transaction's 3000 inserts and 1000 updates and inserts 50000 and 50001", len(rows), count)
 	}
 }

@@ -47,8 +47,9 @@
 // Every snapshot row is an insert whose seq is the slot's consistent LSN.
 //
 // The change stream runs beside the snapshot, from that LSN, over
-// pgoutput (protocol version 1; see Config.Protocol): inserts, updates (the new row; when the
-// key changed, first a delete of the old key) and deletes (under REPLICA
+// pgoutput (protocol 2, or 1 before Postgres 14; see Config.Protocol):
+// inserts, updates (the new row; when the key changed, first a delete of
+// the old key) and deletes (under REPLICA
 // IDENTITY DEFAULT the row holds the key columns, the others null), each
 // with seq = the LSN of its change, and a resume point after each
 // transaction that touched an opened table, and at keepalives between
@@ -58,14 +59,19 @@
 // bounded Read stops at a transaction boundary once it has passed the
 // WAL insert position as of its start.
 //
-// Protocol 2's streaming of large transactions in progress is built
-// (changes buffered per transaction, in memory and then a temporary
-// file, emitted at the stream commit, dropped on abort) and tested
-// within one session, but not offered: with it,
-// TestKillDuringSnapshotAndStreaming loses changes across restarts, and
-// no resume rule tried (none while a streamed transaction is open) fixed
-// that yet. Under protocol 1 the server spills large transactions to its
-// disk and sends them at commit.
+// On Postgres 14 and later the stream uses protocol 2 (Config.Protocol),
+// under which the server streams a large transaction while it runs. The
+// source keeps its changes (in memory up to Config.StreamedTxnMemory, then
+// in a temporary file) and emits them at its commit, without those of
+// aborted subtransactions, and drops them if it aborts. Resume points of
+// transactions that commit meanwhile are placed as usual: a restart from
+// one makes the server decode the open transaction again from its start
+// and send it whole, and the part the killed process held is gone with
+// it. Relation messages sent inside a streamed transaction count, once it
+// commits, for the changes after it, as the server treats them; a change
+// whose relation was never described is an error, never skipped.
+// Under protocol 1 the server spills large transactions to its disk and
+// sends them at commit.
 //
 // # Snapshots that resume, and tables added later
 //

@@ -88,14 +88,26 @@ type Config struct {
 	// append destination receives every row again.
 	OnSlotLost SlotLostPolicy
 
-	// Protocol is the pgoutput protocol version. Only 1 (the default)
-	// is accepted today: protocol 2's streaming of large transactions in
-	// progress is implemented (buffered per transaction until its commit)
-	// but a pipeline killed and restarted while the server streams lost
-	// changes in our kill test, so it stays off until that is understood.
-	// With protocol 1 the server spills large transactions to its own disk
-	// and sends them at commit.
+	// Protocol is the pgoutput protocol version: 0 (the default) picks 2
+	// on Postgres 14 and later and 1 before; 1 or 2 asks for that one (2
+	// on a server before 14 fails Read with an error naming it).
+	//
+	// Under protocol 2 the server streams a large transaction while it
+	// runs, once its decoded changes pass the server's
+	// logical_decoding_work_mem, instead of spilling it to its own disk
+	// until the commit. The source keeps such a transaction's changes
+	// (StreamedTxnMemory bytes in memory, the rest in a temporary file)
+	// and emits them at its commit, without those of aborted
+	// subtransactions, and drops them if it aborts: nothing uncommitted
+	// reaches the destination. Under protocol 1 the server sends a
+	// transaction whole at its commit.
 	Protocol int
+
+	// StreamedTxnMemory is how many bytes of each transaction the server
+	// streams in progress (Protocol 2) the source keeps in memory before
+	// it writes the rest to a temporary file (os.TempDir), removed when
+	// the transaction commits or aborts. Default 64 MiB.
+	StreamedTxnMemory int
 
 	// Truncates says what a TRUNCATE of a read table does: TruncateFail
 	// (the default) stops the stream with a *TruncateError before any
@@ -226,11 +238,9 @@ type Source struct {
 	conn *pgconn.Config
 	log  *slog.Logger
 
-	mu     sync.Mutex
-	query  *pgconn.PgConn // lazily opened, for catalog queries and Ack
-	exp    *exporter      // the slot's exported snapshot, while splits import it
-	proto  int            // pgoutput protocol; 2 only in tests (see export_test.go)
-	txnBuf int            // protocol 2: bytes of a streamed transaction kept in memory
+	mu    sync.Mutex
+	query *pgconn.PgConn // lazily opened, for catalog queries and Ack
+	exp   *exporter      // the slot's exported snapshot, while splits import it
 
 	snapshots semaphore     // bounds the snapshot splits reading at once
 	reading   atomic.Bool   // a Read is streaming from the slot
@@ -286,9 +296,11 @@ func New(cfg Config) (*Source, error) {
 	if cfg.SnapshotChunkRows <= 0 {
 		cfg.SnapshotChunkRows = 50_000
 	}
-	if cfg.Protocol != 0 && cfg.Protocol != 1 {
-		return nil, fmt.Errorf("postgres: Config.Protocol %d: only protocol 1 is supported (protocol 2's streaming of "+
-			"transactions in progress is not safe across restarts yet)", cfg.Protocol)
+	if cfg.Protocol < 0 || cfg.Protocol > 2 {
+		return nil, fmt.Errorf("postgres: Config.Protocol %d: pgoutput protocol 1 or 2 (0: the newest the server has)", cfg.Protocol)
+	}
+	if cfg.StreamedTxnMemory <= 0 {
+		cfg.StreamedTxnMemory = 64 << 20
 	}
 	if cfg.SnapshotParallelism <= 0 {
 		cfg.SnapshotParallelism = 4
@@ -297,7 +309,7 @@ func New(cfg Config) (*Source, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{cfg: cfg, conn: conn, log: log.With("source", "postgres", "slot", cfg.Slot), txnBuf: 64 << 20,
+	return &Source{cfg: cfg, conn: conn, log: log.With("source", "postgres", "slot", cfg.Slot),
 		snapshots: make(semaphore, cfg.SnapshotParallelism)}, nil
 }
 

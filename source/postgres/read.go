@@ -117,7 +117,7 @@ func (sp *split) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
 func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitter, start state,
 	confirmed pglogrepl.LSN, bounded bool, end pglogrepl.LSN) error {
 	s := sp.src
-	proto, err := s.protocol(ctx)
+	proto, err := s.protocol(repl)
 	if err != nil {
 		return err
 	}
@@ -156,12 +156,14 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 		sp.readTo.Store(uint64(at))
 		return e.ResumePoint(state{lsn: at, snapshot: start.snapshot}.encode())
 	}
-	// place emits the resume point a committed transaction earned, unless
-	// a streamed transaction is still open: a restart from a position
-	// inside one loses the part of it streamed before (the kill test
-	// shows it), so the point waits until none is open.
+	// place emits the resume point a committed transaction earned. A
+	// transaction streamed in progress that is still open there is safe:
+	// restarted from a position before its commit, the server decodes it
+	// again from its start (the slot's restart_lsn stays before every
+	// open transaction) and sends it whole, and the part this session
+	// buffered is dropped with the process.
 	place := func() error {
-		if !pending || len(streamed) > 0 {
+		if !pending {
 			return nil
 		}
 		return resume(pos)
@@ -259,11 +261,11 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 				if ka.ReplyRequested {
 					next = time.Now()
 				}
-				// Not inside a transaction, nor while a streamed one is
-				// open: a restart from a keepalive's position then loses
-				// changes (TestKillDuringSnapshotAndStreaming fails that
-				// way, while commit positions are safe).
-				if inTxn || len(streamed) > 0 {
+				// Not inside a transaction the server is sending: its
+				// position can be past the commit of the transaction
+				// being sent, and a restart from there would skip the rest
+				// of it.
+				if inTxn {
 					continue
 				}
 				// Every transaction that committed before the server's
@@ -324,11 +326,17 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 				case *pglogrepl.RelationMessageV2:
 					m = &v.RelationMessage
 				}
-				lookup := func(id uint32) *relation {
+				lookup := func(id uint32) (*relation, error) {
 					if r := rels[id]; r != nil {
-						return r
+						return r, nil
 					}
-					return sp.rels[id]
+					if r := sp.rels[id]; r != nil {
+						return r, nil
+					}
+					// pgoutput sends a relation message before a table's
+					// first change in a session: a change without one is a
+					// protocol error here, never a change to skip.
+					return nil, fmt.Errorf("postgres: change for relation %d at %s before its relation message", id, pglogrepl.LSN(xld.WALStart))
 				}
 				// A transaction in progress when the slot was created can
 				// have changes before the snapshot's position: keep seqs
@@ -341,7 +349,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 						streamed = map[uint32]*txnBuffer{}
 					}
 					if cur = streamed[m.Xid]; cur == nil {
-						cur = newTxnBuffer(s.txnBuf)
+						cur = newTxnBuffer(s.cfg.StreamedTxnMemory)
 						streamed[m.Xid] = cur
 					}
 				case *pglogrepl.StreamStopMessageV2:
@@ -366,13 +374,20 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 						if err != nil {
 							return err
 						}
+						// The server counts relation messages sent inside a
+						// streamed transaction as sent once it commits (and
+						// sends them again after an abort): later changes to
+						// those tables come without one.
+						for id, r := range b.rels {
+							sp.rels[id] = r
+						}
 						pending = pending || n > 0
 					}
 					pos = max(pos, m.TransactionEndLSN)
 					if err := place(); err != nil {
 						return err
 					}
-					if bounded && m.TransactionEndLSN >= end && len(streamed) == 0 {
+					if bounded && m.TransactionEndLSN >= end {
 						if pos > emitted {
 							return resume(pos)
 						}
@@ -387,7 +402,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					if err := place(); err != nil {
 						return err
 					}
-					if bounded && m.TransactionEndLSN >= end && len(streamed) == 0 {
+					if bounded && m.TransactionEndLSN >= end {
 						if pos > emitted {
 							return resume(pos)
 						}
@@ -408,14 +423,22 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					}
 					rels[m.RelationID] = r
 				case *pglogrepl.InsertMessage:
-					if r := lookup(m.RelationID); r != nil && r.table != nil {
+					r, err := lookup(m.RelationID)
+					if err != nil {
+						return err
+					}
+					if r.table != nil {
 						touched = touched || !inStream
 						if err := out.Record(r.table.stream.Name, source.OpInsert, seq, sp.tupleKey(r, m.Tuple), sp.row(r, m.Tuple, nil)); err != nil {
 							return err
 						}
 					}
 				case *pglogrepl.UpdateMessage:
-					if r := lookup(m.RelationID); r != nil && r.table != nil {
+					r, err := lookup(m.RelationID)
+					if err != nil {
+						return err
+					}
+					if r.table != nil {
 						touched = touched || !inStream
 						t := r.table
 						var old *pglogrepl.TupleData
@@ -437,7 +460,11 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 						}
 					}
 				case *pglogrepl.DeleteMessage:
-					if r := lookup(m.RelationID); r != nil && r.table != nil {
+					r, err := lookup(m.RelationID)
+					if err != nil {
+						return err
+					}
+					if r.table != nil {
 						touched = touched || !inStream
 						// Under REPLICA IDENTITY DEFAULT the old tuple holds the
 						// key columns and nulls: the delete row carries the key.
@@ -449,7 +476,11 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 				case *pglogrepl.TruncateMessage:
 					var names []string
 					for _, id := range m.RelationIDs {
-						if r := lookup(id); r != nil && r.table != nil {
+						r, err := lookup(id)
+						if err != nil {
+							return err
+						}
+						if r.table != nil {
 							names = append(names, r.table.stream.Name)
 						}
 					}
@@ -587,12 +618,28 @@ func checkSlotIdle(ctx context.Context, repl *pgconn.PgConn, slot string) error 
 	return nil
 }
 
-// protocol returns the pgoutput protocol version to use: 1, or what a
-// test forced (protocol 2 streams large transactions in progress; see
-// Config.Protocol for why it is off).
-func (s *Source) protocol(context.Context) (int, error) {
-	if s.proto != 0 {
-		return s.proto, nil
+// protocol returns the pgoutput protocol version to use on repl: the
+// configured one, or by default 2 on Postgres 14+ (streaming of
+// transactions in progress) and 1 before.
+func (s *Source) protocol(repl *pgconn.PgConn) (int, error) {
+	version := repl.ParameterStatus("server_version")
+	major, _ := strconv.Atoi(version[:digits(version)]) // "15.18 (Debian 15.18-1)"
+	switch {
+	case s.cfg.Protocol == 0 && major >= 14:
+		return 2, nil
+	case s.cfg.Protocol == 0:
+		return 1, nil
+	case s.cfg.Protocol == 2 && major < 14:
+		return 0, fmt.Errorf("postgres: Config.Protocol 2 needs Postgres 14 or later; the server is %q", version)
 	}
-	return 1, nil
+	return s.cfg.Protocol, nil
+}
+
+// digits returns the length of v's leading run of decimal digits.
+func digits(v string) int {
+	n := 0
+	for n < len(v) && v[n] >= '0' && v[n] <= '9' {
+		n++
+	}
+	return n
 }
