@@ -36,6 +36,13 @@ lint:
 test-rust:
 	cd $(RUST_DIR) && cargo test --release
 
+# The race pass leaves out the tests that SIGKILL pipeline processes: they
+# ran in the plain pass just before, and under -race each takes minutes
+# (their children are race-instrumented test binaries), which CI's time
+# budget can't hold; the in-process tests cover the same runner and
+# connectors under the race detector.
+RACE_SKIP := TestKill|SIGKILL|TestChaos
+
 # The Go tests, with the race detector on the concurrent packages, against
 # the servers scripts/servers.sh installs (once, into CACHE) and starts on
 # loopback for the duration (S3: versitygw, GCS: fake-gcs-server, Azure:
@@ -48,7 +55,7 @@ test-go: tools
 	trap 'scripts/servers.sh stop' EXIT; \
 	set -x; \
 	OPENETL_PYTHON=$$(scripts/test-tools.sh) $(GO) test -count=1 ./...; \
-	$(GO) test -count=1 -race ./pipeline/... ./checkpoint/... ./sink/... ./source/...; \
+	$(GO) test -count=1 -race -skip '$(RACE_SKIP)' ./pipeline/... ./checkpoint/... ./sink/... ./source/...; \
 	CGO_ENABLED=0 $(GO) test -count=1 -run TestBuildWithoutCgo .
 
 # The README's first command on a fresh clone of the committed tree, with
