@@ -18,7 +18,9 @@ import (
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/parquet"
+	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/faker"
 )
@@ -666,4 +668,35 @@ const secret = "hunter2-s3cret"
 
 func (s failingSource) Open(context.Context, []string, map[source.SplitID][]byte) ([]source.Split, error) {
 	return nil, errors.New("connect postgres://app:" + secret + "@db.internal:5432/shop: connection refused")
+}
+
+// TestHeldMetric: values held back because the destination can't take
+// their type are counted in openetl.rows.held, per stream, as the
+// result counts them.
+func TestHeldMetric(t *testing.T) {
+	tel := newTelemetry(t)
+	src, err := faker.New(faker.Config{Rows: 500, Streams: []string{faker.Orders}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{
+		Class: sink.StageAndApply, Capabilities: sink.Capabilities{Unsupported: []string{"float64"}},
+	})
+	p, err := etl.NewPipeline("held").From(src).To(dst).Checkpoints(checkpoint.NewMem()).Telemetry(tel.mp, tel.tp).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Sync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := res.Streams[faker.Orders].Held
+	if want == 0 {
+		t.Fatalf("counts %+v: want some held", res.Streams[faker.Orders])
+	}
+	ms := tel.collect(t)
+	set := attrs(etl.AttrPipeline.String("held"), etl.AttrStream.String(faker.Orders))
+	if got := sumPoint(t, ms["openetl.rows.held"], set); got != want {
+		t.Errorf("openetl.rows.held = %d, want %d", got, want)
+	}
 }

@@ -2,6 +2,8 @@ package etl_test
 
 import (
 	"context"
+	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -25,9 +27,14 @@ import (
 // 0.1% malformed records → zstd Parquet, in memory, 2 × 200k records,
 // 2s epochs as the quickstart) with metrics and traces off (no-op
 // providers) and on (the SDK's meter provider with a reader and its
-// tracer provider sampling every span), alternating within each
-// iteration so both see the same machine, and reports each rate and the
-// overhead in percent of wall time and of the process's CPU time.
+// tracer provider sampling every span). Each iteration is a pair of runs,
+// one off and one on, in alternating order, each after a GC (so that one
+// run's garbage is not collected in the other's time). It reports the
+// median over the pairs of the on/off ratio of the process's CPU time
+// and of wall time, as an overhead in percent: pairing cancels the drift
+// of a shared machine's load, and the median ignores the pairs a burst of
+// other work hit. Run it with -benchtime 20x or more; BenchmarkMeasureBatch
+// in package pipeline gives the per-batch cost, which noise doesn't blur.
 func BenchmarkTelemetryOverhead(b *testing.B) {
 	const rows = 200_000
 	reader := sdkmetric.NewManualReader()
@@ -35,10 +42,9 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder()))
 	defer mp.Shutdown(context.Background())
 	defer tp.Shutdown(context.Background())
-	// CPU time as well as wall time: on a machine shared with other work
-	// the process's CPU time is the steadier figure.
-	var offCPU, onCPU time.Duration
-	run := func(mp metric.MeterProvider, tp trace.TracerProvider, cpu *time.Duration) time.Duration {
+	offMP, offTP := metricnoop.NewMeterProvider(), tracenoop.NewTracerProvider()
+	// run returns the wall and CPU time of one sync.
+	run := func(mp metric.MeterProvider, tp trace.TracerProvider) (wall, cpu time.Duration) {
 		src, err := faker.New(faker.Config{Seed: 42, Rows: rows, MalformedShare: 0.001})
 		if err != nil {
 			b.Fatal(err)
@@ -54,36 +60,62 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		runtime.GC()
 		start, startCPU := time.Now(), cpuTime()
 		res, err := p.Sync(context.Background())
-		took := time.Since(start)
-		*cpu += cpuTime() - startCPU
+		wall, cpu = time.Since(start), cpuTime()-startCPU
 		if err != nil {
 			b.Fatal(err)
 		}
 		if res.Streams["orders"].Read != rows {
 			b.Fatalf("result %+v", res)
 		}
-		return took
+		return wall, cpu
 	}
-	var off, on time.Duration
+	var wallRatios, cpuRatios []float64
+	var offWall, onWall, offCPU time.Duration
 	i := 0
 	for b.Loop() {
-		// Alternate which goes first, so warm-up and drift fall on both.
+		var ow, oc, nw, nc time.Duration
 		if i%2 == 0 {
-			off += run(metricnoop.NewMeterProvider(), tracenoop.NewTracerProvider(), &offCPU)
-			on += run(mp, tp, &onCPU)
+			ow, oc = run(offMP, offTP)
+			nw, nc = run(mp, tp)
 		} else {
-			on += run(mp, tp, &onCPU)
-			off += run(metricnoop.NewMeterProvider(), tracenoop.NewTracerProvider(), &offCPU)
+			nw, nc = run(mp, tp)
+			ow, oc = run(offMP, offTP)
 		}
+		offWall, onWall, offCPU = offWall+ow, onWall+nw, offCPU+oc
+		wallRatios = append(wallRatios, nw.Seconds()/ow.Seconds())
+		cpuRatios = append(cpuRatios, nc.Seconds()/oc.Seconds())
 		i++
 	}
 	n := float64(2 * rows * i)
-	b.ReportMetric(n/off.Seconds(), "records/s-off")
-	b.ReportMetric(n/on.Seconds(), "records/s-on")
-	b.ReportMetric(100*(on.Seconds()/off.Seconds()-1), "%overhead-wall")
-	b.ReportMetric(100*(onCPU.Seconds()/offCPU.Seconds()-1), "%overhead-cpu")
+	b.ReportMetric(n/offWall.Seconds(), "records/s-off")
+	b.ReportMetric(n/onWall.Seconds(), "records/s-on")
+	b.ReportMetric(offCPU.Seconds()/float64(i), "cpu-s/run-off")
+	b.ReportMetric(100*(median(wallRatios)-1), "%overhead-wall-median")
+	b.ReportMetric(100*(median(cpuRatios)-1), "%overhead-cpu-median")
+	// The spread of the paired CPU ratios: the middle half of the pairs
+	// lies between these.
+	b.ReportMetric(100*(quantile(cpuRatios, 0.25)-1), "%overhead-cpu-q1")
+	b.ReportMetric(100*(quantile(cpuRatios, 0.75)-1), "%overhead-cpu-q3")
+}
+
+func median(xs []float64) float64 { return quantile(xs, 0.5) }
+
+// quantile returns the q-quantile of xs, interpolating between ranks.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	pos := q * float64(len(s)-1)
+	lo := int(pos)
+	if lo+1 >= len(s) {
+		return s[lo]
+	}
+	return s[lo] + (pos-float64(lo))*(s[lo+1]-s[lo])
 }
 
 // cpuTime is the process's user + system CPU time so far.
