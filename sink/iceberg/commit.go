@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 
 	ice "github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
@@ -17,16 +18,21 @@ import (
 	"github.com/openetl/etl/sink"
 )
 
-// Commit applies epoch: for each table with files in committables, one
-// Iceberg commit adds the files (an append snapshot, or for Merge tables
-// a row-delta snapshot with the equality deletes) and sets the
-// pipeline's markers in the table's properties: the epoch, the
-// generation, and the fence raised to this generation. The commit
-// requires, checked by the catalog against the table's current metadata,
-// that the fence is not above this writer's generation and that the table
-// does not already record the epoch: a table that does is skipped, which
-// makes Commit idempotent, from this process or another. It fails with an
-// error wrapping sink.ErrFenced when a newer generation has recovered.
+// Commit applies epoch: for each table with files in committables that
+// are not in the table yet (the epoch's and, carried by the lanes, those
+// of earlier epochs Grouping left waiting), when the table's group is due
+// (see Grouping; Overwrite tables wait for Close), one Iceberg commit
+// adds the files (an append snapshot; for Merge tables a row-delta
+// snapshot per epoch with its equality deletes, in epoch order) and sets
+// the pipeline's markers in the table's properties: the epoch (every
+// file of that epoch and before is in the table), the generation, and
+// the fence raised to this generation. The commit requires, checked by
+// the catalog against the table's current metadata, that the fence is
+// not above this writer's generation and that the table does not already
+// record an epoch at or after the oldest file it adds: files the table
+// records are skipped, which makes Commit idempotent, from this process
+// or another. It fails with an error wrapping sink.ErrFenced when a
+// newer generation has recovered.
 //
 // A commit that loses a race (another writer moved the table) reloads the
 // table and redoes its transaction, up to Config.MaxCommitTries times.
@@ -35,58 +41,76 @@ import (
 // the rest.
 //
 // Commit may run while the lane's goroutine writes and pre-commits later
-// epochs: they share only the catalog.
+// epochs: they share only the catalog and the record of which epochs
+// tables hold.
 func (w *writer) Commit(ctx context.Context, epoch uint64, committables []sink.Committable) error {
-	gen := checkpoint.Generation(w.gen.Load())
 	byTable, err := w.decodeAll(epoch, committables)
 	if err != nil {
 		return err
 	}
-	for _, name := range slices.Sorted(maps.Keys(byTable)) {
-		if err := w.apply(ctx, epoch, gen, name, byTable[name]); err != nil {
-			return err
-		}
+	// The epoch's record is HEAD: Close may apply its files.
+	w.last = &lastCommit{epoch: epoch, byTable: byTable}
+	if err := w.applyAll(ctx, epoch, byTable, false); err != nil {
+		return err
 	}
 	w.d.log.Debug("iceberg: epoch committed", "pipeline", w.pipeline, "epoch", epoch, "tables", len(byTable))
 	return nil
 }
 
-// apply commits one table's files of epoch.
-func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generation, name string, files *epochFiles) error {
+// applyAll applies each table's files of epoch's committables; final
+// (Close) applies every table's, whether due or not.
+func (w *writer) applyAll(ctx context.Context, epoch uint64, byTable map[string]*epochFiles, final bool) error {
+	gen := checkpoint.Generation(w.gen.Load())
+	now := time.Now()
+	for _, name := range slices.Sorted(maps.Keys(byTable)) {
+		if err := w.apply(ctx, epoch, gen, name, byTable[name], final, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply commits one table's files of epoch not yet in it, if due.
+func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generation, name string, files *epochFiles, final bool, now time.Time) error {
 	ident := w.d.ident(name)
-	req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: uint64(gen), Epoch: epoch}
+	mode := w.d.tables[name].Mode
+	req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: uint64(gen)}
 	var lastErr error
 	for try := 0; try < w.d.maxTries; try++ {
+		req.Epoch = 0
 		tbl, err := w.d.fenced(ctx, ident, req)
 		if err != nil {
 			return fmt.Errorf("iceberg: load table %v: %w", ident, err)
 		}
+		if err := req.Validate(tbl.Metadata()); err != nil {
+			return err
+		}
+		m, err := readMarkers(tbl.Properties(), w.pipeline)
+		if err != nil {
+			return err
+		}
+		p := files.after(m.epoch)
+		if p.empty() {
+			w.d.noteApplied(w.pipeline, name, m.epoch)
+			delete(w.waitSince, name)
+			return nil
+		}
+		if !final && (mode == Overwrite || !w.due(name, p, now)) {
+			w.d.log.Debug("iceberg: table commit waits for its group", "pipeline", w.pipeline, "table", name,
+				"epoch", epoch, "files", len(p.data)+len(p.deletes), "bytes", p.bytes)
+			return nil
+		}
 		// Checked here to skip work; the catalog checks it again,
 		// atomically with the commit.
+		req.Epoch = p.minEpoch
 		if err := req.Validate(tbl.Metadata()); err != nil {
 			if errors.Is(err, errApplied) {
-				return nil
+				continue
 			}
 			return err
 		}
-		m, _ := readMarkers(tbl.Properties(), w.pipeline)
-		spec := tbl.Spec()
-		data, err := dataFiles(files.data, spec, tbl.Schema())
-		if err != nil {
-			return err
-		}
-		deletes, err := dataFiles(files.deletes, spec, tbl.Schema())
-		if err != nil {
-			return err
-		}
 		tx := tbl.NewTransaction()
-		props := w.snapshotProps(epoch, uint64(gen))
-		if len(deletes) == 0 {
-			err = tx.AddDataFiles(ctx, data, props)
-		} else {
-			err = tx.NewRowDelta(props).AddRows(data...).AddDeletes(deletes...).Commit(ctx)
-		}
-		if err != nil {
+		if err := w.stage(ctx, tbl, tx, mode, epoch, uint64(gen), p); err != nil {
 			return fmt.Errorf("iceberg: table %v: stage epoch %d: %w", ident, epoch, err)
 		}
 		if err := tx.SetProperties(ice.Properties{
@@ -99,11 +123,14 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		_, err = tx.Commit(ctx)
 		switch {
 		case err == nil:
+			w.d.noteApplied(w.pipeline, name, epoch)
+			delete(w.waitSince, name)
 			w.d.log.Debug("iceberg: table committed", "pipeline", w.pipeline, "table", name, "epoch", epoch,
-				"files", len(data), "deletes", len(deletes), "rows", files.rows)
+				"from_epoch", p.minEpoch, "files", len(p.data), "deletes", len(p.deletes), "rows", p.rows)
 			return nil
 		case errors.Is(err, errApplied):
-			return nil
+			lastErr = err
+			continue // another committer added some of the files: recompute
 		case errors.Is(err, sink.ErrFenced):
 			return err
 		case isConflict(err):
@@ -116,6 +143,68 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		}
 	}
 	return fmt.Errorf("iceberg: table %v: commit of epoch %d lost the race %d times: %w", ident, epoch, w.d.maxTries, lastErr)
+}
+
+// stage adds p's files to tx: one append snapshot, one row-delta
+// snapshot per epoch when there are equality deletes (the deletes of an
+// epoch must apply to rows of earlier epochs, i.e. lower data sequence
+// numbers), or for Overwrite one snapshot replacing every data file of
+// the table.
+func (w *writer) stage(ctx context.Context, tbl *table.Table, tx *table.Transaction, mode Mode, epoch, gen uint64, p pending) error {
+	spec, sc := tbl.Spec(), tbl.Schema()
+	props := w.snapshotProps(epoch, gen)
+	if mode == Overwrite {
+		data, err := dataFiles(p.data, spec, sc)
+		if err != nil {
+			return err
+		}
+		old, err := currentDataFiles(ctx, tbl)
+		if err != nil {
+			return err
+		}
+		props["openetl.overwrite"] = "true"
+		return tx.ReplaceDataFilesWithDataFiles(ctx, old, data, props)
+	}
+	if len(p.deletes) == 0 {
+		data, err := dataFiles(p.data, spec, sc)
+		if err != nil {
+			return err
+		}
+		return tx.AddDataFiles(ctx, data, props)
+	}
+	for _, e := range p.byEpoch() {
+		data, err := dataFiles(e.data, spec, sc)
+		if err != nil {
+			return err
+		}
+		deletes, err := dataFiles(e.deletes, spec, sc)
+		if err != nil {
+			return err
+		}
+		if err := tx.NewRowDelta(w.snapshotProps(e.minEpoch, gen)).AddRows(data...).AddDeletes(deletes...).Commit(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// currentDataFiles lists the data files of tbl's current snapshot.
+func currentDataFiles(ctx context.Context, tbl *table.Table) ([]ice.DataFile, error) {
+	if tbl.CurrentSnapshot() == nil {
+		return nil, nil
+	}
+	tasks, err := tbl.Scan().PlanFiles(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list data files: %w", err)
+	}
+	out := make([]ice.DataFile, 0, len(tasks))
+	for _, t := range tasks {
+		if len(t.DeleteFiles) > 0 {
+			return nil, fmt.Errorf("data file %s has delete files: an overwrite table only gets appends (was it written in merge mode?)", t.File.FilePath())
+		}
+		out = append(out, t.File)
+	}
+	return out, nil
 }
 
 func dataFiles(fs []fileDesc, spec ice.PartitionSpec, sc *ice.Schema) ([]ice.DataFile, error) {
@@ -136,9 +225,12 @@ func dataFiles(fs []fileDesc, spec ice.PartitionSpec, sc *ice.Schema) ([]ice.Dat
 // be above gen, so two attempts recovering at once can't lower it; it
 // fails with an error wrapping sink.ErrFenced when a newer generation has
 // recovered. Then it reports what became of head's epoch: Applied when
-// every table of it records that epoch or a later one (or it had no
-// files, or head is nil), Recoverable when every file not yet applied is
-// still there, Lost otherwise.
+// every file its committables list (its own and those carried from
+// earlier epochs) is in its table by the table's epoch marker (or it had
+// no files, or head is nil), Recoverable when every file not yet in its
+// table is still there, Lost otherwise. Files still waiting are carried
+// on by lane 0 into its next committables (see Grouping), so a group, or
+// an Overwrite table's refresh, goes on across attempts.
 //
 // Tables created after Recover start with no fence; a zombie committing
 // to such a table can still not apply an epoch twice (the epoch marker is
@@ -247,6 +339,7 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 		return 0, err
 	}
 	out := sink.Applied
+	waiting := map[string]pending{}
 	for _, name := range slices.Sorted(maps.Keys(byTable)) {
 		tbl, err := w.d.cat.LoadTable(ctx, w.d.ident(name))
 		if errors.Is(err, catalog.ErrNoSuchTable) {
@@ -260,7 +353,8 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 		if err != nil {
 			return 0, err
 		}
-		if m.epoch >= head.Epoch {
+		p := byTable[name].after(m.epoch)
+		if p.empty() {
 			continue
 		}
 		out = sink.Recoverable
@@ -268,11 +362,11 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 		if err != nil {
 			return 0, err
 		}
-		files := byTable[name]
-		for _, f := range append(slices.Clone(files.data), files.deletes...) {
+		for _, f := range append(slices.Clone(p.data), p.deletes...) {
 			st, err := fsys.Open(f.Path)
 			if errors.Is(err, fs.ErrNotExist) {
-				w.d.log.Warn("iceberg: data file of the head epoch is gone", "pipeline", w.pipeline, "epoch", head.Epoch, "path", f.Path)
+				w.d.log.Warn("iceberg: data file of the head epoch is gone", "pipeline", w.pipeline, "epoch", head.Epoch,
+					"file_epoch", f.Epoch, "path", f.Path)
 				return sink.Lost, nil
 			}
 			if err != nil {
@@ -280,6 +374,12 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 			}
 			_ = st.Close()
 		}
+		waiting[name] = p
 	}
+	// Lane 0 carries the files still waiting into its committables, so
+	// the group (or the refresh) goes on across the attempts.
+	w.inheritMu.Lock()
+	w.inherit = waiting
+	w.inheritMu.Unlock()
 	return out, nil
 }

@@ -10,8 +10,9 @@ import (
 )
 
 // committable is the JSON form of a sink.Committable: the data and delete
-// files one lane wrote for one epoch, per table, described fully enough
-// to add them to the table in another process.
+// files one lane wrote for one epoch and, carried from earlier epochs,
+// those not yet known to be in their tables (see Grouping), per table,
+// described fully enough to add them to the table in another process.
 type committable struct {
 	Format   int          `json:"format"`
 	Pipeline string       `json:"pipeline"`
@@ -31,7 +32,10 @@ type tableFiles struct {
 
 // fileDesc describes a data or equality-delete file (an iceberg.DataFile).
 type fileDesc struct {
-	Path         string         `json:"path"`
+	Path string `json:"path"`
+	// Epoch is the epoch that wrote the file; 0 (format 1) means the
+	// committable's.
+	Epoch        uint64         `json:"epoch,omitempty"`
 	Content      int            `json:"content"`
 	Rows         int64          `json:"rows"`
 	Bytes        int64          `json:"bytes"`
@@ -50,7 +54,9 @@ type fileDesc struct {
 	Partition map[int]json.RawMessage `json:"partition,omitempty"`
 }
 
-const committableFormat = 1
+// committableFormat 2 added carried files (fileDesc.Epoch); format 1
+// committables still decode.
+const committableFormat = 2
 
 func describe(df ice.DataFile) (fileDesc, error) {
 	var part map[int]json.RawMessage
@@ -122,7 +128,7 @@ func decodeCommittable(c sink.Committable) (*committable, error) {
 	if err := json.Unmarshal(c, &out); err != nil {
 		return nil, fmt.Errorf("iceberg: decode committable: %w", err)
 	}
-	if out.Format != committableFormat {
+	if out.Format != committableFormat && out.Format != 1 {
 		return nil, fmt.Errorf("iceberg: committable format %d, want %d: written by another version?", out.Format, committableFormat)
 	}
 	return &out, nil
@@ -135,9 +141,27 @@ type epochFiles struct {
 	deletes []fileDesc
 }
 
-// decodeAll groups the committables' files by table, in lane order.
+// decodeAll groups the committables' files by table, in lane order, each
+// with the epoch that wrote it.
 func (w *writer) decodeAll(epoch uint64, committables []sink.Committable) (map[string]*epochFiles, error) {
 	out := make(map[string]*epochFiles)
+	seen := make(map[string]bool)
+	tag := func(dst []fileDesc, fs []fileDesc) ([]fileDesc, error) {
+		for _, f := range fs {
+			if f.Epoch == 0 {
+				f.Epoch = epoch
+			}
+			if f.Epoch > epoch {
+				return nil, fmt.Errorf("iceberg: committable of epoch %d carries file %s of a later epoch %d", epoch, f.Path, f.Epoch)
+			}
+			if seen[f.Path] {
+				continue
+			}
+			seen[f.Path] = true
+			dst = append(dst, f)
+		}
+		return dst, nil
+	}
 	for lane, raw := range committables {
 		c, err := decodeCommittable(raw)
 		if err != nil {
@@ -162,8 +186,12 @@ func (w *writer) decodeAll(epoch uint64, committables []sink.Committable) (map[s
 				out[t.Table] = e
 			}
 			e.rows += t.Rows
-			e.data = append(e.data, t.Data...)
-			e.deletes = append(e.deletes, t.Deletes...)
+			if e.data, err = tag(e.data, t.Data); err != nil {
+				return nil, err
+			}
+			if e.deletes, err = tag(e.deletes, t.Deletes); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return out, nil

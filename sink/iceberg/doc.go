@@ -23,11 +23,11 @@
 // their statistics, so another process can add them.
 //
 // After the checkpoint record holding the committables is the log's HEAD,
-// lane 0's Commit makes one Iceberg commit per table: it adds every lane's
-// files of the table in one snapshot and, in the same commit, sets the
-// table properties
+// lane 0's Commit makes one Iceberg commit per table whose group is due
+// (see below): it adds every lane's files of the table in one snapshot
+// and, in the same commit, sets the table properties
 //
-//	openetl.{pipeline}.epoch       the last epoch applied
+//	openetl.{pipeline}.epoch       every file of this epoch and before is in
 //	openetl.{pipeline}.generation  the attempt that applied it
 //	openetl.{pipeline}.fence       the highest generation that recovered
 //
@@ -79,22 +79,59 @@
 // Any Iceberg reader over the same catalog: pyiceberg's SqlCatalog on the
 // SQLite file (with the same catalog name), Spark, Trino or DuckDB.
 //
-// # Small files
+// # Grouping epochs into commits
 //
-// Every epoch is durable on its own, so each epoch adds at least one data
-// file per table and lane, and one snapshot per table. Grouping several
-// epochs into one snapshot would not reduce the files (they are written
-// at PreCommit, before the epoch's commit point), only the snapshots; the
-// knobs that reduce files are the pipeline's epoch size (etl's
-// EpochEvery: e.g. 60s or 128 MB per epoch for Iceberg) and compaction
-// (Maintain with Compact), which keeps the markers intact.
+// Every epoch is durable on its own (PreCommit writes its files, the
+// checkpoint record lists them), but a table is committed only when its
+// group is due (Config.Grouping, default 128 MiB of waiting files or 60s,
+// whichever first; Grouping{} commits every epoch). Until then Commit
+// leaves the files waiting and every lane lists its waiting files again
+// in its next committables, until a Commit has seen them in the table, so
+// the HEAD record always names every file not yet in the table. The epoch
+// marker means "every file of this epoch and before is in the table", and
+// a commit requires the table's marker to be below the oldest file it
+// adds, so nothing is added twice. When the attempt ends (a Sync's end, a
+// Run's clean stop) the runner closes lane 0's writer, which commits
+// what is still waiting; after a crash, Recover finds the waiting files
+// in the HEAD record (Recoverable) and lane 0 carries them on. A Merge
+// group gets one row-delta snapshot per epoch, in epoch order, in one
+// catalog commit: an epoch's equality deletes must have a higher data
+// sequence number than the rows of earlier epochs they replace.
+//
+// Grouping saves snapshots, manifests and metadata files; it does not
+// merge data files, which are written per epoch, table and lane before
+// the epoch's commit point. The knobs that set the file size are the
+// pipeline's epoch length (etl's EpochEvery) and compaction (Maintain with
+// Compact), which keeps the markers intact.
+//
+// # Overwrite
+//
+// An Overwrite table (TableConfig.Mode) is replaced by each attempt that
+// writes it: its epochs' files wait (whatever the grouping) and lane 0's
+// Close commits one snapshot that removes every data file of the table
+// and adds the attempt's. Readers see the previous contents, whole, until
+// then, and the new contents, whole, after. A crash mid-refresh shows
+// readers the previous contents; the next attempt finds the refresh's
+// files in the HEAD record and goes on with it, reading from the same
+// record's resume states, and replaces the table when it ends. Without a
+// signal from the runner, the writer can't tell a refresh that ended
+// from one that was cut short: see Limits.
 //
 // # Limits
 //
 //   - Partition specs (TableConfig.Partition) apply when the destination
 //     creates a table; a Merge table may only be partitioned by key
 //     columns; a spec changed under a running pipeline fails the commit.
-//   - Append and Merge; no Overwrite mode yet.
+//   - Overwrite takes "a refresh" to be an attempt plus the attempts that
+//     recover its waiting files. If a process dies after the last epoch
+//     of a refresh was recorded but before lane 0's Close committed it,
+//     the next attempt goes on with that refresh: a source that then
+//     starts a new full read adds it to the old one (duplicates). A
+//     refresh that writes no rows leaves the table as it was. Closing
+//     this needs the runner to say which epoch ends a refresh.
+//   - Grouped files wait up to Grouping.Interval (plus an epoch) before
+//     readers see them, and are listed in every checkpoint record until
+//     then (about 1 KB per file).
 //   - A Merge table's rows of an epoch are held in memory until
 //     PreCommit.
 //   - A schema change Iceberg can't make (e.g. long → double, which the

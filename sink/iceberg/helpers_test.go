@@ -55,9 +55,15 @@ func newWarehouse(t testing.TB) *warehouse {
 	return &warehouse{dir: dir, dbPath: filepath.Join(dir, "catalog.db"), db: db, cat: cat}
 }
 
+// newDest makes a Destination on cat. Unless cfg sets Grouping, it
+// commits every epoch: most tests call Commit and look at the table
+// right after (group_test.go tests grouping, with the defaults too).
 func newDest(t testing.TB, cat catalog.Catalog, cfg iceberg.Config) *iceberg.Destination {
 	t.Helper()
 	cfg.Catalog = cat
+	if cfg.Grouping == nil {
+		cfg.Grouping = &iceberg.Grouping{}
+	}
 	d, err := iceberg.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	ice "github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
@@ -27,15 +28,22 @@ const (
 	// Merge upserts by TableConfig.Key: each epoch's rows replace the
 	// rows of the same key through equality deletes, in one snapshot.
 	Merge
+	// Overwrite is for full refreshes: the rows an attempt (a Sync)
+	// writes replace the table's whole contents in one snapshot when the
+	// attempt ends; until then readers see the previous contents. See
+	// the package doc (Overwrite) for what a crash mid-refresh leaves.
+	Overwrite
 )
 
-// String returns "append" or "merge".
+// String returns "append", "merge" or "overwrite".
 func (m Mode) String() string {
 	switch m {
 	case Append:
 		return "append"
 	case Merge:
 		return "merge"
+	case Overwrite:
+		return "overwrite"
 	}
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
@@ -102,6 +110,11 @@ type Config struct {
 	// file within one epoch. Default 128 MiB.
 	TargetFileBytes int64
 
+	// Grouping decides how many epochs a table commit groups: nil means
+	// DefaultGrouping (128 MiB or 60s); &Grouping{} commits every epoch.
+	// See Grouping.
+	Grouping *Grouping
+
 	// MaxCommitTries bounds how often Commit reloads a table and redoes
 	// its transaction after losing a race (another writer committed
 	// first: maintenance, or another attempt about to be fenced).
@@ -122,7 +135,14 @@ type Destination struct {
 	tables      map[string]TableConfig
 	targetBytes int64
 	maxTries    int
+	group       Grouping
 	log         *slog.Logger
+
+	// applied holds, by pipeline and table, the last epoch a Commit in
+	// this process saw recorded in the table: lanes stop carrying files
+	// of epochs up to it (see group.go).
+	appliedMu sync.Mutex
+	applied   map[string]uint64
 
 	nsOnce sync.Mutex
 	nsDone bool
@@ -154,13 +174,20 @@ func New(cfg Config) (*Destination, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	group := DefaultGrouping
+	if cfg.Grouping != nil {
+		group = *cfg.Grouping
+	}
+	if group.Bytes < 0 || group.Interval < 0 {
+		return nil, fmt.Errorf("iceberg: Config.Grouping is negative (%d bytes, %v)", group.Bytes, group.Interval)
+	}
 	tables := make(map[string]TableConfig, len(cfg.Tables))
 	for name, tc := range cfg.Tables {
 		if err := checkName("table", name); err != nil {
 			return nil, fmt.Errorf("iceberg: Config.Tables: %w", err)
 		}
 		switch tc.Mode {
-		case Append:
+		case Append, Overwrite:
 		case Merge:
 			if len(tc.Key) == 0 {
 				return nil, fmt.Errorf("iceberg: Config.Tables[%q]: merge needs a key", name)
@@ -192,7 +219,9 @@ func New(cfg Config) (*Destination, error) {
 		tables:      tables,
 		targetBytes: cfg.TargetFileBytes,
 		maxTries:    cfg.MaxCommitTries,
+		group:       group,
 		log:         cfg.Logger,
+		applied:     make(map[string]uint64),
 	}, nil
 }
 
@@ -225,11 +254,13 @@ func (d *Destination) Writer(ctx context.Context, pipeline string, lane int) (si
 		return nil, fmt.Errorf("iceberg: writer nonce: %w", err)
 	}
 	return &writer{
-		d:        d,
-		pipeline: pipeline,
-		lane:     lane,
-		nonce:    hex.EncodeToString(b[:]),
-		pending:  make(map[string]*pendingTable),
+		d:         d,
+		pipeline:  pipeline,
+		lane:      lane,
+		nonce:     hex.EncodeToString(b[:]),
+		pending:   make(map[string]*pendingTable),
+		carry:     make(map[string]*carried),
+		waitSince: make(map[string]time.Time),
 	}, nil
 }
 

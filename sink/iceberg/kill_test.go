@@ -31,7 +31,9 @@ const killRows = 60_000
 // TestKillChild is the child process of TestSurvivesSIGKILL: it syncs the
 // fake customers (merge, soft deletes) and orders (append) into a SQL
 // catalog on SQLite under $OPENETL_ICEBERG_CHILD_DIR, with epochs every
-// 20ms so kills land in every step of the protocol. It does nothing when
+// 20ms so kills land in every step of the protocol, and table commits
+// grouping epochs (up to 100ms or 256 KiB), so kills also land while
+// files wait in the checkpoint log for their group. It does nothing when
 // run as an ordinary test.
 func TestKillChild(t *testing.T) {
 	dir := os.Getenv(childEnv)
@@ -42,7 +44,7 @@ func TestKillChild(t *testing.T) {
 	_, cat := openCatalog(t, dir)
 	dst := newDest(t, cat, iceberg.Config{Tables: map[string]iceberg.TableConfig{
 		faker.Customers: {Mode: iceberg.Merge, Key: []string{"id"}},
-	}})
+	}, Grouping: &iceberg.Grouping{Bytes: 256 << 10, Interval: 100 * time.Millisecond}})
 	src, err := faker.New(faker.Config{Seed: 42, Rows: killRows})
 	if err != nil {
 		t.Fatal(err)

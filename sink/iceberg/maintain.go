@@ -23,9 +23,12 @@ type MaintainOptions struct {
 	// snapshot refers to and that are older than this: data files of
 	// epochs never committed (an attempt died between PreCommit and the
 	// checkpoint), and metadata of commits that lost a race. Keep it well
-	// above the longest time between a PreCommit and its Commit (minutes,
-	// or the time a crashed pipeline may stay down, whichever is longer),
-	// or files of a recoverable epoch are lost. 0 skips it.
+	// above the longest time between a PreCommit and the commit that
+	// adds its files: Config.Grouping's Interval plus an epoch (files
+	// waiting for their group are in no snapshot yet), an Overwrite
+	// table's whole refresh, or the time a crashed pipeline may stay
+	// down, whichever is longest, or files of a recoverable epoch are
+	// lost. 0 skips it.
 	OrphansOlderThan time.Duration
 	// Compact rewrites small data files (and the equality deletes that
 	// apply to them) into files of about TargetFileBytes (default the

@@ -2,6 +2,7 @@ package iceberg_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/iceberg"
@@ -110,14 +112,42 @@ func genOps(rng *rand.Rand, live map[int64]bool, seq *int64, n, keys int, wide b
 // deletes, keys changed twice in one epoch and a column added mid-way,
 // and checks what pyiceberg reads over the same SQLite catalog against the
 // source's final state.
+// TestReadBackWithPyiceberg writes six epochs of keyed changes (inserts,
+// updates, deletes; a column added at epoch 4) on two lanes into two
+// Merge tables (soft and hard deletes) and an Append table, and compares
+// what pyiceberg reads with the changes:
+//   - every-epoch: Grouping{}, a table commit per epoch;
+//   - grouped: nothing is due before the end, lane 0's Close commits the
+//     six epochs, from the last Commit's committables alone (so the lanes
+//     must have carried the earlier epochs' files), Merge tables with a
+//     row-delta snapshot per epoch so later deletes hide earlier rows;
+//   - grouped-crash: the process dies after the sixth PreCommit, with
+//     nothing committed; a new process recovers from the HEAD record
+//     (Recoverable), commits it and closes; the dead process's lane 0,
+//     closed late as a zombie, is fenced and adds nothing.
 func TestReadBackWithPyiceberg(t *testing.T) {
+	never := &iceberg.Grouping{Bytes: 1 << 50, Interval: 1000 * time.Hour}
+	for _, tc := range []struct {
+		name  string
+		group *iceberg.Grouping
+		crash bool
+	}{
+		{"every-epoch", &iceberg.Grouping{}, false},
+		{"grouped", never, false},
+		{"grouped-crash", never, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { readBack(t, tc.group, tc.crash) })
+	}
+}
+
+func readBack(t *testing.T, group *iceberg.Grouping, crash bool) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
 	tables := map[string]iceberg.TableConfig{
 		"orders_soft": {Mode: iceberg.Merge, Key: []string{"id"}},
 		"orders_hard": {Mode: iceberg.Merge, Key: []string{"id"}, HardDeletes: true},
 	}
-	d := newDest(t, wh.cat, iceberg.Config{Tables: tables})
+	d := newDest(t, wh.cat, iceberg.Config{Tables: tables, Grouping: group})
 	const lanes = 2
 	ws := make([]sink.Writer, lanes)
 	for i := range ws {
@@ -125,7 +155,6 @@ func TestReadBackWithPyiceberg(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer w.Close(ctx)
 		ws[i] = w
 	}
 	if _, err := ws[0].Recover(ctx, 1, nil); err != nil {
@@ -135,11 +164,13 @@ func TestReadBackWithPyiceberg(t *testing.T) {
 	live := map[int64]bool{}
 	var seq int64
 	var all []op
-	for epoch := uint64(1); epoch <= 6; epoch++ {
+	var cs []sink.Committable
+	const epochs = 6
+	for epoch := uint64(1); epoch <= epochs; epoch++ {
 		wide := epoch >= 4
 		ops := genOps(rng, live, &seq, 300, 120, wide)
 		all = append(all, ops...)
-		var cs []sink.Committable
+		cs = nil
 		for lane, w := range ws {
 			var mine []op
 			for _, o := range ops {
@@ -163,8 +194,51 @@ func TestReadBackWithPyiceberg(t *testing.T) {
 			}
 			cs = append(cs, c)
 		}
+		if crash && epoch == epochs {
+			break // the process dies before Commit
+		}
 		if err := ws[0].Commit(ctx, epoch, cs); err != nil {
 			t.Fatalf("Commit(%d): %v", epoch, err)
+		}
+		if group == nil || group.Bytes == 0 {
+			continue
+		}
+		if rows, err := scan(ctx, wh.cat, iceberg.DefaultNamespace, "events"); err != nil || len(rows) != 0 {
+			t.Fatalf("after Commit(%d) of a group not due: %d rows visible (err %v), want none", epoch, len(rows), err)
+		}
+	}
+	gen := 1
+	if crash {
+		d2 := newDest(t, wh.cat, iceberg.Config{Tables: tables, Grouping: group})
+		w, err := d2.Writer(ctx, "readback", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := &checkpoint.Record{Pipeline: "readback", Epoch: epochs, Generation: 1}
+		for _, c := range cs {
+			head.Committables = append(head.Committables, c)
+		}
+		out, err := w.Recover(ctx, 2, head)
+		if err != nil || out != sink.Recoverable {
+			t.Fatalf("Recover after the crash: %v, %v; want recoverable", out, err)
+		}
+		if err := w.Commit(ctx, epochs, cs); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(ctx); err != nil {
+			t.Fatalf("Close of the new attempt's lane 0: %v", err)
+		}
+		// The dead attempt's lane 0 goes on as a zombie: its Close would
+		// apply epoch 5's committables.
+		if err := ws[0].Close(ctx); !errors.Is(err, sink.ErrFenced) {
+			t.Fatalf("zombie's Close: %v, want sink.ErrFenced", err)
+		}
+		gen = 2
+	} else {
+		for _, w := range ws {
+			if err := w.Close(ctx); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
 		}
 	}
 
@@ -181,9 +255,16 @@ func TestReadBackWithPyiceberg(t *testing.T) {
 		if tb.FormatVersion != 2 {
 			t.Errorf("%s: format version %d, want 2", name, tb.FormatVersion)
 		}
-		if tb.Properties["openetl.readback.epoch"] != "6" || tb.Properties["openetl.readback.generation"] != "1" {
-			t.Errorf("%s: markers %v, want epoch 6 of generation 1", name, tb.Properties)
+		if tb.Properties["openetl.readback.epoch"] != "6" || tb.Properties["openetl.readback.generation"] != fmt.Sprint(gen) {
+			t.Errorf("%s: markers %v, want epoch 6 of generation %d", name, tb.Properties, gen)
 		}
+	}
+	wantSnaps := epochs
+	if group.Bytes != 0 {
+		wantSnaps = 1 // the whole group in one append snapshot
+	}
+	if got["events"].Snapshots != wantSnaps {
+		t.Errorf("events: %d snapshots, want %d", got["events"].Snapshots, wantSnaps)
 	}
 }
 

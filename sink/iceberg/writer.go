@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	ice "github.com/apache/iceberg-go"
@@ -19,8 +21,11 @@ import (
 // writer is one lane's sink.Writer.
 //
 // Write, PreCommit and Close run on the lane's goroutine and own pending,
-// lastEpoch and err. Commit and Recover run on the commit goroutine and
-// share only gen (atomic) and the immutable fields with them.
+// carry, lastEpoch and err. Commit and Recover run on the commit
+// goroutine, own waitSince and last, and share with the lane only gen
+// (atomic), inherit (locked) and the immutable fields. Close runs after
+// the last Commit (the runner closes writers when the attempt's
+// goroutines are done), so it may read last.
 type writer struct {
 	d        *Destination
 	pipeline string
@@ -30,10 +35,26 @@ type writer struct {
 	gen atomic.Uint64 // set by Recover, read by Commit
 
 	pending   map[string]*pendingTable // table → rows since the last PreCommit
+	carry     map[string]*carried      // table → files maybe not in it yet
 	lastEpoch uint64
 	preCommit bool
 	err       error // sticky: a failed PreCommit loses rows
 	closed    bool
+
+	// inherit holds files Recover found waiting in the HEAD's
+	// committables, for lane 0's next PreCommit to carry on.
+	inheritMu sync.Mutex
+	inherit   map[string]pending
+
+	waitSince map[string]time.Time // table → when Commit first left files waiting
+	last      *lastCommit          // the last Commit's files, for Close
+}
+
+// lastCommit is what the last Commit call was given: an epoch whose
+// checkpoint record is HEAD, so its files may be applied.
+type lastCommit struct {
+	epoch   uint64
+	byTable map[string]*epochFiles
 }
 
 var _ sink.Writer = (*writer)(nil)
@@ -196,7 +217,9 @@ func (w *writer) fail(ctx context.Context, err error) error {
 // PreCommit creates or evolves each table written in the epoch, writes
 // the epoch's rows as Parquet data files (and, for Merge tables,
 // equality-delete files) under the table's data location, where no
-// snapshot refers to them yet, and returns the committable listing them.
+// snapshot refers to them yet, and returns the committable listing them
+// together with the lane's files of earlier epochs that no Commit has
+// seen in their tables yet (see Grouping).
 // On error the writer fails from then on and the files it wrote for the
 // epoch are deleted (best effort).
 func (w *writer) PreCommit(ctx context.Context, epoch uint64) (sink.Committable, error) {
@@ -210,18 +233,41 @@ func (w *writer) PreCommit(ctx context.Context, epoch uint64) (sink.Committable,
 		return nil, fmt.Errorf("iceberg: PreCommit(%d) after PreCommit(%d): epochs must increase", epoch, w.lastEpoch)
 	}
 	c := committable{Format: committableFormat, Pipeline: w.pipeline, Lane: w.lane, Epoch: epoch, Nonce: w.nonce}
-	names := slices.Sorted(maps.Keys(w.pending))
-	for _, name := range names {
+	w.takeInherited()
+	w.prune()
+	var written []tableFiles // this epoch's new files, removed on failure
+	rows := map[string]int64{}
+	for _, name := range slices.Sorted(maps.Keys(w.pending)) {
 		p := w.pending[name]
 		tf, err := w.writeTable(ctx, name, p)
 		if err != nil {
-			w.removeFiles(ctx, c.Tables)
+			w.removeFiles(ctx, written)
 			return nil, w.fail(ctx, err)
 		}
-		c.Tables = append(c.Tables, tf)
+		written = append(written, tf)
 		delete(w.pending, name)
+		rows[name] = tf.Rows
 	}
 	clear(w.pending)
+	for _, tf := range written {
+		cr := w.carry[tf.Table]
+		if cr == nil {
+			cr = &carried{}
+			w.carry[tf.Table] = cr
+		}
+		for _, fd := range tf.Data {
+			fd.Epoch = epoch
+			cr.data = append(cr.data, fd)
+		}
+		for _, fd := range tf.Deletes {
+			fd.Epoch = epoch
+			cr.deletes = append(cr.deletes, fd)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(w.carry)) {
+		cr := w.carry[name]
+		c.Tables = append(c.Tables, tableFiles{Table: name, Rows: rows[name], Data: cr.data, Deletes: cr.deletes})
+	}
 	out, err := json.Marshal(c)
 	if err != nil {
 		w.err = fmt.Errorf("iceberg: encode committable: %w", err)
@@ -303,6 +349,15 @@ func (w *writer) removeFiles(ctx context.Context, tfs []tableFiles) {
 // the data files being written and deletes those already written (best
 // effort; cancelling ctx leaves them as orphans for Maintain). Files of
 // committables, applied or not, are kept.
+//
+// On lane 0, after at least one Commit, Close then commits every file
+// the last Commit was given that is not in its table yet: the files
+// Grouping left waiting, and the rows of Overwrite tables, which replace
+// the tables' contents. That epoch's checkpoint record is HEAD (or
+// older than HEAD), so applying its files is what the next attempt's
+// recovery would do; the fence keeps a zombie's Close from applying
+// anything. An error (e.g. ctx ends, or fenced) leaves them to the next
+// attempt.
 func (w *writer) Close(ctx context.Context) error {
 	if w.closed {
 		return nil
@@ -312,7 +367,12 @@ func (w *writer) Close(ctx context.Context) error {
 		p.release(ctx, w, name)
 	}
 	clear(w.pending)
-	return nil
+	if w.last == nil {
+		return nil
+	}
+	last := w.last
+	w.last = nil
+	return w.applyAll(ctx, last.epoch, last.byTable, true)
 }
 
 // snapshotProps are recorded in the summary of the epoch's snapshot, for
