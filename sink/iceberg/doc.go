@@ -134,9 +134,14 @@
 //     then (about 1 KB per file).
 //   - A Merge table's rows of an epoch are held in memory until
 //     PreCommit.
-//   - A schema change Iceberg can't make (e.g. long → double, which the
-//     engine does when a JSON field turns fractional) fails Write or
-//     PreCommit with a *SchemaError; the engine's hold-back is not wired to it yet.
+//   - A schema change Iceberg can't make (e.g. long → string, or long →
+//     double, which the engine does when a JSON field turns fractional)
+//     fails Write or PreCommit with a *SchemaError naming the table,
+//     column and both types; Destination.CheckSchema reports the same
+//     beforehand. The engine's hold-back is not wired to it: the runner
+//     would have to call CheckSchema (or an equivalent optional sink
+//     interface) when a stream's schema changes and hold the columns
+//     back, as it does for Capabilities.Unsupported.
 //   - The write mode and key come from Config.Tables: the runner does not
 //     pass a stream's mode or primary key to writers.
 //   - Fencing is atomic with the commit on the SQL catalog (SQLite,

@@ -12,16 +12,30 @@ import (
 	"github.com/apache/iceberg-go/table"
 )
 
-// SchemaError is returned by Write (Append tables) or PreCommit (Merge
-// tables) when a table's schema can't take a batch's: a column changed type in a way Iceberg can't promote (only
-// int → long, float → double and a wider decimal precision are allowed),
-// or the Arrow type has no Iceberg equivalent.
+// SchemaError is returned by Write (Append and Overwrite tables) or
+// PreCommit (Merge tables), and listed by CheckSchema, when a table's
+// schema can't take a batch's: a column changed type in a way Iceberg
+// can't promote (only int → long, float → double and a wider decimal
+// precision are allowed), or the Arrow type has no Iceberg equivalent. The table is left as it was.
 type SchemaError struct {
+	// Table is the table's name.
 	Table string
-	Err   error
+	// Column is the column's name (a dotted path into structs, "element"
+	// for a list's); empty when the error is not about one column (an
+	// Arrow type with no Iceberg equivalent).
+	Column string
+	// From is the column's type in the table and To the batch's, in
+	// Iceberg's notation ("long", "string", "decimal(10, 2)").
+	From, To string
+	// Err is the underlying error, if any.
+	Err error
 }
 
 func (e *SchemaError) Error() string {
+	if e.Column != "" {
+		return fmt.Sprintf("iceberg: table %q: column %q can't change from %s to %s: Iceberg promotes only int → long, float → double and decimal precision",
+			e.Table, e.Column, e.From, e.To)
+	}
 	return fmt.Sprintf("iceberg: table %q: schema change Iceberg can't make: %v", e.Table, e.Err)
 }
 
@@ -82,6 +96,9 @@ func (d *Destination) ensureTable(ctx context.Context, pipeline, name string, sc
 		if covers(tbl.Schema(), want) {
 			return d.mark(ctx, pipeline, tbl)
 		}
+		if bad := conflicts(name, tbl.Schema(), want); len(bad) > 0 {
+			return nil, bad[0]
+		}
 		tx := tbl.NewTransaction()
 		if err := tx.UpdateSchema(true, false).UnionByNameWith(want).Commit(); err != nil {
 			return nil, &SchemaError{Table: name, Err: err}
@@ -98,6 +115,86 @@ func (d *Destination) ensureTable(ctx context.Context, pipeline, name string, sc
 		d.log.Warn("iceberg: schema change lost a race; reloading", "table", name, "err", err)
 	}
 	return nil, fmt.Errorf("iceberg: table %v: schema change failed %d times: %w", ident, d.maxTries, lastErr)
+}
+
+// CheckSchema reports, without changing anything, the columns of the
+// batch schema sc that table stream can't take: one *SchemaError per
+// column whose type changed in a way Iceberg can't promote, or one
+// without a Column when sc has a type Iceberg can't hold. It returns nil
+// when the table is missing (it would be created from sc) or takes sc,
+// possibly after adding columns or widening types. A runner can call it
+// before handing a new schema's batches to the writers and hold those
+// columns back instead of failing the epoch (see the package doc).
+func (d *Destination) CheckSchema(ctx context.Context, stream string, sc *arrow.Schema) ([]*SchemaError, error) {
+	want, err := toIceberg(sc)
+	if err != nil {
+		return []*SchemaError{{Table: stream, Err: err}}, nil
+	}
+	tbl, err := d.cat.LoadTable(ctx, d.ident(stream))
+	if errors.Is(err, catalog.ErrNoSuchTable) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("iceberg: load table %v: %w", d.ident(stream), err)
+	}
+	return conflicts(stream, tbl.Schema(), want), nil
+}
+
+// conflicts lists the columns of want that have can't take by Iceberg's
+// schema evolution, in want's order.
+func conflicts(table string, have, want *ice.Schema) []*SchemaError {
+	var out []*SchemaError
+	for _, f := range want.Fields() {
+		h, ok := have.FindFieldByName(f.Name)
+		if !ok {
+			continue // added as a nullable column
+		}
+		out = appendConflicts(out, table, f.Name, h.Type, f.Type)
+	}
+	return out
+}
+
+// A required column meeting a nullable one is not a conflict: Iceberg
+// makes it optional.
+func appendConflicts(out []*SchemaError, table, path string, have, want ice.Type) []*SchemaError {
+	if sameOrWider(have, want) || promotes(have, want) {
+		return out
+	}
+	switch h := have.(type) {
+	case *ice.StructType:
+		if w, ok := want.(*ice.StructType); ok {
+			for _, f := range w.FieldList {
+				for _, g := range h.FieldList {
+					if g.Name == f.Name {
+						out = appendConflicts(out, table, path+"."+f.Name, g.Type, f.Type)
+					}
+				}
+			}
+			return out
+		}
+	case *ice.ListType:
+		if w, ok := want.(*ice.ListType); ok {
+			return appendConflicts(out, table, path+".element", h.Element, w.Element)
+		}
+	}
+	return append(out, &SchemaError{Table: table, Column: path, From: have.String(), To: want.String()})
+}
+
+// promotes reports whether Iceberg's schema evolution widens a column of
+// type have to v: int → long, float → double, a decimal's precision.
+func promotes(have, v ice.Type) bool {
+	switch h := have.(type) {
+	case ice.Int32Type:
+		_, ok := v.(ice.Int64Type)
+		return ok
+	case ice.Float32Type:
+		_, ok := v.(ice.Float64Type)
+		return ok
+	case ice.DecimalType:
+		w, ok := v.(ice.DecimalType)
+		return ok && w.Scale() == h.Scale() && w.Precision() >= h.Precision()
+	}
+	return false
 }
 
 // covers reports whether have already takes every column of want by name

@@ -124,17 +124,39 @@ func TestSchemaEvolution(t *testing.T) {
 	if len(rows) != 3 || got[1] != "7" || got[2] != "1099511627776" || got[3] != "9" {
 		t.Errorf("ints rows %v, want 7, 2^40, 9", got)
 	}
-	// long → string is not an Iceberg promotion: Write (append tables
-	// evolve there) or PreCommit (merge tables) refuses it.
+	// long → string is not an Iceberg promotion: CheckSchema names it
+	// beforehand, and Write (append tables evolve there) or PreCommit
+	// (merge tables) refuses it with the same typed error.
 	bad := oneRow(t, arrow.BinaryTypes.String, 4, "seven")
+	found, err := d.CheckSchema(ctx, "ints", bad.Schema())
+	if err != nil || len(found) != 1 || found[0].Table != "ints" || found[0].Column != "x" || found[0].From != "long" || found[0].To != "string" {
+		t.Fatalf("CheckSchema(ints, x string) = %v, %v; want one conflict: ints.x long → string", found, err)
+	}
+	narrow := oneRow(t, arrow.PrimitiveTypes.Int32, 5, int32(1))
+	for _, c := range []struct {
+		table string
+		sc    *arrow.Schema
+	}{{"ints", narrow.Schema()}, {"floats", narrow.Schema()}, {"missing", bad.Schema()}} {
+		// int into a long column: fine; int into floats' double column:
+		// not a promotion; any schema for a missing table: fine.
+		found, err := d.CheckSchema(ctx, c.table, c.sc)
+		want := 0
+		if c.table == "floats" {
+			want = 1
+		}
+		if err != nil || len(found) != want {
+			t.Errorf("CheckSchema(%s, %s) = %v, %v; want %d conflicts", c.table, c.sc, found, err, want)
+		}
+	}
+	narrow.Release()
 	err = w.Write(ctx, "ints", bad)
 	bad.Release()
 	if err == nil {
 		err = commit()
 	}
 	var se *iceberg.SchemaError
-	if !errors.As(err, &se) || se.Table != "ints" {
-		t.Fatalf("Write with x turned string: %v, want a *SchemaError for table ints", err)
+	if !errors.As(err, &se) || se.Table != "ints" || se.Column != "x" || se.From != "long" || se.To != "string" {
+		t.Fatalf("Write with x turned string: %v, want a *SchemaError for ints.x long → string", err)
 	}
 	if got := colType("ints"); !got.Equals(ice.PrimitiveTypes.Int64) {
 		t.Errorf("ints.x is %s after the refused change, want long", got)
