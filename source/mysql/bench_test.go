@@ -2,11 +2,13 @@ package mysql_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
@@ -120,9 +122,12 @@ func ceilingLoop(b testing.TB, d string, start, end gomysql.Position, raw bool) 
 // changes (1M inserts, 1M updates of a 6-column table) through the
 // source, the runner and the engine into a null writer, against a bare
 // BinlogSyncer loop that only decodes the same events with go-mysql's
-// decoder (the ceiling the issue names), and reports the bare transfer
-// (events not even parsed) for scale. The source decodes rows itself
-// (decode.go), so it can beat that ceiling.
+// decoder (the ceiling the issue names) and against go-mysql's canal with
+// a no-op handler (bench/mysqlcanal, a module of its own: canal pulls in
+// the TiDB parser; built here with the go command, run as a child
+// process that measures itself), and reports the bare transfer (events
+// not even parsed) for scale. The source decodes rows itself (decode.go),
+// so it can beat that ceiling. OPENETL_BENCH_CANAL=off leaves canal out.
 //
 //	go test -run '^$' -bench CatchUp -benchtime 1x ./source/mysql
 func BenchmarkCatchUp(b *testing.B) {
@@ -172,6 +177,36 @@ func BenchmarkCatchUp(b *testing.B) {
 			b.Fatalf("ceiling decoded %d changes, want %d", got, 2*half)
 		}
 	}
+	canalBin := ""
+	if os.Getenv("OPENETL_BENCH_CANAL") != "off" {
+		canalBin = filepath.Join(b.TempDir(), "mysqlcanal")
+		build := exec.Command("go", "build", "-o", canalBin, ".")
+		build.Dir = filepath.Join("..", "..", "bench", "mysqlcanal")
+		if out, err := build.CombinedOutput(); err != nil {
+			b.Fatalf("build bench/mysqlcanal (OPENETL_BENCH_CANAL=off leaves it out): %v\n%s", err, out)
+		}
+	}
+	canal := func() (wall, cpu time.Duration) {
+		user, rest, _ := strings.Cut(d, "@")
+		u, p, _ := strings.Cut(user, ":")
+		addr, _, _ := strings.Cut(rest, "/")
+		cmd := exec.Command(canalBin, "-addr", addr, "-user", u, "-password", p, "-table", db+".bench",
+			"-from", fmt.Sprintf("%s:%d", start.Name, start.Pos), "-to", fmt.Sprintf("%s:%d", end.Name, end.Pos),
+			"-want", strconv.Itoa(2*half))
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatalf("mysqlcanal: %v", err)
+		}
+		var res struct {
+			Seconds    float64 `json:"seconds"`
+			CPUSeconds float64 `json:"cpu_seconds"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			b.Fatalf("mysqlcanal output %q: %v", out, err)
+		}
+		return time.Duration(res.Seconds * float64(time.Second)), time.Duration(res.CPUSeconds * float64(time.Second))
+	}
 	ceiling() // warm up both (the binlog into the page cache)
 	if f := os.Getenv("OPENETL_BENCH_PIPELINE_PROFILE"); f != "" {
 		out, err := os.Create(f)
@@ -188,7 +223,7 @@ func BenchmarkCatchUp(b *testing.B) {
 	// Wall time, and this process's CPU time (all threads, the engine's
 	// included): on a machine shared with other work the CPU ratio is the
 	// steadier of the two.
-	var tc, tp, cc, cp, tr time.Duration
+	var tc, tp, cc, cp, tr, tk, ck time.Duration
 	b.ResetTimer()
 	for range b.N {
 		c0, t0 := cpuTime(), time.Now()
@@ -200,6 +235,10 @@ func BenchmarkCatchUp(b *testing.B) {
 		t2 := time.Now()
 		ceilingLoop(b, d, start, end, true)
 		tr += time.Since(t2)
+		if canalBin != "" {
+			w, c := canal()
+			tk, ck = tk+w, ck+c
+		}
 	}
 	n := float64(2 * half * b.N)
 	b.ReportMetric(n/tr.Seconds(), "transfer-rows/s")
@@ -209,6 +248,12 @@ func BenchmarkCatchUp(b *testing.B) {
 	b.ReportMetric(n/cc.Seconds(), "ceiling-rows/cpu-s")
 	b.ReportMetric(n/cp.Seconds(), "pipeline-rows/cpu-s")
 	b.ReportMetric(cc.Seconds()/cp.Seconds(), "cpu-ratio")
+	if canalBin != "" {
+		b.ReportMetric(n/tk.Seconds(), "canal-rows/s")
+		b.ReportMetric(n/ck.Seconds(), "canal-rows/cpu-s")
+		b.ReportMetric(tc.Seconds()/tk.Seconds(), "canal-ratio")
+		b.ReportMetric(cc.Seconds()/ck.Seconds(), "canal-cpu-ratio")
+	}
 }
 
 // cpuTime is the CPU time this process used so far (user and system).

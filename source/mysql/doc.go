@@ -73,28 +73,92 @@
 //
 // # Reading
 //
-// The source has one split, "binlog:" and the database name. Its first
-// Read (no resume state) reads every opened table in one transaction
-// started WITH CONSISTENT SNAPSHOT, at the binlog position that snapshot
-// sees: on MariaDB the server reports it (binlog_snapshot_file and
-// _position, and BINLOG_GTID_POS for the GTID position), with no lock; on
-// MySQL, FLUSH TABLES WITH READ LOCK holds writes off while the
-// transaction starts and SHOW MASTER STATUS (or SHOW BINARY LOG STATUS)
-// is read. Snapshot rows are inserts whose seq is that position. Then a
-// resume point, and the binlog from that position: inserts, updates (the
-// new row; when the key changed, first a delete of the old key with the
-// old row) and deletes (the old row), with a resume point after every
-// transaction (XID, COMMIT, or a statement of its own) that touched an
-// opened table, and about once a second between transactions that did
-// not. A resume state is
-// JSON: the flavor, the binlog file and offset after the last whole
-// transaction, and the GTID position there. Reopening it replays exactly
-// what followed (source.ReplayExact). A record's seq is the binlog file's
+// Open returns the binlog split ("binlog:" and the database name) and a
+// snapshot split per opened table with a primary key ("snapshot:", the
+// database, a dot and the table name); the runner reads them in
+// parallel, at most Config.SnapshotParallelism snapshot splits at once,
+// each on a connection of its own.
+//
+// A first Open (no resume states) fixes the snapshot's origin: it starts
+// a transaction WITH CONSISTENT SNAPSHOT and reads the binlog position
+// that snapshot sees (on MariaDB the server reports it,
+// binlog_snapshot_file and _position, and BINLOG_GTID_POS for the GTID
+// position, with no lock; on MySQL, FLUSH TABLES WITH READ LOCK holds
+// writes off while the transaction starts and SHOW MASTER STATUS, or
+// SHOW BINARY LOG STATUS, is read), and commits it. A snapshot split
+// reads its table in chunks of Config.SnapshotChunkRows rows in key order
+// (keyset pagination: WHERE (k1 > v1) OR (k1 = v1 AND k2 > v2) ... ORDER
+// BY the key LIMIT n, each chunk a statement of its own) with a resume
+// point after each chunk; its state holds the last key read, so a sync
+// killed during the snapshot resumes after the last committed chunk
+// (TestKill checks it from the checkpoints, three times). Every snapshot
+// row is an insert whose seq is the origin. The binlog split streams
+// from the origin at the same time: inserts, updates (the new row; when
+// the key changed, first a delete of the old key with the old row) and
+// deletes (the old row), with a resume point after every transaction
+// (XID, COMMIT, or a statement of its own) that touched an opened table,
+// and about once a second between transactions that did not.
+//
+// Why that is consistent, and stays so across restarts: a chunk is read
+// after the origin's snapshot was taken, so it sees every transaction
+// before the origin, and perhaps some after it. Those later changes are
+// all in the binlog after the origin, which the binlog split emits with
+// higher seqs, full row images included. So for each key, the change with
+// the highest seq is the row's current state: a destination that keeps
+// the latest version per key (merge) holds exactly the table, and an
+// append destination holds a change log that, applied in seq order,
+// equals it (TestKill, TestSnapshotAfterOrigin). A chunk read again by a
+// later attempt, under a later snapshot, keeps the origin's seq, so the
+// same holds after any number of kills; the binlog split, if it had
+// committed no state yet, starts at the origin (the snapshot states carry
+// it). This is the approach of source/postgres, chosen over a
+// watermark scheme (low and high binlog marks around each chunk, the
+// chunk's key range reconciled with the binlog between them) because it
+// needs no coordination between the splits, so chunks of many tables
+// read in parallel, on any number of connections, each under its own
+// snapshot: MySQL has no way to share one snapshot between connections.
+// The cost: a row changed during the snapshot reaches the destination
+// once more (its snapshot version, then its changes), and an uninterrupted
+// snapshot is not a single point in time either (each chunk reads the
+// newest committed rows); a destination catches up to the table once the
+// binlog split has passed the end of the snapshot.
+//
+// Tables without a primary key can't be paged nor merged by key, so the
+// binlog split copies them itself, whole, in one transaction WITH
+// CONSISTENT SNAPSHOT taken when its Read starts, as inserts whose seq
+// is that snapshot's binlog position, before it streams; the stream
+// skips their row events before that position (the resume state lists
+// the tables copied and, until the stream passes it, the position of
+// each copy). The copy is exact, but it is not resumable: nothing is a
+// resume point until every such table is copied, and a Read killed
+// during the copy copies again. Tables whose key has a column that can't
+// be paged exactly (FLOAT, DOUBLE, BIT, ENUM, SET, TEXT, BLOB, JSON,
+// spatial) are read by their snapshot split in one query, with one
+// resume point at the end.
+//
+// A resume state of the binlog split is JSON: the flavor, the binlog file
+// and offset after the last whole transaction, the GTID position there,
+// and the keyless tables copied. Reopening it replays exactly what
+// followed (source.ReplayExact). A record's seq is the binlog file's
 // number in the high 32 bits and, in the low 32, the offset of its rows
 // event plus the row's index in it (a row takes at least a byte of the
-// event, so seqs grow strictly through the binlog). A bounded Read stops
-// at the first transaction end at or past the server's binlog position
-// as of the end of the snapshot (resuming: the start of Read).
+// event, so seqs grow strictly through the binlog). A bounded Read of the
+// binlog split stops at the first transaction end at or past the server's
+// binlog position as of the start of streaming; a bounded Read of a
+// snapshot split stops when its table is read.
+//
+// A table opened for the first time by a pipeline whose binlog split
+// already has a state (added to Config.Tables or to the pipeline's
+// streams) gets a snapshot split whose origin is the binlog split's
+// position at that Open, or, without a key, is copied by the binlog
+// split as above.
+//
+// Progress: snapshot splits report their table's rows copied and
+// information_schema's estimate (SnapshotProgress, see
+// pipeline.SnapshotReporter); the binlog split reports the same while it
+// copies keyless tables, and its lag in bytes of binlog not yet read (Lag,
+// see pipeline.LagReporter), from SHOW BINARY LOGS polled every 2 s while
+// it streams.
 //
 // Rows events are decoded by the source itself (decode.go), straight
 // from the binlog's bytes into that text, and only for opened tables;
@@ -152,9 +216,14 @@
 // the conformance suite (static and with a concurrent writer), a golden
 // type table (extremes, NULLs, zero dates) compared byte for byte between
 // snapshot and binlog and read back from Parquet with pyarrow, a pipeline
-// SIGKILLed during the snapshot and while streaming under a concurrent
-// writer whose Parquet output equals the table, DDL, purged binlogs,
-// settings. No MySQL server runs here (Debian 12 has none): the MySQL code
+// SIGKILLed three times inside the snapshot (each resuming after the
+// last committed chunk, checked from the checkpoints) and three times
+// while streaming under a concurrent writer, whose Parquet output applied
+// in seq order equals the table (TestKill), keyset chunks over a
+// composite key of integer, latin1 text, DATETIME and VARBINARY reopened
+// at their resume points (TestSnapshotChunks), tables changed between the
+// origin and the reads, keyed and keyless (TestSnapshotAfterOrigin),
+// progress and lag (TestProgressAndLag), DDL, purged binlogs, settings. No MySQL server runs here (Debian 12 has none): the MySQL code
 // paths (v2 rows events, GTID sets with server UUIDs and tags, binary
 // JSON, anonymous GTIDs) are tested on binlog events built byte for byte
 // as MySQL 8 writes them, through go-mysql's parser; the MySQL snapshot
@@ -163,16 +232,14 @@
 //
 // # Limits of this version
 //
-//   - The snapshot is read in one go, in one transaction, by the one
-//     split, and is not a resume point until it is done: a sync killed
-//     during the snapshot starts it over. Chunked, resumable, parallel
-//     snapshot splits come later.
+//   - Tables without a primary key are copied whole by the binlog split
+//     (not resumable, not parallel, the stream waits); tables whose key
+//     can't be paged are read whole by their snapshot split.
 //   - InnoDB tables only: a non-transactional table (MyISAM) is not in the
 //     consistent snapshot.
 //   - TRUNCATE, DROP and RENAME of an opened table are logged and not
 //     replicated; tables created later are not read until the pipeline
-//     opens them (they then start from the current position, without a
-//     snapshot of their own).
+//     opens them (they then get a snapshot, see Reading).
 //   - After a failover to another server, resuming by GTID works, but seqs
 //     come from the new server's binlog file numbers.
 //   - XA transactions: the rows of an XA PREPARE are emitted at the

@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -137,13 +138,15 @@ func (r *recorder) ResumePoint(st []byte) error {
 
 func (r *recorder) last() []byte { return r.states[len(r.states)-1] }
 
-// readOnce opens the source's split with resume state st (nil: none)
-// and reads it bounded.
+// readOnce opens the source's splits, with resume state st for the
+// binlog split (nil: none; every snapshot split then counts as done) and
+// reads them bounded: the snapshot splits first, then the binlog split.
+// The recorder has every split's records in that order, and the binlog
+// split's resume states.
 func readOnce(t testing.TB, src *mysql.Source, streams []string, st []byte) (*recorder, source.SplitID) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var resume map[source.SplitID][]byte
 	cat, err := src.Discover(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -158,16 +161,51 @@ func readOnce(t testing.TB, src *mysql.Source, streams []string, st []byte) (*re
 		t.Fatal(err)
 	}
 	if st != nil {
-		resume = map[source.SplitID][]byte{splits[0].ID(): st}
+		resume := map[source.SplitID][]byte{splits[0].ID(): st}
+		for _, sp := range splits[1:] {
+			resume[sp.ID()] = doneSnapshot(t, st)
+		}
 		if splits, err = src.Open(ctx, streams, resume); err != nil {
 			t.Fatal(err)
 		}
 	}
 	r := &recorder{}
-	if err := splits[0].Read(ctx, r, true); err != nil {
+	if err := readAll(ctx, splits, r); err != nil {
 		t.Fatal(err)
 	}
 	return r, splits[0].ID()
+}
+
+// readAll reads splits bounded into r: the snapshot splits (splits[1:])
+// first, then the binlog split, whose resume states r keeps.
+func readAll(ctx context.Context, splits []source.Split, r *recorder) error {
+	for _, sp := range splits[1:] {
+		sr := &recorder{}
+		if err := sp.Read(ctx, sr, true); err != nil {
+			return err
+		}
+		r.recs = append(r.recs, sr.recs...)
+	}
+	return splits[0].Read(ctx, r, true)
+}
+
+// doneSnapshot is the state of a finished snapshot split whose origin is
+// the binlog state st's position.
+func doneSnapshot(t testing.TB, st []byte) []byte {
+	t.Helper()
+	var b struct {
+		Flavor, File, GTID string
+		Pos                uint32
+	}
+	if err := json.Unmarshal(st, &b); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]any{"v": 1, "flavor": b.Flavor, "file": b.File, "pos": b.Pos, "done": true}
+	if b.GTID != "" {
+		out["gtid"] = b.GTID
+	}
+	j, _ := json.Marshal(out)
+	return j
 }
 
 // values decodes a row payload into strings ("NULL" for null).

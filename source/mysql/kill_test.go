@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +19,7 @@ import (
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source/mysql"
 )
@@ -27,11 +31,14 @@ func TestChildSync(t *testing.T) {
 	if env == "" {
 		t.Skip("only run as the child of a kill test")
 	}
-	var c struct{ DSN, DB, Dir string }
+	var c struct {
+		DSN, DB, Dir string
+		Chunk        int
+	}
 	if err := json.Unmarshal([]byte(env), &c); err != nil {
 		t.Fatal(err)
 	}
-	src, err := mysql.New(mysql.Config{DSN: c.DSN, Database: c.DB})
+	src, err := mysql.New(mysql.Config{DSN: c.DSN, Database: c.DB, SnapshotChunkRows: c.Chunk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,14 +48,17 @@ func TestChildSync(t *testing.T) {
 	}
 }
 
-// TestKill snapshots a table of 300k rows while a writer keeps
-// committing inserts, updates (some changing the key) and deletes, and
-// runs the pipeline in child processes SIGKILLed at random moments:
-// twice during the snapshot, then three times while it streams (a
-// backlog of 200k row changes in large transactions each time). Once
-// the writer stops, a last child runs to the end; the Parquet output,
-// read by pyarrow (each key's latest version, deletes removing it), must
-// equal the table, with no version of a row written twice.
+// TestKill snapshots a table of 300k rows in chunks of 2000 while a
+// writer keeps committing inserts, updates (some changing the key) and
+// deletes, and runs the pipeline in child processes SIGKILLed at random
+// moments: three times inside the snapshot (each after a checkpoint
+// showed the snapshot split part way; the next child's first checkpoint
+// must show it resumed from there, not restarted), then three times while
+// it streams (a backlog of 200k row changes in large transactions each
+// time). Once the writer stops, a last child runs to the end; the Parquet
+// output, read by pyarrow and applied in seq order (each key's latest
+// version, deletes removing it), must equal the table, with no version of
+// a row written twice.
 func TestKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
@@ -106,7 +116,8 @@ func TestKill(t *testing.T) {
 	}()
 	defer stopWriter()
 
-	childEnv, _ := json.Marshal(map[string]string{"DSN": d, "DB": db, "Dir": dir})
+	const chunk = 2000
+	childEnv, _ := json.Marshal(map[string]any{"DSN": d, "DB": db, "Dir": dir, "Chunk": chunk})
 	start := func() (*exec.Cmd, *strings.Builder, chan error) {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestChildSync$", "-test.count=1", "-test.timeout=5m")
 		cmd.Env = append(os.Environ(), "MYSQL_TEST_CHILD="+string(childEnv))
@@ -125,20 +136,31 @@ func TestKill(t *testing.T) {
 		m, _ := filepath.Glob(filepath.Join(dir, "checkpoints", "my", "_checkpoints", "*.json"))
 		return len(m)
 	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	watch := conn(t, d)
-	defer watch.Close()
-	snapshotRunning := func() bool {
-		r, err := watch.Execute(fmt.Sprintf("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT %%FROM `%s`.`kt`%%'", db))
-		if err != nil {
-			t.Fatal(err)
+	ckpts := filepath.Join(dir, "checkpoints")
+	snapID := "snapshot:" + db + ".kt"
+	// snap returns the last checkpoint record's epoch and the snapshot
+	// split's state in it.
+	snap := func() (epoch uint64, st snapState, ok bool) {
+		r := lastRecord(ckpts)
+		if r == nil {
+			return 0, snapState{}, false
 		}
-		n, _ := r.GetInt(0, 0)
-		return n > 0
+		b, found := r.Resume[snapID]
+		if !found {
+			return r.Epoch, snapState{}, false
+		}
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatalf("snapshot state %s: %v", b, err)
+		}
+		return r.Epoch, st, true
 	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	const snapKills = 3
 	killed, inSnapshot := 0, 0
-	for i := range 5 {
-		if i >= 2 {
+	var prev snapState
+	var prevEpoch uint64
+	for i := range snapKills + 3 {
+		if i >= snapKills {
 			// A backlog to stream: 200k row changes in 20 transactions.
 			var bulk []string
 			for k := range 20 {
@@ -151,9 +173,10 @@ func TestKill(t *testing.T) {
 		cmd, out, exited := start()
 		var err error
 		done := false
-		if i < 2 {
-			// During the snapshot: once the server runs its SELECT, at a
-			// random moment of it.
+		if i < snapKills {
+			// Inside the snapshot: once this child committed a checkpoint
+			// with the snapshot part way, at a random moment after it.
+			checked := false
 		snap:
 			for {
 				select {
@@ -161,9 +184,24 @@ func TestKill(t *testing.T) {
 					done = true
 					break snap
 				case <-time.After(5 * time.Millisecond):
-					if snapshotRunning() {
-						break snap
+				}
+				epoch, st, ok := snap()
+				if !ok || epoch <= prevEpoch {
+					continue
+				}
+				if !checked && prevEpoch > 0 {
+					// The child's first checkpoint: the snapshot went on
+					// from the last committed chunk.
+					checked = true
+					if st.Rows < prev.Rows || len(st.After) == 0 || afterKey(t, st) < afterKey(t, prev) {
+						t.Fatalf("child %d restarted the snapshot: its first checkpoint has %d rows up to key %v, the last one before it %d rows up to %v",
+							i, st.Rows, st.After, prev.Rows, prev.After)
 					}
+					t.Logf("child %d resumed the snapshot after key %d (%d rows) and was at key %d (%d rows) at its first checkpoint",
+						i, afterKey(t, prev), prev.Rows, afterKey(t, st), st.Rows)
+				}
+				if !st.Done {
+					break snap
 				}
 			}
 			if !done {
@@ -188,9 +226,6 @@ func TestKill(t *testing.T) {
 			}
 		}
 		if !done {
-			if i < 2 && records() == 0 && snapshotRunning() {
-				inSnapshot++
-			}
 			cmd.Process.Signal(syscall.SIGKILL)
 			err = <-exited
 		}
@@ -201,13 +236,21 @@ func TestKill(t *testing.T) {
 		} else {
 			t.Logf("child %d ended before the kill", i)
 		}
+		if i < snapKills {
+			epoch, st, ok := snap()
+			if ok && !st.Done && len(st.After) > 0 {
+				inSnapshot++
+				t.Logf("child %d killed inside the snapshot: the last checkpoint (epoch %d) has %d rows, up to key %d", i, epoch, st.Rows, afterKey(t, st))
+			}
+			prev, prevEpoch = st, epoch
+		}
 	}
 	stopWriter()
 	if err := <-writerDone; err != nil {
 		t.Fatalf("writer: %v", err)
 	}
-	if killed < 4 || inSnapshot < 2 {
-		t.Errorf("%d children killed, %d of them while the snapshot's SELECT ran: want at least 4 and 2", killed, inSnapshot)
+	if killed < 5 || inSnapshot < snapKills {
+		t.Errorf("%d children killed, %d of them inside the snapshot: want at least 5 and %d", killed, inSnapshot, snapKills)
 	}
 	_, out, exited := start()
 	t0 := time.Now()
@@ -282,4 +325,51 @@ print(json.dumps({str(k): "%s %s" % (x[2], x[3]) for k, x in latest.items() if x
 		t.Fatal(err)
 	}
 	return rows
+}
+
+// snapState is the part of a snapshot split's resume state the kill test
+// reads.
+type snapState struct {
+	After [][]byte
+	Done  bool
+	Rows  int64
+}
+
+// afterKey is the integer key a snapshot state resumes after (0: none).
+func afterKey(t testing.TB, st snapState) int64 {
+	t.Helper()
+	if len(st.After) == 0 {
+		return 0
+	}
+	n, err := strconv.ParseInt(string(st.After[0]), 10, 64)
+	if err != nil {
+		t.Fatalf("snapshot state key %q: %v", st.After[0], err)
+	}
+	return n
+}
+
+var recordName = regexp.MustCompile(`^\d{20}-\d{20}\.json$`)
+
+// lastRecord returns the checkpoint record under dir with the highest
+// epoch (nil when there is none, or it is being written).
+func lastRecord(dir string) *checkpoint.Record {
+	var last string
+	filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && !e.IsDir() && recordName.MatchString(e.Name()) && e.Name() > filepath.Base(last) {
+			last = p
+		}
+		return nil
+	})
+	if last == "" {
+		return nil
+	}
+	b, err := os.ReadFile(last)
+	if err != nil {
+		return nil
+	}
+	var r checkpoint.Record
+	if json.Unmarshal(b, &r) != nil {
+		return nil
+	}
+	return &r
 }

@@ -70,6 +70,18 @@ type Config struct {
 	// idle binlog connection. Default 1s.
 	Heartbeat time.Duration
 
+	// SnapshotChunkRows is how many rows a snapshot split reads per query,
+	// in primary-key order (keyset pagination). Each chunk ends with a
+	// resume point, so a sync killed during the snapshot resumes after
+	// the last committed chunk. Tables without a primary key, and tables
+	// whose key has a column of a type that can't be paged exactly
+	// (FLOAT, DOUBLE, BIT, ENUM, SET, TEXT, BLOB, JSON, spatial), are
+	// read in one piece (see the package doc). Default 50,000.
+	SnapshotChunkRows int
+	// SnapshotParallelism is how many tables the snapshot reads at once,
+	// each on a connection of its own. Default 4.
+	SnapshotParallelism int
+
 	// Logger receives lifecycle events at Info and details at Debug.
 	// Default: discard.
 	Logger *slog.Logger
@@ -176,6 +188,8 @@ type Source struct {
 	query *client.Conn // lazily opened, for catalog queries
 	info  *serverInfo  // detected at the first connection
 
+	snapshots semaphore // bounds the snapshot splits reading at once
+
 	standardDecode bool // tests: rows decoded by go-mysql only
 }
 
@@ -214,11 +228,18 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = time.Second
 	}
+	if cfg.SnapshotChunkRows <= 0 {
+		cfg.SnapshotChunkRows = 50_000
+	}
+	if cfg.SnapshotParallelism <= 0 {
+		cfg.SnapshotParallelism = 4
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{cfg: cfg, addr: cfg.Addr, log: log.With("source", "mysql", "database", cfg.Database)}, nil
+	return &Source{cfg: cfg, addr: cfg.Addr, log: log.With("source", "mysql", "database", cfg.Database),
+		snapshots: make(semaphore, cfg.SnapshotParallelism)}, nil
 }
 
 type dsn struct{ user, password, addr, database string }
@@ -468,10 +489,14 @@ func mariadbAtLeast(version string, major, minor int) bool {
 type table struct {
 	name   string
 	stream source.Stream
-	key    []int     // indexes of the primary-key columns, in key order
-	kinds  []colKind // per declared column: how its values are written
-	sigs   []string  // per declared column: its type's signature
-	byName map[string]int
+	key    []int // indexes of the primary-key columns, in key order
+	// keyLits says how each key column's value is written as an SQL
+	// literal for keyset pagination; nil when the key can't be paged
+	// exactly (or there is none): the table is read in one piece.
+	keyLits []litKind
+	kinds   []colKind // per declared column: how its values are written
+	sigs    []string  // per declared column: its type's signature
+	byName  map[string]int
 	// unsupported says why the table can't be read (a column's character
 	// set), when it can't.
 	unsupported error
@@ -524,6 +549,7 @@ ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION`, s.cfg.Database)
 	}
 	var all []*table
 	keyPos := map[*table][][2]int{}
+	dataTypes := map[*table][]string{}
 	for _, row := range rows(r) {
 		name := row[0]
 		if len(all) == 0 || all[len(all)-1].name != name {
@@ -540,6 +566,7 @@ ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION`, s.cfg.Database)
 		t.byName[row[1]] = len(t.stream.Columns)
 		t.stream.Columns = append(t.stream.Columns, source.Column{Name: row[1], Type: colType, Nullable: row[4] == "YES"})
 		t.kinds = append(t.kinds, kindOf(dataType, colType))
+		dataTypes[t] = append(dataTypes[t], dataType)
 		t.sigs = append(t.sigs, declaredSig(colType))
 		if row[5] != "0" && row[5] != "" {
 			p, err := strconv.Atoi(row[5])
@@ -555,6 +582,14 @@ ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION`, s.cfg.Database)
 		for _, k := range kp {
 			t.key = append(t.key, k[1])
 			t.stream.PrimaryKey = append(t.stream.PrimaryKey, t.stream.Columns[k[1]].Name)
+		}
+		for _, k := range t.key {
+			lk := literalKind(dataTypes[t][k])
+			if lk == litNone {
+				t.keyLits = nil
+				break
+			}
+			t.keyLits = append(t.keyLits, lk)
 		}
 	}
 	if len(s.cfg.Tables) == 0 {

@@ -394,8 +394,8 @@ func testRowsV2(t *testing.T, standard bool) {
 		}
 	}
 	wantStates := []string{
-		`{"v":1,"flavor":"mysql","file":"binlog.000003","pos":` + itoa(end1) + `,"gtid":"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-6"}`,
-		`{"v":1,"flavor":"mysql","file":"binlog.000003","pos":` + itoa(end2) + `,"gtid":"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-7"}`,
+		`{"v":2,"flavor":"mysql","file":"binlog.000003","pos":` + itoa(end1) + `,"gtid":"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-6"}`,
+		`{"v":2,"flavor":"mysql","file":"binlog.000003","pos":` + itoa(end2) + `,"gtid":"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-7"}`,
 	}
 	if !slices.Equal(em.states, wantStates) {
 		t.Errorf("resume states\n%q\nwant\n%q", em.states, wantStates)

@@ -81,7 +81,7 @@ func TestBinlogPurged(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = &recorder{}
-	if err := splits[0].Read(t.Context(), r, true); err != nil {
+	if err := readAll(t.Context(), splits, r); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.recs) != 3 {

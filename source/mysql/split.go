@@ -4,19 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"strings"
-
-	"github.com/go-mysql-org/go-mysql/client"
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"sync/atomic"
+	"time"
 
 	"github.com/openetl/etl/source"
 )
 
 const splitIDPrefix = "binlog:"
 
-// split reads every opened table: a snapshot first (when there is no
-// resume state), then the binlog.
+// split is the binlog split: it copies the opened tables without a
+// primary key (when it has not yet), then streams the binlog.
 type split struct {
 	src        *Source
 	id         source.SplitID
@@ -24,26 +23,42 @@ type split struct {
 	byName     map[string]*table
 	discovered position // the binlog position before the catalog was read
 	gtidMode   bool     // the server has GTIDs (as of Open)
-	resume     *state
-	streamed   bool // the stream emitted something
+	start      state    // where Read streams from
+	streamed   bool     // the stream emitted something
 
-	buf, scratch []byte
-	offs         []int
+	r       rowReader // copies
+	scratch []byte
+
+	// For Lag and SnapshotProgress, read from other goroutines.
+	readAt    atomic.Int64 // seq of the position read (at the last transaction end)
+	behind    atomic.Int64 // bytes of binlog after readAt, at the last poll
+	lagKnown  atomic.Bool
+	copyName  atomic.Pointer[string] // the table being copied
+	copied    atomic.Int64
+	estimated atomic.Int64
 }
 
 func (sp *split) ID() source.SplitID { return sp.id }
 
-// Open returns the source's one split, reading the named streams. With a
-// resume state it checks the state's flavor and that its binlog is
-// still on the server (a *PurgedError otherwise, unless
-// Config.Resnapshot).
+// Open returns the binlog split ("binlog:" and the database name) and
+// one snapshot split per opened table with a primary key ("snapshot:",
+// the database, a dot and the table). Without saved states it starts a
+// snapshot: the binlog position of a consistent snapshot taken now is
+// the origin of every snapshot split and where the binlog split starts.
+// With saved states, each split resumes where it was; a snapshot split
+// without one (a table opened for the first time) copies its table with
+// the binlog split's position as origin. A binlog split without a state
+// whose snapshot splits have some starts at their origin. It checks the
+// states' flavor and that the binlog they need is still on the server
+// (a *PurgedError otherwise, unless Config.Resnapshot: then it starts
+// over as without states).
 func (s *Source) Open(ctx context.Context, streams []string, resume map[source.SplitID][]byte) ([]source.Split, error) {
 	tables, before, err := s.tables(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
-	gtidMode := s.info.gtidMode
+	gtidMode, flavor, version := s.info.gtidMode, s.info.flavor, s.info.version
 	s.mu.Unlock()
 	sp := &split{src: s, id: source.SplitID(splitIDPrefix + s.cfg.Database), byName: map[string]*table{}, discovered: before,
 		gtidMode: gtidMode}
@@ -57,25 +72,91 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 			sp.byName[name] = tables[i]
 		}
 	}
+	wrongFlavor := func(f string) error {
+		return fmt.Errorf("%w: the resume state was written reading %s, the server is %s %s", ErrFlavor, f, flavor, version)
+	}
+	var snaps []*snapSplit
+	has := map[*snapSplit]bool{}
+	origins := map[position]bool{}
+	for _, t := range sp.tables {
+		if len(t.key) == 0 {
+			continue // copied by the binlog split
+		}
+		ss := &snapSplit{src: s, id: source.SplitID(snapshotIDPrefix + s.cfg.Database + "." + t.name), t: t, chunk: s.cfg.SnapshotChunkRows}
+		if b, ok := resume[ss.id]; ok {
+			st, err := decodeSnapState(b)
+			if err != nil {
+				return nil, err
+			}
+			if st.flavor != flavor {
+				return nil, wrongFlavor(st.flavor)
+			}
+			ss.st, has[ss] = st, true
+			origins[st.origin] = true
+		}
+		snaps = append(snaps, ss)
+	}
+	var start *state
 	if b, ok := resume[sp.id]; ok {
 		st, err := decodeState(b)
 		if err != nil {
 			return nil, err
 		}
-		if st.flavor != s.info.flavor {
-			return nil, fmt.Errorf("%w: the resume state was written reading %s, the server is %s %s", ErrFlavor, st.flavor, s.info.flavor, s.info.version)
+		if st.flavor != flavor {
+			return nil, wrongFlavor(st.flavor)
 		}
-		if err := s.checkPurged(ctx, st); err != nil {
+		start = &st
+	} else if len(origins) == 1 {
+		// Snapshot states but none for the binlog: nothing it read was
+		// committed yet. Stream from the snapshots' origin.
+		for o := range origins {
+			start = &state{flavor: flavor, at: o}
+		}
+	} else if len(origins) > 1 {
+		s.log.WarnContext(ctx, "snapshot states of different origins and no binlog state: starting over")
+	}
+	legacy := false
+	if start != nil {
+		if err := s.checkPurged(ctx, *start); err != nil {
 			var pe *PurgedError
 			if !errors.As(err, &pe) || !s.cfg.Resnapshot {
 				return nil, err
 			}
 			s.log.WarnContext(ctx, "binlog purged: reading a new snapshot (Config.Resnapshot)", "err", err)
-		} else {
-			sp.resume = &st
+			start = nil
 		}
 	}
-	return []source.Split{sp}, nil
+	if start == nil {
+		at, err := s.anchor(ctx, gtidMode)
+		if err != nil {
+			return nil, err
+		}
+		s.log.InfoContext(ctx, "snapshot", "file", at.file, "pos", at.pos, "gtid", at.gtid, "tables", len(sp.tables))
+		start = &state{flavor: flavor, at: at}
+		clear(has)
+	}
+	if start.legacy {
+		legacy = true
+		// A state written before snapshots were split: every table opened
+		// then was read whole. Tables opened since start from here,
+		// without a copy, as they did.
+		start.legacy = false
+		for _, t := range sp.tables {
+			if len(t.key) == 0 {
+				start.copied = append(start.copied, t.name)
+			}
+		}
+		slices.Sort(start.copied)
+	}
+	sp.start = *start
+	out := []source.Split{sp}
+	for _, ss := range snaps {
+		if !has[ss] {
+			ss.st = snapState{flavor: flavor, origin: start.at, done: legacy}
+		}
+		out = append(out, ss)
+	}
+	return out, nil
 }
 
 // checkPurged returns a *PurgedError when the state's binlog file is no
@@ -115,204 +196,190 @@ func (s *Source) checkPurged(ctx context.Context, st state) error {
 	return nil
 }
 
-// Read emits the snapshot (unless resuming) and then the changes after
-// it. Bounded, it stops at the first transaction end at or past the
-// binlog position as of the end of the snapshot (resuming: the start of
-// Read).
+// Read copies the opened tables without a key that it has not copied
+// yet, then emits the changes after its start. Bounded, it stops at the
+// first transaction end at or past the binlog position as of the start
+// of streaming.
 func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s := sp.src
-	var start state
-	if sp.resume != nil {
-		start = *sp.resume
-		if err := s.checkPurged(ctx, start); err != nil {
-			var pe *PurgedError
-			if !errors.As(err, &pe) || !s.cfg.Resnapshot {
+	start := sp.start
+	var err error
+	if err = s.checkPurged(ctx, start); err != nil {
+		var pe *PurgedError
+		if !errors.As(err, &pe) || !s.cfg.Resnapshot {
+			return err
+		}
+		s.log.WarnContext(ctx, "binlog purged: reading a new snapshot (Config.Resnapshot)", "err", err)
+		if start, err = sp.copyAll(ctx, e); err != nil {
+			return err
+		}
+	} else if pending := sp.pending(start); len(pending) > 0 {
+		if start, err = sp.copyPending(ctx, e, start, pending); err != nil {
+			return err
+		}
+	}
+	if err := e.ResumePoint(start.encode()); err != nil {
+		return err
+	}
+	for {
+		var end position
+		if bounded {
+			s.mu.Lock()
+			c, err := s.queryConn(ctx)
+			if err == nil {
+				end, err = s.masterStatus(ctx, c)
+			}
+			s.mu.Unlock()
+			if err != nil {
 				return err
 			}
+			if !start.at.before(end) {
+				return nil
+			}
+		}
+		err := sp.stream(ctx, e, start, bounded, end)
+		var pe *PurgedError
+		if errors.As(err, &pe) && pe.Err != nil && s.cfg.Resnapshot && !sp.streamed {
+			// The server refused the start's GTIDs before anything was
+			// read: a new snapshot, as Config.Resnapshot allows.
 			s.log.WarnContext(ctx, "binlog purged: reading a new snapshot (Config.Resnapshot)", "err", err)
-			sp.resume = nil
+			if start, err = sp.copyAll(ctx, e); err != nil {
+				return err
+			}
+			if err := e.ResumePoint(start.encode()); err != nil {
+				return err
+			}
+			continue
 		}
+		return err
 	}
-	if sp.resume == nil {
-		st, err := sp.snapshot(ctx, e)
-		if err != nil {
-			return err
-		}
-		start = st
-	}
-	var end position
-	if bounded {
-		s.mu.Lock()
-		c, err := s.queryConn(ctx)
-		if err == nil {
-			end, err = s.masterStatus(ctx, c)
-		}
-		s.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		if !start.at.before(end) {
-			return e.ResumePoint(start.encode())
-		}
-	}
-	err := sp.stream(ctx, e, start, bounded, end)
-	var pe *PurgedError
-	if errors.As(err, &pe) && pe.Err != nil && sp.resume != nil && s.cfg.Resnapshot && !sp.streamed {
-		// The server refused the resume state's GTIDs before anything was
-		// read: a new snapshot, as Config.Resnapshot allows.
-		s.log.WarnContext(ctx, "binlog purged: reading a new snapshot (Config.Resnapshot)", "err", err)
-		sp.resume = nil
-		return sp.Read(ctx, e, bounded)
-	}
-	return err
 }
 
-// snapshot reads every opened table in one transaction WITH CONSISTENT
-// SNAPSHOT, as inserts whose seq is the binlog position the snapshot
-// sees, and emits the first resume point: that position.
-func (sp *split) snapshot(ctx context.Context, e source.Emitter) (state, error) {
+// pending returns the opened tables without a key that st has not
+// copied.
+func (sp *split) pending(st state) []*table {
+	var out []*table
+	for _, t := range sp.tables {
+		if len(t.key) == 0 {
+			if _, found := slices.BinarySearch(st.copied, t.name); !found {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// copyPending copies tables without a key, whole, in one transaction WITH
+// CONSISTENT SNAPSHOT, as inserts whose seq is the snapshot's binlog
+// position. Such a table can't be paged or merged by key, so its copy
+// must be exactly at a binlog position: the stream, which starts before
+// it, skips the table's row events before that position (the state's
+// skip list). Nothing is a resume point until the copy is done: a Read
+// killed during it copies again.
+func (sp *split) copyPending(ctx context.Context, e source.Emitter, start state, tables []*table) (state, error) {
+	at, err := sp.copy(ctx, e, tables)
+	if err != nil {
+		return state{}, err
+	}
+	st := start
+	st.copied = slices.Clone(st.copied)
+	st.skip = maps.Clone(st.skip)
+	for _, t := range tables {
+		st.copied = append(st.copied, t.name)
+		if start.at.before(at) {
+			if st.skip == nil {
+				st.skip = map[string]position{}
+			}
+			st.skip[t.name] = position{file: at.file, pos: at.pos, idx: at.idx}
+		}
+	}
+	slices.Sort(st.copied)
+	return st, nil
+}
+
+// copyAll copies every opened table in one transaction WITH CONSISTENT
+// SNAPSHOT and returns the state at its position: a re-snapshot after
+// purged binlogs (Config.Resnapshot). Its rows have higher seqs than the
+// snapshot splits' (their origin is older), so the copy's version of a
+// row wins, and the stream re-applies every later change.
+func (sp *split) copyAll(ctx context.Context, e source.Emitter) (state, error) {
+	at, err := sp.copy(ctx, e, sp.tables)
+	if err != nil {
+		return state{}, err
+	}
+	st := state{flavor: sp.src.info.flavor, at: at}
+	for _, t := range sp.tables {
+		if len(t.key) == 0 {
+			st.copied = append(st.copied, t.name)
+		}
+	}
+	slices.Sort(st.copied)
+	return st, nil
+}
+
+// copy reads tables in one transaction WITH CONSISTENT SNAPSHOT, as
+// inserts whose seq is the snapshot's binlog position, and returns that
+// position.
+func (sp *split) copy(ctx context.Context, e source.Emitter, tables []*table) (position, error) {
 	s := sp.src
 	c, err := s.connect(ctx)
 	if err != nil {
-		return state{}, err
+		return position{}, err
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { abort(c) })
 	defer stop()
-	fail := func(what string, err error) (state, error) {
-		if ctx.Err() != nil {
-			return state{}, ctx.Err()
-		}
-		return state{}, fmt.Errorf("mysql: snapshot: %s: %w", what, err)
+	at, err := s.consistentSnapshot(ctx, c, sp.gtidMode)
+	if err != nil {
+		return position{}, err
 	}
-	// The pipeline may hold the reader back (backpressure) longer than
-	// the server waits on a blocked client by default (60 s).
-	for _, sql := range []string{"SET SESSION net_write_timeout = 86400", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"} {
-		if _, err := c.Execute(sql); err != nil {
-			return fail("session", err)
-		}
-	}
-	var at position
-	switch s.info.flavor {
-	case FlavorMariaDB:
-		// MariaDB reports the binlog position of the consistent snapshot
-		// itself: no lock needed.
-		if _, err := c.Execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
-			return fail("start transaction", err)
-		}
-		r, err := c.Execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
-		if err != nil {
-			return fail("binlog_snapshot_file", err)
-		}
-		vals := map[string]string{}
-		for _, row := range rows(r) {
-			vals[strings.ToLower(row[0])] = row[1]
-		}
-		if at, err = parsePosition(vals["binlog_snapshot_file"], vals["binlog_snapshot_position"]); err != nil {
-			return fail("binlog_snapshot_position", err)
-		}
-		r, err = c.Execute("SELECT BINLOG_GTID_POS(?, ?)", at.file, at.pos)
-		if err != nil {
-			return fail("BINLOG_GTID_POS", err)
-		}
-		if rs := rows(r); len(rs) == 1 {
-			at.gtid = rs[0][0]
-		}
-	default:
-		// MySQL has no binlog position of a snapshot: hold writes off
-		// while the snapshot starts and the position is read.
-		if _, err := c.Execute("FLUSH TABLES WITH READ LOCK"); err != nil {
-			return fail("FLUSH TABLES WITH READ LOCK (needs the RELOAD privilege)", err)
-		}
-		if _, err := c.Execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
-			return fail("start transaction", err)
-		}
-		p, err := s.masterStatus(ctx, c)
-		if err != nil {
-			return fail("binlog position", err)
-		}
-		at = p
-		if !sp.gtidMode {
-			at.gtid = ""
-		}
-		if _, err := c.Execute("UNLOCK TABLES"); err != nil {
-			return fail("UNLOCK TABLES", err)
-		}
-	}
-	if at.gtid != "" {
-		g, err := parseGTID(s.info.flavor, at.gtid)
-		if err != nil {
-			return fail("GTID position", err)
-		}
-		at.gtid = g.String()
-	}
-	s.log.InfoContext(ctx, "snapshot", "file", at.file, "pos", at.pos, "gtid", at.gtid, "tables", len(sp.tables))
-	for _, t := range sp.tables {
-		if err := sp.readTable(ctx, c, e, t, at.seq()); err != nil {
+	s.log.InfoContext(ctx, "copying tables", "file", at.file, "pos", at.pos, "gtid", at.gtid, "tables", len(tables))
+	defer sp.copyName.Store(nil)
+	for _, t := range tables {
+		sp.copied.Store(0)
+		sp.estimated.Store(0)
+		sp.copyName.Store(&t.stream.Name)
+		if _, err := sp.r.read(c, e, t, s.selectList(t), at.seq(), &sp.copied); err != nil {
 			if ctx.Err() != nil {
-				return state{}, ctx.Err()
+				return position{}, ctx.Err()
 			}
-			return state{}, err
+			return position{}, err
 		}
 	}
 	if _, err := c.Execute("COMMIT"); err != nil {
-		return fail("commit", err)
+		if ctx.Err() != nil {
+			return position{}, ctx.Err()
+		}
+		return position{}, fmt.Errorf("mysql: snapshot: commit: %w", err)
 	}
-	st := state{flavor: s.info.flavor, at: at}
-	return st, e.ResumePoint(st.encode())
+	return at, nil
+}
+
+// SnapshotProgress reports, while the binlog split copies a table
+// without a key (or every table, re-snapshotting), the table and the rows
+// copied (see pipeline.SnapshotReporter). Safe for concurrent use.
+func (sp *split) SnapshotProgress() (stream string, done, estimated int64, ok bool) {
+	name := sp.copyName.Load()
+	if name == nil {
+		return "", 0, 0, false
+	}
+	return *name, sp.copied.Load(), sp.estimated.Load(), true
+}
+
+// Lag reports the bytes of binlog after the position the split has read
+// up to (the last transaction end), as of the last poll of the server's
+// binlog sizes (every lagPollEvery while streaming; see
+// pipeline.LagReporter). The age is unknown (-1): binlog events carry
+// their time, but the oldest one not yet read is not known without
+// reading it. Safe for concurrent use.
+func (sp *split) Lag() (behind int64, unit string, age time.Duration, ok bool) {
+	return sp.behind.Load(), "byte", -1, sp.lagKnown.Load()
 }
 
 // errEmit carries an Emitter error out of go-mysql's row callback.
 type errEmit struct{ err error }
 
 func (e errEmit) Error() string { return e.err.Error() }
-
-func (sp *split) readTable(ctx context.Context, c *client.Conn, e source.Emitter, t *table, seq int64) error {
-	var sb strings.Builder
-	sb.WriteString("SELECT ")
-	for i, col := range t.stream.Columns {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		sb.WriteString(selectExpr(col.Name, t.kinds[i]))
-	}
-	sb.WriteString(" FROM " + quoteIdent(sp.src.cfg.Database) + "." + quoteIdent(t.name))
-	if sp.scratch == nil {
-		sp.scratch = make([]byte, 0, 64)
-	}
-	var key []byte
-	var emitErr error
-	var res gomysql.Result
-	n := len(t.stream.Columns)
-	err := c.ExecuteSelectStreaming(sb.String(), &res, func(row []gomysql.FieldValue) error {
-		if len(row) != n {
-			return fmt.Errorf("mysql: snapshot of %s: %d values for %d columns", t.name, len(row), n)
-		}
-		sp.buf = sp.buf[:0]
-		sp.offs = sp.offs[:0]
-		for i := range row {
-			sp.offs = append(sp.offs, len(sp.buf))
-			sp.buf = appendSnapshotValue(sp.buf, t.kinds[i], &row[i], sp.scratch)
-		}
-		sp.offs = append(sp.offs, len(sp.buf))
-		key = key[:0]
-		for _, k := range t.key {
-			key = append(key, sp.buf[sp.offs[k]:sp.offs[k+1]]...)
-		}
-		if err := e.Record(t.stream.Name, source.OpInsert, seq, key, sp.buf); err != nil {
-			emitErr = err
-			return errEmit{err}
-		}
-		return nil
-	}, nil)
-	if emitErr != nil {
-		return emitErr
-	}
-	if err != nil {
-		return fmt.Errorf("mysql: snapshot of %s: %w", t.name, err)
-	}
-	return nil
-}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -60,27 +61,51 @@ func (p position) seq() int64 { return int64(p.idx)<<32 | int64(p.pos) }
 // seqAt is the seq of offset pos in file number idx.
 func seqAt(idx, pos uint32) int64 { return int64(idx)<<32 | int64(pos) }
 
-// The resume state, as JSON: the flavor, the binlog position after the
-// last whole transaction, and the GTID position there (empty when the
-// server has no GTIDs). Only states after the snapshot exist: it is read
-// in one go.
+// The binlog split's resume state, as JSON: the flavor, the binlog
+// position after the last whole transaction, and the GTID position there
+// (empty when the server has no GTIDs). Version 2 adds Copied, the
+// tables the binlog split read whole itself (tables without a pageable
+// key, see copyPending), and Skip: for each such table copied after the
+// position, where its copy was taken; the table's row events before it
+// are in the copy and are skipped. Version 1 states (written before
+// snapshots were split) mean every table opened then was read.
 type stateJSON struct {
-	V      int    `json:"v"`
-	Flavor string `json:"flavor"`
-	File   string `json:"file"`
-	Pos    uint32 `json:"pos"`
-	GTID   string `json:"gtid,omitempty"`
+	V      int                     `json:"v"`
+	Flavor string                  `json:"flavor"`
+	File   string                  `json:"file"`
+	Pos    uint32                  `json:"pos"`
+	GTID   string                  `json:"gtid,omitempty"`
+	Copied []string                `json:"copied,omitempty"`
+	Skip   map[string]positionJSON `json:"skip,omitempty"`
 }
 
-const stateVersion = 1
+type positionJSON struct {
+	File string `json:"file"`
+	Pos  uint32 `json:"pos"`
+}
+
+const stateVersion = 2
 
 type state struct {
 	flavor string
 	at     position
+	legacy bool                // a version 1 state
+	copied []string            // sorted
+	skip   map[string]position // by table name
 }
 
 func (st state) encode() []byte {
-	b, _ := json.Marshal(stateJSON{V: stateVersion, Flavor: st.flavor, File: st.at.file, Pos: st.at.pos, GTID: st.at.gtid})
+	j := stateJSON{V: stateVersion, Flavor: st.flavor, File: st.at.file, Pos: st.at.pos, GTID: st.at.gtid, Copied: st.copied}
+	if st.legacy {
+		j.V = 1
+	}
+	if len(st.skip) > 0 {
+		j.Skip = make(map[string]positionJSON, len(st.skip))
+		for t, p := range st.skip {
+			j.Skip[t] = positionJSON{File: p.file, Pos: p.pos}
+		}
+	}
+	b, _ := json.Marshal(j)
 	return b
 }
 
@@ -89,34 +114,118 @@ func (st state) encode() []byte {
 // the file's magic bytes and a GTID position of the flavor's form.
 func decodeState(b []byte) (state, error) {
 	var j stateJSON
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&j); err != nil {
-		return state{}, fmt.Errorf("%w: %v", ErrBadState, err)
+	if err := decodeStrict(b, &j); err != nil {
+		return state{}, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return state{}, fmt.Errorf("%w: data after the state", ErrBadState)
-	}
-	if j.V != stateVersion {
+	if j.V != 1 && j.V != stateVersion {
 		return state{}, fmt.Errorf("%w: version %d", ErrBadState, j.V)
 	}
-	if j.Flavor != FlavorMySQL && j.Flavor != FlavorMariaDB {
-		return state{}, fmt.Errorf("%w: flavor %q", ErrBadState, j.Flavor)
+	at, err := checkPosition(j.Flavor, j.File, j.Pos, j.GTID)
+	if err != nil {
+		return state{}, err
 	}
-	idx, err := fileIndex(j.File)
-	if err != nil || j.Pos < 4 {
-		return state{}, fmt.Errorf("%w: position %q:%d", ErrBadState, j.File, j.Pos)
+	st := state{flavor: j.Flavor, at: at, legacy: j.V == 1, copied: j.Copied}
+	if st.legacy && (len(j.Copied) > 0 || len(j.Skip) > 0) {
+		return state{}, fmt.Errorf("%w: version 1 with copied tables", ErrBadState)
 	}
-	if j.GTID != "" {
-		g, err := parseGTID(j.Flavor, j.GTID)
+	if !slices.IsSorted(st.copied) {
+		return state{}, fmt.Errorf("%w: copied tables not sorted", ErrBadState)
+	}
+	for t, p := range j.Skip {
+		idx, err := fileIndex(p.File)
+		if err != nil || p.Pos < 4 {
+			return state{}, fmt.Errorf("%w: skip position %q:%d of %q", ErrBadState, p.File, p.Pos, t)
+		}
+		if st.skip == nil {
+			st.skip = map[string]position{}
+		}
+		st.skip[t] = position{file: p.File, pos: p.Pos, idx: idx}
+	}
+	return st, nil
+}
+
+// decodeStrict decodes one JSON object with known fields and nothing
+// after it.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadState, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: data after the state", ErrBadState)
+	}
+	return nil
+}
+
+// checkPosition checks a state's flavor and position.
+func checkPosition(flavor, file string, pos uint32, gtid string) (position, error) {
+	if flavor != FlavorMySQL && flavor != FlavorMariaDB {
+		return position{}, fmt.Errorf("%w: flavor %q", ErrBadState, flavor)
+	}
+	idx, err := fileIndex(file)
+	if err != nil || pos < 4 {
+		return position{}, fmt.Errorf("%w: position %q:%d", ErrBadState, file, pos)
+	}
+	if gtid != "" {
+		g, err := parseGTID(flavor, gtid)
 		if err != nil {
-			return state{}, fmt.Errorf("%w: %v", ErrBadState, err)
+			return position{}, fmt.Errorf("%w: %v", ErrBadState, err)
 		}
-		if g.String() != j.GTID {
-			return state{}, fmt.Errorf("%w: GTID position %q is not in canonical form", ErrBadState, j.GTID)
+		if g.String() != gtid {
+			return position{}, fmt.Errorf("%w: GTID position %q is not in canonical form", ErrBadState, gtid)
 		}
 	}
-	return state{flavor: j.Flavor, at: position{file: j.File, pos: j.Pos, idx: idx, gtid: j.GTID}}, nil
+	return position{file: file, pos: pos, idx: idx, gtid: gtid}, nil
+}
+
+// snapStateJSON is a snapshot split's resume state. Flavor, File, Pos
+// and GTID are the split's origin: the binlog position whose seq every
+// row of the split carries, whatever snapshot it reads them under (see
+// the package doc), and where the binlog split starts when it has no
+// state of its own yet. After holds the last emitted row's key values
+// (their text; bytes for binary columns); Done says the table is read;
+// Rows counts the rows emitted up to the state, over all attempts.
+type snapStateJSON struct {
+	V      int      `json:"v"`
+	Flavor string   `json:"flavor"`
+	File   string   `json:"file"`
+	Pos    uint32   `json:"pos"`
+	GTID   string   `json:"gtid,omitempty"`
+	After  [][]byte `json:"after,omitempty"`
+	Done   bool     `json:"done,omitempty"`
+	Rows   int64    `json:"rows,omitempty"`
+}
+
+const snapStateVersion = 1
+
+type snapState struct {
+	flavor string
+	origin position
+	after  [][]byte
+	done   bool
+	rows   int64
+}
+
+func (st *snapState) encode() []byte {
+	b, _ := json.Marshal(snapStateJSON{V: snapStateVersion, Flavor: st.flavor, File: st.origin.file, Pos: st.origin.pos,
+		GTID: st.origin.gtid, After: st.after, Done: st.done, Rows: st.rows})
+	return b
+}
+
+func decodeSnapState(b []byte) (snapState, error) {
+	var j snapStateJSON
+	if err := decodeStrict(b, &j); err != nil {
+		return snapState{}, err
+	}
+	if j.V != snapStateVersion || j.Rows < 0 {
+		return snapState{}, fmt.Errorf("%w: snapshot state version %d, rows %d", ErrBadState, j.V, j.Rows)
+	}
+	at, err := checkPosition(j.Flavor, j.File, j.Pos, j.GTID)
+	if err != nil {
+		return snapState{}, err
+	}
+	return snapState{flavor: j.Flavor, origin: at, after: j.After, done: j.Done, rows: j.Rows}, nil
 }
 
 // gtidSet is a flavor's GTID position, advanced one transaction at a

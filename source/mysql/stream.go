@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -121,6 +123,11 @@ func (sp *split) stream(ctx context.Context, e source.Emitter, start state, boun
 	}
 	r := &reader{sp: sp, e: markEmitter{e, &sp.streamed}, flavor: s.info.flavor, bounded: bounded, end: end, cur: start.at, last: start,
 		gtid: gt, maps: map[uint64]*tableMap{}, lastMark: time.Now()}
+	r.last.skip = maps.Clone(start.skip)
+	sp.readAt.Store(start.at.seq())
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	go sp.pollLag(pollCtx)
 	if sp.scratch == nil {
 		sp.scratch = make([]byte, 0, 64)
 	}
@@ -311,7 +318,13 @@ func (r *reader) commit() error {
 		return err
 	}
 	r.inTxn, r.begun = false, false
-	r.last = state{flavor: r.flavor, at: position{file: r.cur.file, idx: r.cur.idx, pos: r.cur.pos, gtid: r.gtid.str}}
+	r.last.at = position{file: r.cur.file, idx: r.cur.idx, pos: r.cur.pos, gtid: r.gtid.str}
+	for name, p := range r.last.skip {
+		if !r.last.at.before(p) {
+			delete(r.last.skip, name) // the stream is past the table's copy
+		}
+	}
+	r.sp.readAt.Store(r.cur.seq())
 	if r.emitted || time.Since(r.lastMark) >= idleResumeEvery {
 		r.emitted = false
 		r.lastMark = time.Now()
@@ -459,6 +472,11 @@ func (r *reader) rows(e *replication.RowsEvent, typ replication.EventType) error
 	m := r.maps[e.TableID]
 	if m == nil || m.t == nil {
 		return nil
+	}
+	if len(r.last.skip) > 0 {
+		if p, ok := r.last.skip[m.t.name]; ok && seqAt(r.evIdx, r.evStart) < p.seq() {
+			return nil // in the table's copy already (copyPending)
+		}
 	}
 	if d, ok := deferred(e); ok {
 		if m.fast && fastEvent(typ) && !r.sp.src.standardDecode {
@@ -678,4 +696,52 @@ func (m markEmitter) Record(stream string, op source.Op, seq int64, key, payload
 func (m markEmitter) ResumePoint(state []byte) error {
 	*m.used = true
 	return m.Emitter.ResumePoint(state)
+}
+
+// lagPollEvery is how often a streaming Read polls the server's binlog
+// sizes for Lag.
+const lagPollEvery = 2 * time.Second
+
+// pollLag updates the split's lag from SHOW BINARY LOGS until ctx ends:
+// the bytes of the binlog files after the position read, and of the
+// current file past it.
+func (sp *split) pollLag(ctx context.Context) {
+	s := sp.src
+	t := time.NewTicker(lagPollEvery)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		c, err := s.queryConn(ctx)
+		var rs [][]string
+		if err == nil {
+			var r *gomysql.Result
+			if r, err = exec(ctx, c, "SHOW BINARY LOGS"); err == nil {
+				rs = rows(r)
+			}
+		}
+		s.mu.Unlock()
+		if err == nil {
+			at := sp.readAt.Load()
+			idx, pos := uint32(at>>32), int64(uint32(at))
+			var behind int64
+			for _, row := range rs {
+				fi, err1 := fileIndex(row[0])
+				size, err2 := strconv.ParseInt(row[1], 10, 64)
+				switch {
+				case err1 != nil || err2 != nil:
+				case fi > idx:
+					behind += size
+				case fi == idx:
+					behind += max(0, size-pos)
+				}
+			}
+			sp.behind.Store(behind)
+			sp.lagKnown.Store(true)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -3,6 +3,7 @@ package mysql
 import (
 	"bytes"
 	"errors"
+	"github.com/openetl/etl/source"
 	"strings"
 	"testing"
 
@@ -88,6 +89,8 @@ func TestStates(t *testing.T) {
 		`{"v":1,"flavor":"mariadb","file":"bin.000001","pos":4,"gtid":"0-1-3"}`,
 		`{"v":1,"flavor":"mysql","file":"binlog.000012","pos":1234}`,
 		`{"v":1,"flavor":"mysql","file":"binlog.000012","pos":1234,"gtid":"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"}`,
+		`{"v":2,"flavor":"mariadb","file":"bin.000001","pos":4,"gtid":"0-1-3"}`,
+		`{"v":2,"flavor":"mariadb","file":"bin.000001","pos":4,"gtid":"0-1-3","copied":["a","b"],"skip":{"b":{"file":"bin.000002","pos":120}}}`,
 	}
 	for _, s := range good {
 		st, err := decodeState([]byte(s))
@@ -96,7 +99,11 @@ func TestStates(t *testing.T) {
 		}
 	}
 	bad := []string{
-		``, `{}`, `null`, `{"v":2,"flavor":"mysql","file":"b.1","pos":4}`,
+		``, `{}`, `null`, `{"v":3,"flavor":"mysql","file":"b.1","pos":4}`,
+		`{"v":1,"flavor":"mysql","file":"b.1","pos":4,"copied":["a"]}`,
+		`{"v":2,"flavor":"mysql","file":"b.1","pos":4,"copied":["b","a"]}`,
+		`{"v":2,"flavor":"mysql","file":"b.1","pos":4,"skip":{"a":{"file":"b","pos":4}}}`,
+		`{"v":2,"flavor":"mysql","file":"b.1","pos":4,"skip":{"a":{"file":"b.2","pos":1}}}`,
 		`{"v":1,"flavor":"postgres","file":"b.1","pos":4}`,
 		`{"v":1,"flavor":"mysql","file":"binlog","pos":4}`,
 		`{"v":1,"flavor":"mysql","file":"b.1","pos":3}`,
@@ -209,5 +216,79 @@ func TestCheckSettings(t *testing.T) {
 	vars := map[string]string{"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL"}
 	if err := checkSettings(FlavorMariaDB, vars); err == nil || !strings.Contains(err.Error(), "MariaDB 10.5") {
 		t.Errorf("no binlog_row_metadata: %v", err)
+	}
+}
+
+func TestSnapStates(t *testing.T) {
+	good := []string{
+		`{"v":1,"flavor":"mariadb","file":"bin.000001","pos":4,"gtid":"0-1-3"}`,
+		`{"v":1,"flavor":"mysql","file":"binlog.000012","pos":1234,"after":["MTI=","YQ=="],"rows":2000}`,
+		`{"v":1,"flavor":"mysql","file":"binlog.000012","pos":1234,"done":true,"rows":5}`,
+	}
+	for _, s := range good {
+		st, err := decodeSnapState([]byte(s))
+		if err != nil || string(st.encode()) != s {
+			t.Errorf("%s: %v, encodes to %s", s, err, st.encode())
+		}
+	}
+	bad := []string{
+		``, `{}`, `{"v":2,"flavor":"mysql","file":"b.1","pos":4}`,
+		`{"v":1,"flavor":"postgres","file":"b.1","pos":4}`,
+		`{"v":1,"flavor":"mysql","file":"b","pos":4}`,
+		`{"v":1,"flavor":"mysql","file":"b.1","pos":4,"rows":-1}`,
+		`{"v":1,"flavor":"mysql","file":"b.1","pos":4,"after":["!"]}`,
+		`{"v":1,"flavor":"mysql","file":"b.1","pos":4,"extra":1}`,
+	}
+	for _, s := range bad {
+		if _, err := decodeSnapState([]byte(s)); !errors.Is(err, ErrBadState) {
+			t.Errorf("%q: %v, want ErrBadState", s, err)
+		}
+	}
+}
+
+func TestKeysetLiterals(t *testing.T) {
+	for _, c := range []struct {
+		k    litKind
+		v    string
+		want string
+	}{
+		{litNumber, "-12", "-12"},
+		{litNumber, "18446744073709551615", "18446744073709551615"},
+		{litNumber, "12.50", "12.50"},
+		{litQuoted, "2024-01-02 03:04:05.123456", "'2024-01-02 03:04:05.123456'"},
+		{litQuoted, "-838:59:59", "'-838:59:59'"},
+		{litText, "é'\\", "_utf8mb4 X'c3a9275c'"},
+		{litText, "", "_utf8mb4''"},
+		{litBinary, "\x00\xff", "X'00ff'"},
+		{litBinary, "", "_binary''"},
+	} {
+		got, err := appendLiteral(nil, c.k, []byte(c.v))
+		if err != nil || string(got) != c.want {
+			t.Errorf("%d %q: %s, %v; want %s", c.k, c.v, got, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		k litKind
+		v string
+	}{{litNumber, "1 OR 1=1"}, {litNumber, ""}, {litNumber, "1-2"}, {litQuoted, "2024-01-01' OR '1"}, {litNone, "1"}} {
+		if got, err := appendLiteral(nil, c.k, []byte(c.v)); err == nil {
+			t.Errorf("%d %q: %s, want an error", c.k, c.v, got)
+		}
+	}
+	for _, dt := range []string{"float", "double", "enum", "set", "bit", "text", "blob", "json", "geometry"} {
+		if literalKind(dt) != litNone {
+			t.Errorf("%s keys are paged", dt)
+		}
+	}
+	tbl := &table{name: "t", stream: source.Stream{Columns: []source.Column{{Name: "a"}, {Name: "b`c"}}}, key: []int{0, 1},
+		keyLits: []litKind{litNumber, litText}}
+	sp := &snapSplit{t: tbl, st: snapState{after: [][]byte{[]byte("7"), []byte("x")}}}
+	got, err := sp.where(nil)
+	if want := " WHERE (`a` > 7) OR (`a` = 7 AND `b``c` > _utf8mb4 X'78')"; err != nil || string(got) != want {
+		t.Errorf("where: %s, %v; want %s", got, err, want)
+	}
+	sp.st.after = sp.st.after[:1]
+	if _, err := sp.where(nil); !errors.Is(err, ErrBadState) {
+		t.Errorf("where after a key of the wrong length: %v", err)
 	}
 }
