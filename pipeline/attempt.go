@@ -101,18 +101,20 @@ func (r *runner) signalBudget() {
 // as of the start, commits and returns. Cancelling ctx abandons the
 // attempt: nothing after the last committed epoch is kept. Its error's
 // message is redacted (RedactSecrets); errors.Is and errors.As see the
-// original.
+// original. A split's source.ErrReopen starts a new attempt instead
+// (see there); the Result then counts them all.
 func Sync(ctx context.Context, cfg Config) (Result, error) {
-	return attempt(ctx, cfg, true)
+	return attempts(ctx, cfg, true)
 }
 
 // Run runs one continuous attempt until ctx is cancelled, then places a
 // final barrier, commits it within StopTimeout and returns nil; cancelled
 // while it sets up (claim, recovery, open), before reading, it returns
 // nil too. It returns an error when the attempt fails, including
-// checkpoint.ErrFenced when a newer attempt took the pipeline over.
+// checkpoint.ErrFenced when a newer attempt took the pipeline over. A
+// split's source.ErrReopen starts a new attempt instead (see there).
 func Run(ctx context.Context, cfg Config) error {
-	_, err := attempt(ctx, cfg, false)
+	_, err := attempts(ctx, cfg, false)
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
 		return nil // a stop during setup: nothing was read
 	}

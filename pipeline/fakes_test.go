@@ -34,6 +34,7 @@ type fakeSource struct {
 	failStream                       string       // this stream's split fails...
 	failAt                           int          // ...before emitting this record...
 	failErr                          error        // ...with this error
+	failOnce                         bool         // ...the first time only
 	noFinalRP                        bool         // splits return nil without a resume point at their end
 }
 
@@ -98,8 +99,16 @@ func (sp *fakeSplit) Read(ctx context.Context, e source.Emitter, bounded bool) e
 			time.Sleep(sp.src.delay)
 		}
 		i := sp.next
-		if sp.src.failErr != nil && sp.stream == sp.src.failStream && i == sp.src.failAt {
-			return sp.src.failErr
+		if sp.stream == sp.src.failStream && i == sp.src.failAt {
+			sp.src.mu.Lock()
+			err := sp.src.failErr
+			if sp.src.failOnce {
+				sp.src.failErr = nil
+			}
+			sp.src.mu.Unlock()
+			if err != nil {
+				return err
+			}
 		}
 		payload := []byte("ok")
 		if sp.src.badEvery > 0 && i%sp.src.badEvery == sp.src.badEvery-1 {

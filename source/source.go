@@ -236,4 +236,15 @@ var (
 	// needs from the split (the final checkpoint is placed, or the attempt
 	// failed). Read must return it.
 	ErrStopping = errors.New("source: pipeline is stopping")
+
+	// ErrReopen, wrapped in the error a split's Read returns, says that
+	// the source's catalog changed under a running attempt (a column or
+	// a table appeared) and that a new attempt, which discovers and
+	// opens it again, will read on. The runner then ends the attempt as
+	// a failed one (what was read after the last checkpoint is read
+	// again, so nothing is lost or repeated) and starts the next itself:
+	// Run and Sync go on without returning, and the host sees a Warn log
+	// line and sync events. After a few reopens in a row that committed
+	// nothing, the runner returns the error instead.
+	ErrReopen = errors.New("source: the catalog changed; reopen")
 )
