@@ -103,8 +103,12 @@
 //     columns by name. A column dropped reads as null from then on. A
 //     column added, or a type changed, after the attempt read the catalog
 //     stops the stream with a *SchemaChangeError (ErrSchemaChanged) once
-//     the changes before it are read; the next Sync or Run declares the
-//     new shape and continues from there. Changes streamed from before a
+//     the changes before it are read. The error also matches
+//     source.ErrReopen, so the runner starts a new attempt by itself,
+//     which declares the new shape and continues from the last
+//     checkpoint; a Sync or Run goes on without returning. A table added
+//     to the publication while an attempt streams does the same, and the
+//     new attempt snapshots it beside the stream. Changes streamed from before a
 //     change the catalog already shows are read under the catalog's
 //     columns (a column added later is null in them).
 //   - Truncates stop the stream with a *TruncateError, unless
@@ -137,9 +141,4 @@
 // Source.Teardown drops the slot, and the publication when the source
 // creates it (Config.CreatePublication), for a pipeline taken out of
 // service.
-//
-// # Limits of this version
-//
-//   - A table added to the publication is picked up by the next attempt
-//     (Sync, or Run started again), not by a running one.
 package postgres

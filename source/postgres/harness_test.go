@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ type harness struct {
 	tables, ckpts string
 	last          etl.Result
 	setup         func(*postgres.Source) // called on each new source
+	logger        *slog.Logger           // the pipeline's, when set
 }
 
 func newHarness(t *testing.T, d string, cfg postgres.Config) *harness {
@@ -63,6 +65,9 @@ func (h *harness) build(epochEvery time.Duration) (*etl.Pipeline, func(), error)
 	b := etl.NewPipeline("pg").From(src).To(dst).Checkpoints(store)
 	if epochEvery > 0 {
 		b = b.EpochEvery(epochEvery, 0)
+	}
+	if h.logger != nil {
+		b = b.Logger(h.logger)
 	}
 	p, err := b.Build()
 	if err != nil {

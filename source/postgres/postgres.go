@@ -158,11 +158,13 @@ func (e *TruncateError) Error() string {
 
 // SchemaChangeError is returned by Read when a table's columns changed
 // in the stream (ALTER TABLE ... ADD COLUMN, a type change) in a way the
-// attempt's declared schema can't carry. The changes before are
-// committed; run the pipeline again: the next attempt declares the new
-// columns (Discover reads them from the catalog) and continues where this
-// one stopped. Dropped columns need no restart: they are null from then
-// on.
+// attempt's declared schema can't carry, or when a table was added to
+// the publication after the attempt read the catalog. It matches both
+// ErrSchemaChanged and source.ErrReopen, so the runner starts a new
+// attempt at once, which declares the new shape (Discover reads it from
+// the catalog), snapshots an added table and continues where this one
+// stopped; a host sees it only if that keeps failing. Dropped columns
+// need no new attempt: they are null from then on.
 type SchemaChangeError struct {
 	Stream string
 	Detail string        // which column changed, and how
@@ -170,12 +172,14 @@ type SchemaChangeError struct {
 }
 
 func (e *SchemaChangeError) Error() string {
-	return fmt.Sprintf("postgres: the columns of %s changed at %s (%s): run the pipeline again to declare them",
-		e.Stream, e.LSN, e.Detail)
+	return fmt.Sprintf("postgres: the catalog changed at %s: %s: %s; a new attempt reads it", e.LSN, e.Stream, e.Detail)
 }
 
-// Is makes errors.Is(err, ErrSchemaChanged) true.
-func (e *SchemaChangeError) Is(target error) bool { return target == ErrSchemaChanged }
+// Is makes errors.Is(err, ErrSchemaChanged) and errors.Is(err,
+// source.ErrReopen) true.
+func (e *SchemaChangeError) Is(target error) bool {
+	return target == ErrSchemaChanged || target == source.ErrReopen
+}
 
 // Errors returned by the source.
 var (
@@ -567,7 +571,11 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	if err != nil {
 		return nil, err
 	}
-	sp := &split{src: s, id: source.SplitID(splitIDPrefix + s.cfg.Slot), rels: map[uint32]*relation{}}
+	sp := &split{src: s, id: source.SplitID(splitIDPrefix + s.cfg.Slot), rels: map[uint32]*relation{}, published: map[[2]string]bool{}}
+	for _, t := range tables {
+		sp.published[[2]string{t.schema, t.name}] = true
+		sp.discovered = max(sp.discovered, t.discovered)
+	}
 	for _, name := range streams {
 		i := slices.IndexFunc(tables, func(t *table) bool { return t.stream.Name == name })
 		if i < 0 {

@@ -24,8 +24,14 @@ type split struct {
 	start  state
 
 	rels map[uint32]*relation // from the stream's relation messages
-	buf  []byte
-	key  []byte
+	// published holds every table of the publication when the attempt
+	// read the catalog, at position discovered: a relation message of
+	// another table, in a transaction committed after that, is a table
+	// added to the publication since.
+	published  map[[2]string]bool
+	discovered pglogrepl.LSN
+	buf        []byte
+	key        []byte
 
 	// For Lag, read from other goroutines: the server's WAL end at the
 	// last keepalive and the position read up to.
@@ -523,6 +529,9 @@ func (sp *split) heartbeat(ctx context.Context) error {
 func (sp *split) relation(m *pglogrepl.RelationMessage, at pglogrepl.LSN) (*relation, error) {
 	t := sp.lookup(m)
 	if t == nil {
+		if !sp.published[[2]string{m.Namespace, m.RelationName}] && at > sp.discovered {
+			return nil, &SchemaChangeError{Stream: m.Namespace + "." + m.RelationName, Detail: "table added to the publication", LSN: at}
+		}
 		return &relation{}, nil
 	}
 	r := &relation{table: t, src: make([]int, len(t.stream.Columns))}
