@@ -186,6 +186,12 @@ func TestPauseReporterEvents(t *testing.T) {
 		len(st.Splits[0].Streams) != 1 || st.Splits[0].Streams[0] != "s0" {
 		t.Errorf("status while paused: %+v", st)
 	}
+	if len(st.Splits) == 1 && len(st.Splits[0].Streams) == 1 {
+		st.Splits[0].Streams[0] = "changed by the caller"
+		if got := cfg.Monitor.Status().Splits[0].Streams[0]; got != "s0" {
+			t.Errorf("Status shares a split's streams with the pipeline: %q", got)
+		}
+	}
 	close(src.sp.resume)
 	resumed := ev.wait(t, pipeline.EventStreamResumed, 1)
 	if resumed.Split != "p0" || resumed.Stream != "s0" || resumed.Paused < paused.Paused {

@@ -136,6 +136,9 @@ func (a *attemptState) snapshot() Status {
 	s := a.st
 	s.Streams = maps.Clone(a.st.Streams)
 	s.Splits = slices.Clone(a.st.Splits)
+	for i := range s.Splits {
+		s.Splits[i].Streams = slices.Clone(s.Splits[i].Streams)
+	}
 	s.Backlog = maps.Clone(a.st.Backlog)
 	return s
 }
