@@ -23,7 +23,12 @@ const (
 	DefaultDatabase  = "default"
 	DefaultBlockRows = 100_000
 	DefaultApplyWait = 2 * time.Minute
+	DefaultRetries   = 3
 )
+
+// retryBackoff is the wait before the first retry of a block; it doubles
+// with each retry.
+const retryBackoff = 100 * time.Millisecond
 
 // Table configures one destination table.
 type Table struct {
@@ -41,9 +46,17 @@ type Table struct {
 // Config configures a Destination.
 type Config struct {
 	// Conn is the connection pool to the server, opened by the caller
-	// (clickhouse.Open with the native protocol; several Addr are tried in
-	// turn). The caller owns it and closes it after the last Writer is
-	// closed. Required.
+	// (clickhouse.Open with the native protocol). The caller owns it and
+	// closes it after the last Writer is closed. Required.
+	//
+	// Several Options.Addr are the ways to one set of data: addresses of
+	// one server (or of proxies or load balancers in front of it), not
+	// independent replicas. A connection that fails is dropped, and the
+	// retry of the block dials again, which moves on to the next address
+	// (clickhouse-go's ConnOpenStrategy picks the order). Each retry first
+	// checks, through the new connection, whether the failed attempt
+	// landed (doc.go, Guarantee): that check is exact only when every
+	// address sees the same tables at once.
 	Conn driver.Conn
 
 	// Database holds the tables, the staging tables and the
@@ -67,6 +80,14 @@ type Config struct {
 	// process's query the server finishes anyway). Default 2m.
 	ApplyWait time.Duration
 
+	// Retries is how many times a block whose send to its staging table
+	// (Write, PreCommit) or whose copy into its table (Commit) failed is
+	// tried again, each time on a fresh connection from Conn, after
+	// checking whether the failed try landed after all. Backoff 100ms,
+	// doubling. Default 3; negative: never (a failed send then fails the
+	// attempt, and a failed copy is left to the runner's Commit retries).
+	Retries int
+
 	// Logger receives lifecycle events at Info, per-block detail at
 	// Debug. Never row data. Default: discard.
 	Logger *slog.Logger
@@ -80,6 +101,7 @@ type Destination struct {
 	tables    map[string]Table
 	blockRows int
 	applyWait time.Duration
+	retries   int
 	log       *slog.Logger
 	features  Features
 
@@ -114,6 +136,11 @@ func New(ctx context.Context, cfg Config) (*Destination, error) {
 	if cfg.BlockRows == 0 {
 		cfg.BlockRows = DefaultBlockRows
 	}
+	if cfg.Retries == 0 {
+		cfg.Retries = DefaultRetries
+	} else if cfg.Retries < 0 {
+		cfg.Retries = 0
+	}
 	if cfg.ApplyWait <= 0 {
 		cfg.ApplyWait = DefaultApplyWait
 	}
@@ -138,6 +165,7 @@ func New(ctx context.Context, cfg Config) (*Destination, error) {
 		tables:    cfg.Tables,
 		blockRows: cfg.BlockRows,
 		applyWait: cfg.ApplyWait,
+		retries:   cfg.Retries,
 		log:       cfg.Logger,
 		features:  ServerFeatures(version),
 		schemas:   make(map[string]*tableSchema),

@@ -97,21 +97,12 @@ func (w *writer) applyTable(ctx context.Context, table string, blocks []stagedBl
 	}
 	for i, b := range blocks {
 		if verify[i] {
-			n, err := w.count(ctx, table, b.Token)
+			done, err := w.landed(ctx, table, b)
 			if err != nil {
 				return err
 			}
-			switch {
-			case n == b.Rows:
+			if done {
 				continue // landed before
-			case n != 0 && w.d.isMerge(table):
-				// A ReplacingMergeTree's background merges drop the
-				// versions later blocks replaced: fewer rows than the
-				// block had still means it landed (one part per block,
-				// whole or not at all).
-				continue
-			case n != 0:
-				return fmt.Errorf("clickhouse: table %q holds %d rows of block %d, which has %d: was the table changed by hand?", table, n, b.Token, b.Rows)
 			}
 		}
 		// The block must still be staged, whole: a copy from a partition
@@ -125,11 +116,79 @@ func (w *writer) applyTable(ctx context.Context, table string, blocks []stagedBl
 			return fmt.Errorf("clickhouse: block %d of %q has %d rows staged and none applied, want %d: the epoch is lost (was the staging table changed by hand?)", b.Token, table, n, b.Rows)
 		}
 		qctx := clickhouse.Context(ctx, clickhouse.WithQueryID(w.applyQueryID(gen, b.Token)))
-		if err := w.d.conn.Exec(qctx, applyBlock(w.d.db, table, cols, b.Token, b.Rows, w.pipeline, gen, w.d.features)); err != nil {
+		q := applyBlock(w.d.db, table, cols, b.Token, b.Rows, w.pipeline, gen, w.d.features)
+		// A failed copy is sent again (on a fresh connection) only after
+		// the copy that failed has ended on the server and the block is
+		// counted absent from the table: it may have landed all the same.
+		err = w.retry(ctx, "apply a block", func() error { return w.d.conn.Exec(qctx, q) }, func() (bool, error) {
+			w.d.mustVerify(b.Token)
+			if err := w.waitApplies(ctx); err != nil {
+				return false, err
+			}
+			return w.landed(ctx, table, b)
+		})
+		if err != nil {
 			return fmt.Errorf("clickhouse: apply block %d (%d rows) to %q: %w", b.Token, b.Rows, table, err)
 		}
 	}
 	return nil
+}
+
+// landed reports whether block b is in table: all its rows, or on a merge
+// table some (ReplacingMergeTree's merges drop the versions later blocks
+// replaced; one part per block, so some means all landed). Part of a
+// block on an append table is an error wrapped as permanent.
+func (w *writer) landed(ctx context.Context, table string, b stagedBlock) (bool, error) {
+	n, err := w.count(ctx, table, b.Token)
+	switch {
+	case err != nil:
+		return false, err
+	case n == 0:
+		return false, nil
+	case n == b.Rows, w.d.isMerge(table):
+		return true, nil
+	}
+	return false, permanent(fmt.Errorf("clickhouse: table %q holds %d rows of block %d, which has %d: was the table changed by hand?", table, n, b.Token, b.Rows))
+}
+
+// permanentError is a failure a retry can't mend.
+type permanentError struct{ error }
+
+func (e permanentError) Unwrap() error { return e.error }
+
+func permanent(err error) error { return permanentError{err} }
+
+// retry runs op; after a failure it waits (backoff), asks landed whether
+// the failed op took effect after all, and runs op again only if not, up
+// to Config.Retries times. op acquires a fresh connection each time, so a
+// retry moves on to the pool's next address when the failed one is gone.
+// Context errors and permanent errors end it at once.
+func (w *writer) retry(ctx context.Context, what string, op func() error, landed func() (bool, error)) error {
+	err := op()
+	backoff := retryBackoff
+	for try := 1; err != nil && try <= w.d.retries; try++ {
+		var perm permanentError
+		if ctx.Err() != nil || errors.As(err, &perm) {
+			return err
+		}
+		w.d.log.Warn("clickhouse: retrying", "pipeline", w.pipeline, "lane", w.lane, "op", what, "try", try, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+		var done bool
+		if done, err = landed(); err != nil {
+			continue
+		}
+		if done {
+			w.d.log.Info("clickhouse: a failed try had landed", "pipeline", w.pipeline, "lane", w.lane, "op", what, "try", try)
+			return nil
+		}
+		err = op()
+	}
+	return err
 }
 
 // applyQueryID names an apply in system.processes, so that Recover can
@@ -140,10 +199,27 @@ func (w *writer) applyQueryID(gen, token uint64) string {
 
 func (w *writer) applyPrefix() string { return "openetl-apply-" + w.pipeHash + "-" }
 
+// stageQueryID names the send of block token to its staging table in
+// system.processes, so that a retry can wait for a failed one.
+func (w *writer) stageQueryID(token uint64) string {
+	return fmt.Sprintf("openetl-stage-%s-%016x", w.pipeHash, token)
+}
+
+// waitQuery waits until the query id no longer runs on the server.
+func (w *writer) waitQuery(ctx context.Context, id string) error {
+	return w.waitFor(ctx, "query_id = "+quoteString(id), id)
+}
+
 // waitApplies waits until no apply of the pipeline runs on the server.
 func (w *writer) waitApplies(ctx context.Context) error {
+	return w.waitFor(ctx, "startsWith(query_id, "+quoteString(w.applyPrefix())+")", w.applyPrefix()+"*")
+}
+
+// waitFor waits until no query matching cond runs on the server, for at
+// most Config.ApplyWait.
+func (w *writer) waitFor(ctx context.Context, cond, what string) error {
 	deadline := time.Now().Add(w.d.applyWait)
-	q := "SELECT count() FROM system.processes WHERE startsWith(query_id, " + quoteString(w.applyPrefix()) + ")"
+	q := "SELECT count() FROM system.processes WHERE " + cond
 	for delay := 10 * time.Millisecond; ; delay = min(2*delay, time.Second) {
 		var n uint64
 		if err := w.d.conn.QueryRow(ctx, q).Scan(&n); err != nil {
@@ -153,8 +229,8 @@ func (w *writer) waitApplies(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("clickhouse: %d applies of pipeline %q still run on the server after %v (see system.processes, query_id %s*): is a zombie stuck?",
-				n, w.pipeline, w.d.applyWait, w.applyPrefix())
+			return fmt.Errorf("clickhouse: %d queries of pipeline %q still run on the server after %v (see system.processes, query_id %s): is a zombie stuck?",
+				n, w.pipeline, w.d.applyWait, what)
 		}
 		select {
 		case <-ctx.Done():

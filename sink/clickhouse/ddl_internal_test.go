@@ -20,10 +20,10 @@ var (
 )
 
 func TestServerFeatures(t *testing.T) {
-	if old != (Features{Version: "18.16.1"}) {
-		t.Errorf("18.16.1: %+v, want no features", old)
+	if old != (Features{Version: "18.16.1", UUID: true, ExperimentalLowCardinality: true}) {
+		t.Errorf("18.16.1: %+v, want UUID and experimental LowCardinality only", old)
 	}
-	want := Features{Version: "25.8.2.1", DateTime64: true, Date32: true, Decimal256: true, Bool: true, LowCardinality: true, DedupToken: true, IsDeleted: true}
+	want := Features{Version: "25.8.2.1", DateTime64: true, Date32: true, Decimal256: true, Bool: true, LowCardinality: true, UUID: true, DedupToken: true, IsDeleted: true}
 	if modern != want {
 		t.Errorf("25.8: %+v, want %+v", modern, want)
 	}
@@ -50,7 +50,12 @@ func TestTypeMap(t *testing.T) {
 		{arrow.FixedWidthTypes.Boolean, true, false, old, "Nullable(UInt8)"},
 		{arrow.FixedWidthTypes.Boolean, true, false, modern, "Nullable(Bool)"},
 		{arrow.BinaryTypes.String, false, false, old, "String"},
-		{&arrow.FixedSizeBinaryType{ByteWidth: 16}, false, false, old, "FixedString(16)"},
+		{&arrow.FixedSizeBinaryType{ByteWidth: 16}, false, false, old, "UUID"},
+		{&arrow.FixedSizeBinaryType{ByteWidth: 16}, true, false, modern, "Nullable(UUID)"},
+		{&arrow.FixedSizeBinaryType{ByteWidth: 16}, true, true, modern, "UUID"},
+		{&arrow.FixedSizeBinaryType{ByteWidth: 16}, true, false, ServerFeatures("1.1.54343"), "Nullable(FixedString(16))"},
+		{&arrow.FixedSizeBinaryType{ByteWidth: 8}, false, false, modern, "FixedString(8)"},
+		{arrow.ListOf(&arrow.FixedSizeBinaryType{ByteWidth: 16}), true, false, old, "Array(Nullable(UUID))"},
 		{&arrow.Decimal128Type{Precision: 9, Scale: 2}, false, false, old, "Decimal(9, 2)"},
 		{&arrow.Decimal128Type{Precision: 38, Scale: 10}, false, false, old, "Decimal(38, 10)"},
 		{&arrow.Decimal256Type{Precision: 60, Scale: 4}, false, false, old, "Decimal(38, 4)"},
@@ -65,7 +70,8 @@ func TestTypeMap(t *testing.T) {
 		{arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int32), true, false, old, "Array(Int32)"},
 		{arrow.StructOf(arrow.Field{Name: "a", Type: arrow.PrimitiveTypes.Int64}), true, false, old, "Nullable(String)"},
 		{&arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}, false, false, modern, "LowCardinality(String)"},
-		{&arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}, false, false, old, "String"},
+		{&arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}, true, false, old, "LowCardinality(Nullable(String))"},
+		{&arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}, false, false, ServerFeatures("18.10.3"), "String"},
 	} {
 		got, err := mapType(tc.f, arrow.Field{Name: "c", Type: tc.typ, Nullable: tc.nullable}, tc.key)
 		if err != nil {
@@ -153,7 +159,7 @@ func TestEncodeDateTime64(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := encode(ct, arr, nil, false)
+	v, err := encode(ct, arr, nil, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,5 +247,51 @@ func TestWidens(t *testing.T) {
 	}
 	if got := modifyColumn("db", "t", column{"x", colType{ch: "Nullable(Float64)"}}); got != "ALTER TABLE `db`.`t` MODIFY COLUMN `x` Nullable(Float64)" {
 		t.Errorf("modifyColumn: %s", got)
+	}
+}
+
+// TestEncodeScratchReuse: the writer's scratch slices serve batch after
+// batch; a later, shorter batch with nulls where the earlier had values
+// must not show the earlier values, and the selected rows must be the
+// ones encoded.
+func TestEncodeScratchReuse(t *testing.T) {
+	var sc scratch
+	build := func(vals []string, valid []bool) arrow.Array {
+		b := array.NewStringBuilder(memory.DefaultAllocator)
+		defer b.Release()
+		b.AppendValues(vals, valid)
+		return b.NewArray()
+	}
+	a1 := build([]string{"a", "b", "c", "d"}, nil)
+	defer a1.Release()
+	a2 := build([]string{"x", "", "z"}, []bool{true, false, true})
+	defer a2.Release()
+	nullable := colType{ch: "Nullable(String)", kind: kString, nullable: true}
+	plain := colType{ch: "String", kind: kString}
+	if v, _ := encode(nullable, a1, nil, false, &sc); len(v.([]*string)) != 4 {
+		t.Fatalf("first batch: %v", v)
+	}
+	v, err := encode(nullable, a2, nil, false, &sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := v.([]*string)
+	if len(got) != 3 || *got[0] != "x" || got[1] != nil || *got[2] != "z" {
+		t.Errorf("second batch, Nullable: %v", got)
+	}
+	v, _ = encode(plain, a2, nil, false, &sc)
+	if s := v.([]string); len(s) != 3 || s[0] != "x" || s[1] != "" || s[2] != "z" {
+		t.Errorf("second batch, not Nullable: %q (a null is the empty string, not a leftover)", s)
+	}
+	v, _ = encode(plain, a1, []int{3, 1}, false, &sc)
+	if s := v.([]string); len(s) != 2 || s[0] != "d" || s[1] != "b" {
+		t.Errorf("selected rows: %q", s)
+	}
+	if c := sc.constant(7, 3); len(c) != 3 || c[0] != 7 || c[2] != 7 {
+		t.Errorf("constant: %v", c)
+	}
+	sc.pipeline("p", 2)
+	if p := sc.pipeline("p", 40); len(p) != 40 || p[39] != "p" || p[0] != "p" {
+		t.Errorf("pipeline column: %q", p)
 	}
 }

@@ -34,8 +34,14 @@
 //	float32, float64                Float32, Float64
 //	bool                            Bool (21.12+), else UInt8
 //	utf8, binary                    String (_openetl_op: LowCardinality(String) on 19.1+)
-//	dictionary<utf8> (enums)        LowCardinality(String) (19.1+), else String
-//	fixed_size_binary(n)            FixedString(n) (a Postgres uuid: 16 bytes, big-endian)
+//	dictionary<utf8> (enums)        LowCardinality(String) (19.1+; 18.12..19.0 with
+//	                                allow_experimental_low_cardinality_type, which the
+//	                                destination sets on its statements), else String;
+//	                                nullable: LowCardinality(Nullable(String))
+//	fixed_size_binary(16) (uuid)    UUID (18.1+; reads back as the source's text form),
+//	                                else FixedString(16); a table created with
+//	                                FixedString(16) keeps it (the same 16 bytes)
+//	fixed_size_binary(n)            FixedString(n)
 //	decimal128/256(p,s)             Decimal(p,s): the server picks 32/64/128/256 bits;
 //	                                p is capped at 38 (76 on 20.8+), wider values quarantined
 //	date32, date64                  Date32 (21.9+), else Date
@@ -105,9 +111,35 @@
 // waited for and then counted; one registered after it reads the raised
 // fence and copies nothing. Commit counts only after the same wait.
 //
+// # Retries and several addresses
+//
+// A block whose send to its staging table fails (Write, PreCommit), or
+// whose copy into its table fails (Commit), is tried again, up to
+// Config.Retries times, with the same sealed block: the failed
+// connection is closed, and the next try takes a fresh one from the
+// pool, whose dialer moves on to the next of Options.Addr when one is
+// down. Before each retry the writer asks, through the new connection,
+// whether the failed try landed after all (its answer may have been
+// lost): it waits until the failed query (named by its query ID) no
+// longer runs, then counts the block's rows in the staging table (a
+// send) or the table (a copy), and sends again only if there are none.
+// So a retry never doubles a block, wherever the failure happened. A
+// Commit that still fails is retried by the runner, verified the same
+// way, and a failed send fails the attempt (the next one redoes the
+// epoch).
+//
+// The guarantee is the same on every server version: the count does
+// not need insert deduplication tokens, which servers that have them
+// (22.2+) get as a second guard. With the Class (stage-and-apply) and
+// Capabilities (merge, no skip by _openetl_id) this destination reports,
+// the delivery package works out: exactly once for either mode from an
+// exact-replay source; from a superset source (one that may repeat
+// records after a crash), effectively once for merge and at least once
+// for append, since a repeated record is a new row in a new block.
+//
 // What this rests on, stated exactly:
 //   - one server: the fence, system.processes and the parts are one
-//     server's. Behind a Distributed table or with several replicas and
+//     server's (every address reaches it). Behind a Distributed table or with several replicas and
 //     Replicated tables, the count and the fence are not linearizable;
 //     on servers with insert deduplication tokens (22.2+) every copy also
 //     carries the token pipeline/table/block and the tables are created
@@ -127,17 +159,23 @@
 //     destination table name, and must agree with the pipeline's Mode.
 //   - A Write is never split: a block holds whole batches, so it can pass
 //     Config.BlockRows by one batch.
-//   - Several addresses in the caller's clickhouse.Options are what
-//     clickhouse-go fails over between; the guarantee above holds for one
-//     server (see Guarantee). A failed Commit is retried by the runner
-//     with the same sealed blocks, verified before each copy; a failed
-//     send to a staging table fails the attempt, and the next attempt
-//     redoes the epoch.
+//   - Several addresses in the caller's clickhouse.Options must be ways
+//     to the same data: one server's ports, or proxies and load
+//     balancers in front of one server (see Guarantee). Not independent
+//     servers, and not replicas of Replicated tables: a block staged
+//     through one replica may not be there yet through another, and the
+//     count that guards a retried copy would not be exact.
 //   - Writes use clickhouse-go's column Append with Go slices built once
 //     per batch per column; decimals and fixed strings cost an allocation
 //     per value (the driver takes them only as values that own their
 //     bytes). ch-go, which could take Arrow buffers without copying, does
 //     not speak 18.16's protocol (it fails on the first query).
+//
+// Declared enums: the engine gives a Postgres enum or a MySQL enum column
+// as utf8 today, with nothing in the Arrow field saying it was an enum
+// (the Postgres source declares the enum's own type name, e.g. "mood",
+// like any other user type), so such columns are String. A column the
+// engine hands over as dictionary<int, utf8> becomes LowCardinality.
 //
 // Reading merge tables needs FINAL (or OPTIMIZE ... FINAL first): until
 // parts merge, older versions of a key are stored beside the latest.

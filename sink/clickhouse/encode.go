@@ -8,6 +8,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 )
 
@@ -155,7 +156,11 @@ func decimalBig(arr arrow.Array, i int) *big.Int {
 // for a null in a Nullable column. Slices are allocated once per column
 // per batch, never per row (decimals and fixed strings excepted: the
 // driver takes them only as values that own their bytes).
-func encode(t colType, arr arrow.Array, sel []int, truncate bool) (any, error) {
+//
+// sc, when not nil, lends the slices of the most common columns (strings,
+// timestamps): the driver copies what Append is given, so the writer's
+// one scratch serves every column of every batch in turn.
+func encode(t colType, arr arrow.Array, sel []int, truncate bool, sc *scratch) (any, error) {
 	switch t.kind {
 	case kInt8:
 		return prim(arr.(*array.Int8).Int8Values(), arr, sel, t.nullable), nil
@@ -189,10 +194,13 @@ func encode(t colType, arr arrow.Array, sel []int, truncate bool) (any, error) {
 			return 0
 		}), nil
 	case kString:
-		return encodeString(arr, sel, t.nullable)
+		return encodeString(arr, sel, t.nullable, sc)
 	case kFixed:
 		a := arr.(*array.FixedSizeBinary)
 		return gen(a, sel, t.nullable, func(i int) string { return string(a.Value(i)) }), nil
+	case kUUID:
+		a := arr.(*array.FixedSizeBinary)
+		return gen(a, sel, t.nullable, func(i int) uuid.UUID { return uuid.UUID(a.Value(i)) }), nil
 	case kDecimal:
 		return encodeDecimal(arr, sel, t)
 	case kDate:
@@ -202,13 +210,17 @@ func encode(t colType, arr arrow.Array, sel []int, truncate bool) (any, error) {
 	case kDateTime, kDateTime64:
 		a := arr.(*array.Timestamp)
 		unit := a.DataType().(*arrow.TimestampType).Unit
-		return gen(a, sel, t.nullable, func(i int) time.Time {
+		value := func(i int) time.Time {
 			secs, frac := splitTimestamp(int64(a.Value(i)), unit)
 			if t.kind == kDateTime {
 				frac = 0 // only for truncate columns: checkColumn quarantined the rest
 			}
 			return time.Unix(secs, frac).UTC()
-		}), nil
+		}
+		if sc != nil {
+			return genInto(a, sel, t.nullable, value, &sc.times, &sc.timePtrs), nil
+		}
+		return gen(a, sel, t.nullable, value), nil
 	case kArray:
 		return encodeArray(t, arr, sel)
 	case kJSON:
@@ -286,25 +298,104 @@ func gen[T any](arr arrow.Array, sel []int, nullable bool, value func(int) T) an
 	return vals
 }
 
-func encodeString(arr arrow.Array, sel []int, nullable bool) (any, error) {
+func encodeString(arr arrow.Array, sel []int, nullable bool, sc *scratch) (any, error) {
+	var value func(int) string
 	switch a := arr.(type) {
 	case *array.String:
-		return gen(a, sel, nullable, a.Value), nil
+		value = a.Value
 	case *array.LargeString:
-		return gen(a, sel, nullable, a.Value), nil
+		value = a.Value
 	case *array.Binary:
-		return gen(a, sel, nullable, a.ValueString), nil
+		value = a.ValueString
 	case *array.LargeBinary:
-		return gen(a, sel, nullable, a.ValueString), nil
+		value = a.ValueString
 	case *array.Dictionary:
-		dict, err := encodeString(a.Dictionary(), nil, false)
+		dict, err := encodeString(a.Dictionary(), nil, false, nil)
 		if err != nil {
 			return nil, err
 		}
 		words := dict.([]string)
-		return gen(a, sel, nullable, func(i int) string { return words[a.GetValueIndex(i)] }), nil
+		value = func(i int) string { return words[a.GetValueIndex(i)] }
+	default:
+		return nil, fmt.Errorf("no string encoder for %s", arr.DataType())
 	}
-	return nil, fmt.Errorf("no string encoder for %s", arr.DataType())
+	if sc != nil {
+		return genInto(arr, sel, nullable, value, &sc.strs, &sc.strPtrs), nil
+	}
+	return gen(arr, sel, nullable, value), nil
+}
+
+// scratch is a writer's reusable column slices (see encode).
+type scratch struct {
+	strs     []string
+	strPtrs  []*string
+	times    []time.Time
+	timePtrs []*time.Time
+	u64      []uint64
+	pipes    []string // every element the writer's pipeline name
+}
+
+// resize returns *s with length n, reallocated only when it is too short.
+func resize[T any](s *[]T, n int) []T {
+	if cap(*s) < n {
+		*s = make([]T, n, n+n/4)
+	}
+	return (*s)[:n]
+}
+
+// constant returns n copies of v in the scratch's uint64 slice.
+func (sc *scratch) constant(v uint64, n int) []uint64 {
+	out := resize(&sc.u64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// pipeline returns n copies of name.
+func (sc *scratch) pipeline(name string, n int) []string {
+	if cap(sc.pipes) < n {
+		sc.pipes = make([]string, n, n+n/4)
+		for i := range sc.pipes[:cap(sc.pipes)] {
+			sc.pipes[:cap(sc.pipes)][i] = name
+		}
+	}
+	return sc.pipes[:n]
+}
+
+// genInto is gen writing into reused slices.
+func genInto[T any](arr arrow.Array, sel []int, nullable bool, value func(int) T, valsBuf *[]T, ptrsBuf *[]*T) any {
+	n := arr.Len()
+	if sel != nil {
+		n = len(sel)
+	}
+	vals := resize(valsBuf, n)
+	var ptrs []*T
+	if nullable {
+		ptrs = resize(ptrsBuf, n)
+	}
+	var zero T
+	for k := range vals {
+		i := k
+		if sel != nil {
+			i = sel[k]
+		}
+		if arr.IsValid(i) {
+			vals[k] = value(i)
+			if nullable {
+				ptrs[k] = &vals[k]
+			}
+		} else {
+			vals[k] = zero
+			if nullable {
+				ptrs[k] = nil
+			}
+		}
+	}
+	if nullable {
+		return ptrs
+	}
+	return vals
 }
 
 func encodeDecimal(arr arrow.Array, sel []int, t colType) (any, error) {
@@ -349,7 +440,7 @@ func encodeArray(t colType, arr arrow.Array, sel []int) (any, error) {
 	default:
 		return nil, fmt.Errorf("no array encoder for %s", arr.DataType())
 	}
-	vals, err := encode(*t.elem, child, nil, false)
+	vals, err := encode(*t.elem, child, nil, false, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -405,6 +496,10 @@ func encodeArray(t colType, arr arrow.Array, sel []int) (any, error) {
 	case []time.Time:
 		return rows(v, arr, sel, offs), nil
 	case []*time.Time:
+		return rows(v, arr, sel, offs), nil
+	case []uuid.UUID:
+		return rows(v, arr, sel, offs), nil
+	case []*uuid.UUID:
 		return rows(v, arr, sel, offs), nil
 	case []decimal.Decimal:
 		return rows(v, arr, sel, offs), nil

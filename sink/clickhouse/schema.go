@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/apache/arrow-go/v18/arrow"
 )
 
@@ -74,7 +75,7 @@ func (d *Destination) layoutFor(ctx context.Context, table string, schema *arrow
 			createTarget(d.db, table, all, cfg.Key, cfg.OrderBy, d.features),
 			createStage(d.db, table, all),
 		} {
-			if err := d.conn.Exec(ctx, q); err != nil {
+			if err := d.conn.Exec(d.ddlContext(ctx), q); err != nil {
 				return nil, fmt.Errorf("clickhouse: create table %q: %w", table, err)
 			}
 		}
@@ -92,6 +93,13 @@ func (d *Destination) layoutFor(ctx context.Context, table string, schema *arrow
 				// The table's column is Nullable (created from a nullable
 				// field): it takes this field's values as they are.
 				c.typ.nullable, c.typ.ch = true, have
+				all[i] = c
+				lay.cols[i] = c
+			case legacyUUID(have, c.typ):
+				// A table created before uuids were UUID: keep writing
+				// the 16 bytes into its FixedString(16).
+				c.typ.kind, c.typ.ch = kFixed, have
+				c.typ.nullable = strings.HasPrefix(have, "Nullable(")
 				all[i] = c
 				lay.cols[i] = c
 			case i < len(lay.key) && lay.key[i]:
@@ -134,10 +142,20 @@ func (d *Destination) layoutFor(ctx context.Context, table string, schema *arrow
 	return lay, nil
 }
 
+// ddlContext is ctx with the settings that statements creating or
+// altering columns need: on servers where LowCardinality is experimental
+// (18.12 to 19.0), allow_experimental_low_cardinality_type.
+func (d *Destination) ddlContext(ctx context.Context) context.Context {
+	if !d.features.ExperimentalLowCardinality {
+		return ctx
+	}
+	return clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"allow_experimental_low_cardinality_type": 1}))
+}
+
 // addColumn adds c to table; "already exists" (another lane or process
 // was first) is success.
 func (d *Destination) addColumn(ctx context.Context, table string, c column) error {
-	err := d.conn.Exec(ctx, addColumn(d.db, table, c, d.features))
+	err := d.conn.Exec(d.ddlContext(ctx), addColumn(d.db, table, c, d.features))
 	if err != nil && !strings.Contains(err.Error(), "already exists") {
 		return fmt.Errorf("clickhouse: add column %q to %q: %w", c.name, table, err)
 	}
@@ -210,7 +228,7 @@ func (d *Destination) applyColumns(ctx context.Context, table string) ([]string,
 // (ALTER TABLE ... MODIFY COLUMN rewrites the column's data).
 func (d *Destination) modifyColumn(ctx context.Context, table string, c column) error {
 	for _, t := range []string{table, stageName(table)} {
-		if err := d.conn.Exec(ctx, modifyColumn(d.db, t, c)); err != nil {
+		if err := d.conn.Exec(d.ddlContext(ctx), modifyColumn(d.db, t, c)); err != nil {
 			return fmt.Errorf("clickhouse: widen column %q of %q to %s: %w", c.name, t, c.typ.ch, err)
 		}
 	}
@@ -242,6 +260,13 @@ func widens(have, want string) bool {
 		return urank[hb] > 0 && urank[hb] < urank[wb]
 	}
 	return false
+}
+
+// legacyUUID reports whether a column of type have is a FixedString(16)
+// that a uuid column of type want can be written into as it is.
+func legacyUUID(have string, want colType) bool {
+	hb, hn := unwrapNullable(normType(have))
+	return want.kind == kUUID && hb == "FixedString(16)" && (hn || !want.nullable)
 }
 
 func unwrapNullable(t string) (string, bool) {

@@ -23,6 +23,14 @@ type Features struct {
 	// LowCardinality (19.1+, production-ready): used for declared enums and
 	// _openetl_op.
 	LowCardinality bool
+	// UUID (18.1+, checked on 18.16): a native UUID type; before it, a
+	// uuid is FixedString(16).
+	UUID bool
+	// ExperimentalLowCardinality (18.12 to 19.0): LowCardinality exists
+	// but a table may have such a column only when it is created (or
+	// altered) with allow_experimental_low_cardinality_type = 1. Used for
+	// declared enums only.
+	ExperimentalLowCardinality bool
 	// DedupToken (22.2+): insert_deduplication_token with
 	// non_replicated_deduplication_window, so a repeated apply of a block
 	// is dropped by the server itself.
@@ -38,14 +46,16 @@ func ServerFeatures(version string) Features {
 	fmt.Sscanf(version, "%d.%d", &major, &minor)
 	at := func(ma, mi int) bool { return major > ma || (major == ma && minor >= mi) }
 	return Features{
-		Version:        version,
-		DateTime64:     at(20, 1),
-		Date32:         at(21, 9),
-		Decimal256:     at(20, 8),
-		Bool:           at(21, 12),
-		LowCardinality: at(19, 1),
-		DedupToken:     at(22, 2),
-		IsDeleted:      at(23, 2),
+		Version:                    version,
+		DateTime64:                 at(20, 1),
+		Date32:                     at(21, 9),
+		Decimal256:                 at(20, 8),
+		Bool:                       at(21, 12),
+		LowCardinality:             at(19, 1),
+		UUID:                       at(18, 1),
+		ExperimentalLowCardinality: at(18, 12) && !at(19, 1),
+		DedupToken:                 at(22, 2),
+		IsDeleted:                  at(23, 2),
 	}
 }
 
@@ -110,6 +120,7 @@ const (
 	kBoolU8 // bool as UInt8 (servers without Bool)
 	kString
 	kFixed
+	kUUID // fixed_size_binary(16), big-endian: a uuid
 	kDecimal
 	kDate
 	kDateTime   // DateTime: seconds (18.16's only timestamp)
@@ -143,7 +154,11 @@ func mapType(f Features, field arrow.Field, key bool) (colType, error) {
 	}
 	if field.Nullable && !key && t.kind != kArray {
 		t.nullable = true
-		t.ch = "Nullable(" + t.ch + ")"
+		if inner, ok := strings.CutPrefix(t.ch, "LowCardinality("); ok {
+			t.ch = "LowCardinality(Nullable(" + inner + ")" // LowCardinality goes outside
+		} else {
+			t.ch = "Nullable(" + t.ch + ")"
+		}
 	}
 	return t, nil
 }
@@ -185,11 +200,16 @@ func baseType(f Features, name string, dt arrow.DataType) (colType, error) {
 		if !arrow.IsBaseBinary(dt.ValueType.ID()) {
 			return colType{}, fmt.Errorf("column %q: dictionary of %s is not supported", name, dt.ValueType)
 		}
-		if f.LowCardinality {
+		if f.LowCardinality || f.ExperimentalLowCardinality {
 			return colType{ch: "LowCardinality(String)", kind: kString}, nil
 		}
 		return colType{ch: "String", kind: kString}, nil
 	case *arrow.FixedSizeBinaryType:
+		// The engine gives fixed_size_binary(16) to uuids only (Postgres
+		// uuid, big-endian: the byte order of the text form).
+		if dt.ByteWidth == 16 && f.UUID {
+			return colType{ch: "UUID", kind: kUUID}, nil
+		}
 		return colType{ch: fmt.Sprintf("FixedString(%d)", dt.ByteWidth), kind: kFixed}, nil
 	case *arrow.Decimal128Type:
 		return decimalType(f, dt.Precision, dt.Scale), nil

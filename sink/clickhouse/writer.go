@@ -9,7 +9,9 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -20,7 +22,7 @@ import (
 // writer is one lane's sink.Writer.
 //
 // Write, PreCommit and Close run on the lane's goroutine and own open,
-// staged, lastEpoch and err. Commit and Recover run on the commit
+// staged, lastEpoch, scratch and err. Commit and Recover run on the commit
 // goroutine and share only gen (atomic), the Destination (locked) and the
 // connection pool with it.
 type writer struct {
@@ -36,7 +38,8 @@ type writer struct {
 	staged    []stagedBlock         // blocks sent since the last PreCommit
 	lastEpoch uint64
 	preCommit bool
-	err       error // sticky: a failed Write or PreCommit loses rows
+	scratch   scratch // column slices reused across batches
+	err       error   // sticky: a failed Write or PreCommit loses rows
 	closed    bool
 }
 
@@ -163,7 +166,7 @@ func (w *writer) write(ctx context.Context, table string, rec arrow.RecordBatch)
 		n = len(sel)
 	}
 	for j, c := range lay.cols {
-		v, err := encode(c.typ, rec.Column(j), sel, c.name == colSyncedAt)
+		v, err := encode(c.typ, rec.Column(j), sel, c.name == colSyncedAt, &w.scratch)
 		if err != nil {
 			return fmt.Errorf("clickhouse: table %q column %q: %w", table, c.name, err)
 		}
@@ -178,22 +181,15 @@ func (w *writer) write(ctx context.Context, table string, rec arrow.RecordBatch)
 		}
 		next++
 	}
-	tokens := make([]uint64, n)
-	for i := range tokens {
-		tokens[i] = blk.token
-	}
-	if err := blk.batch.Column(next).Append(tokens); err != nil {
+	// The driver copies each column as it is appended: one scratch slice
+	// serves the block's token and then the generation.
+	if err := blk.batch.Column(next).Append(w.scratch.constant(blk.token, n)); err != nil {
 		return fmt.Errorf("clickhouse: table %q column %s: %w", table, colBatch, err)
 	}
-	pipes := make([]string, n)
-	gens := make([]uint64, n)
-	for i := range pipes {
-		pipes[i], gens[i] = w.pipeline, blk.gen
-	}
-	if err := blk.batch.Column(next + 1).Append(pipes); err != nil {
+	if err := blk.batch.Column(next + 1).Append(w.scratch.pipeline(w.pipeline, n)); err != nil {
 		return fmt.Errorf("clickhouse: table %q column %s: %w", table, colStagePipeline, err)
 	}
-	if err := blk.batch.Column(next + 2).Append(gens); err != nil {
+	if err := blk.batch.Column(next + 2).Append(w.scratch.constant(blk.gen, n)); err != nil {
 		return fmt.Errorf("clickhouse: table %q column %s: %w", table, colStageGen, err)
 	}
 	blk.rows += int64(n)
@@ -258,8 +254,15 @@ func (w *writer) start(ctx context.Context, table string, schema *arrow.Schema) 
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: block token: %w", err)
 	}
-	// The batch gives its connection back to the pool until Send.
-	b, err := w.d.conn.PrepareBatch(ctx, lay.insert, driver.WithReleaseConnection())
+	// The batch gives its connection back to the pool until Send. Its
+	// query ID names the send in system.processes, so that a retry can
+	// wait for a failed send the server may still be running.
+	qctx := clickhouse.Context(ctx, clickhouse.WithQueryID(w.stageQueryID(token)))
+	var b driver.Batch
+	err = w.retry(ctx, "prepare a block", func() (err error) {
+		b, err = w.d.conn.PrepareBatch(qctx, lay.insert, driver.WithReleaseConnection())
+		return err
+	}, func() (bool, error) { return false, nil }) // a prepare inserts nothing
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: prepare a block of %q: %w", table, err)
 	}
@@ -279,12 +282,51 @@ func (w *writer) seal(ctx context.Context, blk *openBlock) error {
 	// Registered before the send: if it fails half-way, Close drops the
 	// partition.
 	w.staged = append(w.staged, stagedBlock{Table: blk.table, Token: blk.token, Rows: blk.rows})
-	if err := blk.batch.Send(); err != nil {
+	// A failed send is retried with the same sealed block (clickhouse-go
+	// sends a sent batch again on a newly acquired connection), unless the
+	// failed one landed after all: then the partition holds the block
+	// whole, since one insert block is one part.
+	send := func() error {
+		err := blk.batch.Send()
+		if queryRunning(err) {
+			// The server still lists the prepare (or a failed try) under
+			// the block's query ID: it refused this send before taking
+			// any row. Wait for that query to end and send again.
+			if err := w.waitQuery(ctx, w.stageQueryID(blk.token)); err != nil {
+				return err
+			}
+			err = blk.batch.Send()
+		}
+		return err
+	}
+	err := w.retry(ctx, "stage a block", send, func() (bool, error) {
+		if err := w.waitQuery(ctx, w.stageQueryID(blk.token)); err != nil {
+			return false, err
+		}
+		n, err := w.stagedRows(ctx, blk.table, blk.token)
+		switch {
+		case err != nil:
+			return false, err
+		case n == blk.rows:
+			return true, nil
+		case n == 0:
+			return false, nil
+		}
+		return false, permanent(fmt.Errorf("clickhouse: %d rows of block %d of %q are staged, want 0 or %d: was the staging table changed by hand?", n, blk.token, blk.table, blk.rows))
+	})
+	if err != nil {
 		return fmt.Errorf("clickhouse: stage a block of %d rows of %q: %w", blk.rows, blk.table, err)
 	}
 	w.d.staged(blk.token)
 	w.d.log.Debug("clickhouse: block staged", "pipeline", w.pipeline, "lane", w.lane, "table", blk.table, "token", blk.token, "rows", blk.rows)
 	return nil
+}
+
+// queryRunning reports whether err is the server's refusal of a query
+// whose ID is still running (QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING).
+func queryRunning(err error) bool {
+	var exc *proto.Exception
+	return errors.As(err, &exc) && exc.Code == 216
 }
 
 // quarantine writes rec's bad rows to the _openetl_quarantine table: the
