@@ -1,8 +1,15 @@
 // Command quickstart is OpenETL's main job on embedded defaults: it
 // generates two streams of fake customers and orders (with updates,
-// deletes and a few malformed records), writes them as Parquet files under
-// ./quickstart-data/tables and keeps its checkpoints under
-// ./quickstart-data/checkpoints. No servers, no Rust toolchain.
+// deletes and a few malformed records) and writes them, exactly once, into
+// a local Apache Iceberg warehouse: a SQL catalog on the SQLite file
+// ./quickstart-data/catalog.db (catalog "quickstart", namespace
+// "quickstart") with the tables' data and metadata files under
+// ./quickstart-data/tables/<stream>. Its checkpoints are under
+// ./quickstart-data/checkpoints. No servers, no Rust toolchain, no C
+// library: the SQLite driver is pure Go.
+//
+// Both tables are append tables: every version of a record (insert,
+// update, delete, in _openetl_op) is a row, _openetl_seq orders them.
 //
 //	go run ./examples/quickstart            # runs, or continues after a kill
 //	go run ./examples/quickstart -rows 2000000   # later: adds more rows
@@ -14,6 +21,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,12 +33,22 @@ import (
 	"syscall"
 	"time"
 
-	"gocloud.dev/blob/fileblob"
+	ice "github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	sqlcat "github.com/apache/iceberg-go/catalog/sql"
+	"github.com/uptrace/bun/driver/sqliteshim"
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
-	"github.com/openetl/etl/sink/parquet"
+	"github.com/openetl/etl/sink/iceberg"
 	"github.com/openetl/etl/source/faker"
+)
+
+// The warehouse's names: pyiceberg, DuckDB or Spark open the catalog by
+// them.
+const (
+	catalogName = "quickstart"
+	namespace   = "quickstart"
 )
 
 func main() {
@@ -41,7 +59,7 @@ func main() {
 }
 
 func run() error {
-	dir := flag.String("dir", "quickstart-data", "directory for the tables and checkpoints")
+	dir := flag.String("dir", "quickstart-data", "directory for the catalog, tables and checkpoints")
 	rows := flag.Int64("rows", 500_000, "records per stream the fake source holds; raise it to add more")
 	malformed := flag.Float64("malformed", 0.001, "share of malformed records (quarantined)")
 	epoch := flag.Duration("epoch", 2*time.Second, "interval between checkpoints")
@@ -64,14 +82,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	// No sidecar metadata files, and temp files beside the data so renames
-	// never cross file systems.
-	bucket, err := fileblob.OpenBucket(tablesDir, &fileblob.Options{Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
+	dbPath := filepath.Join(abs, "catalog.db")
+	cat, closeCat, err := openWarehouse(context.Background(), dbPath, tablesDir)
 	if err != nil {
 		return err
 	}
-	defer bucket.Close()
-	dst, err := parquet.New(parquet.Config{Bucket: bucket})
+	defer closeCat()
+	dst, err := iceberg.New(iceberg.Config{Catalog: cat, Namespace: []string{namespace}})
 	if err != nil {
 		return err
 	}
@@ -116,7 +133,7 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fmt.Printf("OpenETL quickstart: fake customers and orders → Parquet in %s\n", tablesDir)
+	fmt.Printf("OpenETL quickstart: fake customers and orders → Iceberg tables in %s (catalog %s)\n", tablesDir, dbPath)
 	res, err := p.Sync(ctx)
 	fmt.Println()
 	if errors.Is(err, context.Canceled) {
@@ -148,9 +165,45 @@ func run() error {
 		c := res.Totals[s]
 		fmt.Printf("  %-10s written %9d  quarantined %6d  (read %d)\n", s, c.Written, c.Quarantined, c.Read)
 	}
-	fmt.Printf("\ntables:      %s/<stream>/data/*.parquet (listed in <stream>/_manifest/)\n", tablesDir)
+	fmt.Printf("\ncatalog:     %s (Iceberg SQL catalog %q, namespace %q)\n", dbPath, catalogName, namespace)
+	fmt.Printf("tables:      %s/<stream>/{metadata,data}/\n", tablesDir)
 	fmt.Printf("quarantine:  %s/quickstart/_quarantine/<stream>/<epoch>.jsonl\n", ckptDir)
 	fmt.Printf("checkpoints: %s/quickstart/_checkpoints/\n", ckptDir)
-	fmt.Printf("\nquery them:\n  python3 -c \"import pyarrow.dataset as ds; print(ds.dataset('%s/orders/data').to_table().group_by('_openetl_op').aggregate([('_openetl_id','count')]))\"\n", tablesDir)
+	fmt.Printf("\nquery them (pip install \"pyiceberg[sql-sqlite,pyarrow]\"):\n"+
+		"  python3 -c \"from pyiceberg.catalog.sql import SqlCatalog; "+
+		"t = SqlCatalog('%s', uri='sqlite:///%s', warehouse='file://%s').load_table('%s.orders'); "+
+		"print(t.scan().to_arrow().group_by('_openetl_op').aggregate([('_openetl_id', 'count')]))\"\n",
+		catalogName, dbPath, tablesDir, namespace)
 	return nil
+}
+
+// openWarehouse opens the SQL catalog on the SQLite file dbPath (created
+// when missing) and makes sure the namespace exists with its location set
+// to tablesDir, so each table lives in tablesDir/<stream>. WAL and a busy
+// timeout let two copies of the quickstart share the catalog (the younger
+// fences the older). The returned func closes the catalog and database.
+func openWarehouse(ctx context.Context, dbPath, tablesDir string) (catalog.Catalog, func(), error) {
+	db, err := sql.Open(sqliteshim.ShimName, "file:"+dbPath+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		return nil, nil, err
+	}
+	cat, err := sqlcat.NewCatalog(catalogName, db, sqlcat.SQLite, ice.Properties{"warehouse": "file://" + tablesDir})
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, fmt.Errorf("open the catalog %s: %w", dbPath, err)
+	}
+	closeAll := func() { _ = cat.Close(); _ = db.Close() }
+	ns := []string{namespace}
+	ok, err := cat.CheckNamespaceExists(ctx, ns)
+	if err == nil && !ok {
+		err = cat.CreateNamespace(ctx, ns, ice.Properties{"location": "file://" + tablesDir})
+		if errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
+			err = nil // another copy created it meanwhile
+		}
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("namespace %s in %s: %w", namespace, dbPath, err)
+	}
+	return cat, closeAll, nil
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -91,33 +92,113 @@ func expected(t *testing.T, rows int64, malformed float64) map[string][]int64 {
 	return out
 }
 
-// verify checks the tables with pyarrow: every well-formed generated
-// record exactly once, ids unique, files exactly those of the manifests,
-// and quarantine files holding exactly the malformed ones.
-func verify(t *testing.T, dir string, rows int64, malformed float64, sum map[string]counts) {
+// tableFiles is what the table's current snapshot claims, read by
+// pyiceberg from the catalog's metadata: the total-records of its summary
+// and the data files its manifests list.
+const tableFilesPy = `import json, sys
+from urllib.parse import urlparse
+from pyiceberg.catalog.sql import SqlCatalog
+name, db, warehouse, ns = sys.argv[1:5]
+cat = SqlCatalog(name, uri=f"sqlite:///{db}", warehouse=warehouse)
+out = {}
+for ident in cat.list_tables(ns):
+    tbl = cat.load_table(ident)
+    snap = tbl.current_snapshot()
+    files = []
+    for m in snap.manifests(tbl.io):
+        for e in m.fetch_manifest_entry(tbl.io, discard_deleted=True):
+            files.append(urlparse(e.data_file.file_path).path)
+    out[ident[-1]] = {"total_records": int(snap.summary["total-records"]), "files": files}
+print(json.dumps(out))
+`
+
+type tableFiles struct {
+	TotalRecords int64    `json:"total_records"`
+	Files        []string `json:"files"`
+}
+
+func readTableFiles(t *testing.T, dbPath, warehouse string) map[string]tableFiles {
+	t.Helper()
+	script := filepath.Join(t.TempDir(), "files.py")
+	if err := os.WriteFile(script, []byte(tableFilesPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testutil.Python(t), script, "quickstart", dbPath, warehouse, "quickstart")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pyiceberg (table files): %v", err)
+	}
+	var res map[string]tableFiles
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("pyiceberg output %q: %v", out, err)
+	}
+	return res
+}
+
+// verify checks the Iceberg tables with pyiceberg over the same SQLite
+// catalog: every well-formed generated record exactly once, ids unique,
+// the rows scanned equal to what the snapshot claims, every data file the
+// snapshot lists present on disk (and, when clean, no other data file:
+// a killed run may leave files of epochs it never committed, which
+// iceberg.Destination.Maintain removes), and quarantine files holding
+// exactly the malformed records.
+func verify(t *testing.T, dir string, rows int64, malformed float64, sum map[string]counts, clean bool) {
 	t.Helper()
 	want := expected(t, rows, malformed)
-	got := testutil.ReadParquetTables(t, filepath.Join(dir, "tables"))
+	dbPath, tablesDir := filepath.Join(dir, "catalog.db"), filepath.Join(dir, "tables")
+	got := testutil.ReadIcebergTables(t, "quickstart", dbPath, "file://"+tablesDir, "quickstart")
+	files := readTableFiles(t, dbPath, "file://"+tablesDir)
 	for stream, seqs := range want {
 		st := got[stream]
 		if st == nil {
 			t.Fatalf("stream %s: no table", stream)
 		}
-		if st.Rows != int64(len(seqs)) || st.DistinctIDs != st.Rows || st.DistinctSeqs != st.Rows || st.ManifestRows != st.Rows {
-			t.Errorf("stream %s: rows %d distinct ids %d distinct seqs %d manifest rows %d; want %d of each",
-				stream, st.Rows, st.DistinctIDs, st.DistinctSeqs, st.ManifestRows, len(seqs))
+		if st.FormatVersion != 2 || st.Reader != "pyiceberg-scan" {
+			t.Errorf("stream %s: format version %d read by %s, want 2 and pyiceberg's scan", stream, st.FormatVersion, st.Reader)
 		}
-		if len(st.ExtraFiles)+len(st.MissingFiles) > 0 {
-			t.Errorf("stream %s: files not in the manifest %v, listed but missing %v", stream, st.ExtraFiles, st.MissingFiles)
+		tf := files[stream]
+		if st.Rows != int64(len(seqs)) || st.DistinctIDs != st.Rows || st.DistinctSeqs != st.Rows || tf.TotalRecords != st.Rows {
+			t.Errorf("stream %s: rows %d distinct ids %d distinct seqs %d snapshot total-records %d; want %d of each",
+				stream, st.Rows, st.DistinctIDs, st.DistinctSeqs, tf.TotalRecords, len(seqs))
 		}
-		for i := range min(len(seqs), len(st.Seqs)) {
-			if seqs[i] != st.Seqs[i] {
-				t.Fatalf("stream %s: %d-th seq is %d, want %d", stream, i, st.Seqs[i], seqs[i])
+		listed := map[string]bool{}
+		for _, f := range tf.Files {
+			listed[f] = true
+			if _, err := os.Stat(f); err != nil {
+				t.Errorf("stream %s: the snapshot lists %s: %v", stream, f, err)
+			}
+		}
+		onDisk, _ := filepath.Glob(filepath.Join(tablesDir, stream, "data", "*.parquet"))
+		var extra []string
+		for _, f := range onDisk {
+			if !listed[f] {
+				extra = append(extra, f)
+			}
+		}
+		if len(tf.Files) == 0 || (clean && len(extra) > 0) {
+			t.Errorf("stream %s: %d data files listed, %d not listed on disk %v", stream, len(tf.Files), len(extra), extra)
+		} else if len(extra) > 0 {
+			t.Logf("stream %s: %d data files of uncommitted epochs (killed runs) beside the %d listed", stream, len(extra), len(tf.Files))
+		}
+		gotSeqs := make([]int64, 0, len(st.Data))
+		for _, r := range st.Data {
+			n, err := strconv.ParseInt(fmt.Sprint(r["_openetl_seq"]), 10, 64)
+			if err != nil {
+				t.Fatalf("stream %s: row %v: _openetl_seq: %v", stream, r, err)
+			}
+			gotSeqs = append(gotSeqs, n)
+		}
+		slices.Sort(gotSeqs)
+		wantSeqs := slices.Sorted(slices.Values(seqs))
+		for i := range min(len(wantSeqs), len(gotSeqs)) {
+			if wantSeqs[i] != gotSeqs[i] {
+				t.Fatalf("stream %s: %d-th seq is %d, want %d", stream, i, gotSeqs[i], wantSeqs[i])
 			}
 		}
 		c := sum[stream]
 		if c.written != st.Rows || c.read != rows || c.read != c.written+c.quarantined {
-			t.Errorf("stream %s: summary %+v, pyarrow rows %d, generated %d", stream, c, st.Rows, rows)
+			t.Errorf("stream %s: summary %+v, pyiceberg rows %d, generated %d", stream, c, st.Rows, rows)
 		}
 		lines, reasons := quarantined(t, filepath.Join(dir, "checkpoints", "quickstart", "_quarantine", stream))
 		if lines != rows-int64(len(seqs)) || lines != c.quarantined {
@@ -160,22 +241,54 @@ func quarantined(t *testing.T, dir string) (int64, map[string]int64) {
 	return n, reasons
 }
 
-func TestQuickstartOutputReadByPyarrow(t *testing.T) {
+// TestQuickstartOutputReadByPyiceberg runs the quickstart and checks its
+// Iceberg tables with pyiceberg; the query command it prints must run and
+// count the orders; a second run adds nothing.
+func TestQuickstartOutputReadByPyiceberg(t *testing.T) {
 	dir := t.TempDir()
 	const rows, malformed = 30_000, 0.01
 	args := []string{"-dir", dir, "-rows", strconv.Itoa(rows), "-malformed", "0.01", "-epoch", "100ms"}
 	out := run(t, args...)
 	sum := summary(t, out)
-	verify(t, dir, rows, malformed, sum)
-	if !strings.Contains(out, "query them:") {
-		t.Errorf("summary has no query command:\n%s", out)
-	}
+	verify(t, dir, rows, malformed, sum, true)
+	checkQuery(t, out, sum)
 	// Running it again continues from the checkpoint and adds nothing.
 	out2 := run(t, args...)
 	if !strings.Contains(out2, "nothing new") {
 		t.Errorf("second run:\n%s", out2)
 	}
-	verify(t, dir, rows, malformed, summary(t, out2))
+	verify(t, dir, rows, malformed, summary(t, out2), true)
+}
+
+var queryLine = regexp.MustCompile(`(?m)^\s+python3 -c "(.*)"$`)
+
+// checkQuery runs the pyiceberg command the quickstart prints (with the
+// test's Python) and checks its counts of orders add up to the summary.
+func checkQuery(t *testing.T, out string, sum map[string]counts) {
+	t.Helper()
+	if !strings.Contains(out, "query them") {
+		t.Fatalf("summary has no query command:\n%s", out)
+	}
+	m := queryLine.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no python3 -c command in:\n%s", out)
+	}
+	res, err := exec.Command(testutil.Python(t), "-c", m[1]).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the printed query failed: %v\n%s\n%s", err, m[1], res)
+	}
+	c := regexp.MustCompile(`(?m)^_openetl_id_count: (\[.*)$`).FindStringSubmatch(string(res))
+	if c == nil {
+		t.Fatalf("the printed query printed no counts:\n%s", res)
+	}
+	var total int64
+	for _, n := range regexp.MustCompile(`\d+`).FindAllString(c[1], -1) {
+		v, _ := strconv.ParseInt(n, 10, 64)
+		total += v
+	}
+	if total != sum[faker.Orders].written {
+		t.Errorf("the printed query counts %d orders, the summary %d:\n%s", total, sum[faker.Orders].written, res)
+	}
 }
 
 // seededRNG returns a random source from $OPENETL_SEED, or from the clock,
@@ -199,7 +312,7 @@ func seededRNG(t *testing.T, stream uint64) *rand.Rand {
 func TestQuickstartSurvivesSIGKILL(t *testing.T) {
 	rng := seededRNG(t, 0)
 	dir := t.TempDir()
-	const rows, malformed = 200_000, 0.002
+	const rows, malformed = 80_000, 0.002
 	args := []string{"-dir", dir, "-rows", strconv.Itoa(rows), "-malformed", "0.002", "-epoch", "150ms"}
 	killed := 0
 	for range 5 {
@@ -223,7 +336,7 @@ func TestQuickstartSurvivesSIGKILL(t *testing.T) {
 	}
 	t.Logf("%d of 5 runs killed mid-way", killed)
 	out := run(t, args...)
-	verify(t, dir, rows, malformed, summary(t, out))
+	verify(t, dir, rows, malformed, summary(t, out), false)
 }
 
 // TestChaosTwoCopies runs two copies of the quickstart on the same
@@ -234,7 +347,7 @@ func TestQuickstartSurvivesSIGKILL(t *testing.T) {
 func TestChaosTwoCopies(t *testing.T) {
 	rng := seededRNG(t, 1)
 	dir := t.TempDir()
-	const rows, malformed = 150_000, 0.002
+	const rows, malformed = 60_000, 0.002
 	args := []string{"-dir", dir, "-rows", strconv.Itoa(rows), "-malformed", "0.002", "-epoch", "20ms"}
 	fenced, killed := 0, 0
 	for round := range 8 {
@@ -280,5 +393,5 @@ func TestChaosTwoCopies(t *testing.T) {
 		t.Fatal("no copy was killed mid-run: raise rows")
 	}
 	out := run(t, args...)
-	verify(t, dir, rows, malformed, summary(t, out))
+	verify(t, dir, rows, malformed, summary(t, out), false)
 }
