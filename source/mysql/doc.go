@@ -174,16 +174,28 @@
 //
 // # Performance
 //
-// BenchmarkCatchUp (one run, 2 vCPUs shared with other work, MariaDB on
-// the same machine): a catch-up of 2M row changes (1M inserts, 1M
-// updates; BIGINT, INT, VARCHAR, DECIMAL, DATETIME(6), DOUBLE) through
-// the source, the runner and the engine into a null writer ran at
-// 444k-448k changes/s, against 180k-224k/s for a bare BinlogSyncer loop
-// that only decodes the events with go-mysql (ratio 1.98 and 2.49 in two
-// runs; by CPU time 2.4): the source's own decoder costs less than
-// go-mysql's. The transfer alone (events not parsed) ran at 5.4M/s.
-// go-mysql's canal was not measured (it pulls the TiDB parser into the
-// module).
+// BenchmarkCatchUp: a catch-up of 2M row changes (1M inserts, 1M
+// updates; BIGINT, INT, VARCHAR, DECIMAL, DATETIME(6), DOUBLE) waiting in
+// the binlog, measured in one run against a bare BinlogSyncer loop that
+// only decodes the events with go-mysql (the ceiling) and against
+// go-mysql's canal with a no-op handler (bench/mysqlcanal, a module of
+// its own, run as a child process that measures its own CPU time). Two
+// runs on 2 vCPUs with a load average of 15-23 from other work, MariaDB
+// on the same machine:
+//
+//	                                       changes/s      changes/CPU-s
+//	source + runner + engine, null writer  107k, 176k     400k, 416k
+//	bare BinlogSyncer decode loop          64k, 127k      180k, 176k
+//	canal, no-op handler                   77k, 115k      177k, 180k
+//	ours / ceiling                         1.67, 1.39     2.22, 2.37
+//	canal / ceiling                        1.20, 0.91     0.98, 1.03
+//
+// Wall times swing with the machine's load; CPU time is the steadier
+// measure. Above the ceiling because the source decodes the read tables'
+// row images itself (go-mysql's decoder, which canal uses too, was two
+// thirds of the pipeline's CPU). An earlier run on a quieter machine
+// (load 5-20) had 444k-448k changes/s for the pipeline, 180k-224k for the
+// ceiling; the transfer alone (events not parsed) ran at 1-5M/s.
 //
 //	go test -run '^$' -bench CatchUp -benchtime 1x ./source/mysql
 //
