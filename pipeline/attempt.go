@@ -33,6 +33,7 @@ type runner struct {
 	firstEpoch uint64
 
 	streamSet map[string]bool
+	checked   map[string]*checkedSchema // by table: what a sink.SchemaChecker said (engine stage)
 	splits    []source.Split
 	pumps     []*pump
 	eng       engine.Engine

@@ -82,6 +82,10 @@ type heldLine struct {
 	Column      string `json:"column"`
 	Value       string `json:"value,omitempty"`
 	ValueBase64 string `json:"value_base64,omitempty"`
+	// ID and Reason are set on values a destination's SchemaChecker
+	// rejected (Key is not: the row's _openetl_id finds it).
+	ID     string `json:"id,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // runEngine is the engine stage: it pushes raw batches through the engine,
@@ -195,6 +199,14 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 	table := out.Table
 	if table == "" {
 		table = b.Stream
+	}
+	held := c.Held
+	if out.Record, err = r.holdBack(ctx, m, table, out.Record, &c, side, epoch); err != nil {
+		out.Record.Release()
+		return err
+	}
+	if c.Held != held {
+		counts[b.Stream] = c
 	}
 	if len(r.toLanes) == 1 {
 		return r.sendLane(ctx, 0, laneMsg{stream: table, rec: out.Record})

@@ -75,6 +75,30 @@ type Capabilities struct {
 	Unsupported []string
 }
 
+// SchemaChecker may be implemented by a Destination that can't take every
+// schema change a stream may go through (a type change it can't make,
+// say string to int). The runner asks it about each new schema of a
+// table before the table's batches reach the writers, and holds back the
+// columns it names: they are left out of the rows the writers get (the
+// destination's column keeps its old type; its values for these rows are
+// null there), and their values are kept under the pipeline's _held/
+// directory, one JSON line per value with the row's _openetl_id, seq
+// and op, instead of the epoch failing. The stream's schema.blocked event
+// and held count report it.
+type SchemaChecker interface {
+	// CheckSchema returns the columns of the batch schema sc that table
+	// can't take, each with the reason; none when it takes sc, possibly
+	// after adding columns or widening types as Write does. It must not
+	// change anything. An error fails the attempt.
+	CheckSchema(ctx context.Context, table string, sc *arrow.Schema) ([]RejectedColumn, error)
+}
+
+// RejectedColumn is a column a SchemaChecker can't take, and why.
+type RejectedColumn struct {
+	Column string // the column's name in the batch schema
+	Reason string // e.g. "string to int64: Iceberg can't promote it"
+}
+
 // Committable is what a Writer's PreCommit returns: an opaque, durable
 // description of the epoch's staged data on one lane. The runner saves it
 // in the checkpoint record and hands it back to Commit, possibly in another
