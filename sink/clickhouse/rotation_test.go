@@ -16,8 +16,12 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/openetl/etl"
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/clickhouse"
+	"github.com/openetl/etl/source/faker"
 )
 
 // faultProxy is a TCP proxy in front of the real server: the first of two
@@ -321,6 +325,77 @@ func TestRotation(t *testing.T) {
 			if out != want {
 				t.Fatalf("count, distinct ids, min, max = %q, want %q: rows lost or repeated", out, want)
 			}
+		})
+	}
+}
+
+// TestPipelineRotation runs the whole pipeline (faker customers merged,
+// orders appended, two lanes) against two addresses, the first a proxy
+// that stops in the middle of the run: while a block is sent to its
+// staging table (cut), or once a copy has landed (its answer
+// swallowed). Other requests in flight on the proxy fail with it; a
+// Sync that fails is run again, as a host would. The tables must end
+// equal to the source, read with clickhouse-client.
+func TestPipelineRotation(t *testing.T) {
+	real := addr(t)
+	admin := open(t, real)
+	const rows = 20_000
+	for _, tc := range []struct {
+		name    string
+		silence bool
+		trigger func([]byte) bool
+	}{
+		{"cut during a staging send", false, func(sent []byte) bool {
+			i := bytes.Index(sent, []byte("INSERT INTO `"))
+			return i >= 0 && bytes.Contains(sent[i:], []byte("_openetl_stage_")) && len(sent)-i > 32<<10
+		}},
+		{"copy lands unanswered", true, func(sent []byte) bool { return bytes.Contains(sent, []byte("min_insert_block_size_rows")) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := freshDB(t, admin)
+			p := newFaultProxy(t, real, tc.silence, tc.trigger)
+			conn, err := ch.Open(&ch.Options{
+				Addr:             []string{p.addr(), real},
+				ConnOpenStrategy: ch.ConnOpenInOrder,
+				DialTimeout:      5 * time.Second,
+				ReadTimeout:      5 * time.Second,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			dst := newDest(t, clickhouse.Config{Conn: conn, Database: db, BlockRows: 5000,
+				Tables: map[string]clickhouse.Table{faker.Customers: {Key: []string{"id"}}}})
+			src, err := faker.New(faker.Config{Seed: fakerSeed, Rows: rows})
+			if err != nil {
+				t.Fatal(err)
+			}
+			store, err := checkpoint.OpenDir(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close(ctx)
+			pl, err := etl.NewPipeline("chrot").From(src).To(dst).Checkpoints(store).
+				Mode(delivery.Merge, faker.Customers).Lanes(2).
+				EpochEvery(100*time.Millisecond, 0).Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var syncErr error
+			for try := range 5 {
+				if _, syncErr = pl.Sync(ctx); syncErr == nil {
+					break
+				}
+				t.Logf("sync %d failed (run again): %v", try+1, syncErr)
+			}
+			if syncErr != nil {
+				t.Fatalf("5 syncs failed, the last: %v", syncErr)
+			}
+			if !p.hasTripped() {
+				t.Fatal("the proxy never saw its trigger: the fault was not injected")
+			}
+			checkTables(t, db, rows)
 		})
 	}
 }
