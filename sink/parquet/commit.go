@@ -9,7 +9,10 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/internal/obs"
 	"github.com/openetl/etl/sink"
 )
 
@@ -78,7 +81,9 @@ func (w *writer) decodeAll(epoch uint64, committables []sink.Committable) (map[s
 }
 
 // apply makes one stream's files of epoch visible.
-func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generation, stream string, files []stagedFile) error {
+func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generation, stream string, files []stagedFile) (err error) {
+	ctx, span := obs.Start(ctx, "openetl.parquet.apply", attribute.String("openetl.stream", stream), attribute.Int("openetl.files", len(files)))
+	defer func() { obs.End(span, err) }()
 	copied := false
 	for range maxRaces {
 		prev, err := w.current(ctx, stream)

@@ -12,8 +12,10 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"go.opentelemetry.io/otel/attribute"
 	"gocloud.dev/blob"
 
+	"github.com/openetl/etl/internal/obs"
 	"github.com/openetl/etl/sink"
 )
 
@@ -195,7 +197,9 @@ func (w *writer) start(ctx context.Context, stream string, schema *arrow.Schema)
 
 // finish writes f's footer and closes its blob writer: once that returns
 // nil the file is durable under its staging key.
-func (w *writer) finish(ctx context.Context, f *openFile) error {
+func (w *writer) finish(ctx context.Context, f *openFile) (err error) {
+	ctx, span := obs.Start(ctx, "openetl.parquet.flush", attribute.String("openetl.stream", f.stream))
+	defer func() { obs.End(span, err) }()
 	delete(w.open, f.stream)
 	stop := context.AfterFunc(ctx, f.cancel)
 	defer stop()

@@ -11,7 +11,9 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/openetl/etl/internal/obs"
 	"github.com/openetl/etl/source"
 )
 
@@ -178,6 +180,15 @@ func (sp *snapSplit) read(ctx context.Context, e source.Emitter) (err error) {
 	sp.copied.Store(sp.st.Rows)
 	sp.copying.Store(true)
 	defer sp.copying.Store(false)
+	// A span for the copy (a child of the runner's sync span, when the
+	// host traces), with the rows it read.
+	ctx, span := obs.Start(ctx, "openetl.postgres.snapshot", attribute.String("openetl.stream", sp.t.stream.Name),
+		attribute.Bool("openetl.resumed", sp.st.After != nil || sp.st.Page > 0))
+	from := sp.st.Rows
+	defer func() {
+		span.SetAttributes(attribute.Int64("openetl.rows.read", sp.st.Rows-from))
+		obs.End(span, err)
+	}()
 	if len(sp.t.key) > 0 {
 		err = sp.readKeyed(ctx, c, e)
 	} else {
