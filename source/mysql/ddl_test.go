@@ -88,7 +88,7 @@ func TestDDLWhileStreaming(t *testing.T) {
 	defer cancel()
 	err = splits[0].Read(rctx, r, false)
 	var sc *mysql.SchemaChangeError
-	if !errors.As(err, &sc) || !errors.Is(err, mysql.ErrSchemaChanged) || sc.Table != "t" {
+	if !errors.As(err, &sc) || !errors.Is(err, mysql.ErrSchemaChanged) || !errors.Is(err, source.ErrReopen) || sc.Table != "t" {
 		t.Fatalf("unbounded read over the change: %v, want a *SchemaChangeError", err)
 	}
 	t.Log(err)

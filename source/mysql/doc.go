@@ -208,8 +208,9 @@
 // numeric type widened) ends the Read before the change: a bounded Read
 // with nothing emitted since its last resume point returns there (the
 // next sync discovers the new columns and reads on); otherwise it fails
-// with a *SchemaChangeError, and the next attempt reads on from the last
-// checkpoint with the new columns.
+// with a *SchemaChangeError, which matches source.ErrReopen: the runner
+// starts a new attempt at once, which reads on from the last checkpoint
+// with the new columns (a Sync or Run goes on without returning).
 //
 // # Errors
 //

@@ -165,17 +165,22 @@ func (e *PurgedError) Unwrap() []error {
 }
 
 // SchemaChangeError says a table's columns changed while a Read streamed
-// it. The Read stopped before the change; the next attempt reads on.
+// it. The Read stopped before the change. It matches ErrSchemaChanged and
+// source.ErrReopen: the runner starts a new attempt at once, which
+// declares the new columns and reads on from the last checkpoint.
 type SchemaChangeError struct {
 	Table  string
 	Detail string
 }
 
 func (e *SchemaChangeError) Error() string {
-	return fmt.Sprintf("mysql: table %q changed while streaming (%s): restart the pipeline to read on with the new columns", e.Table, e.Detail)
+	return fmt.Sprintf("mysql: table %q changed while streaming (%s): a new attempt reads on with the new columns", e.Table, e.Detail)
 }
 
 func (e *SchemaChangeError) Unwrap() error { return ErrSchemaChanged }
+
+// Is makes errors.Is(err, source.ErrReopen) true.
+func (e *SchemaChangeError) Is(target error) bool { return target == source.ErrReopen }
 
 // Source reads a database's tables: a consistent snapshot, then the
 // binlog. Create it with New; close it with Close.
