@@ -58,6 +58,23 @@ func (b *Builder) Streams(names ...string) *Builder {
 // stream gets what its source and destination allow (Guarantees).
 func (b *Builder) Require(level delivery.Level) *Builder { b.cfg.Required = level; return b }
 
+// SchemaPolicy sets the schema policy of the named streams (default
+// engine.PolicyEvolve: new columns are added and types widened). With
+// engine.PolicyFreeze a record that would add a column or widen one is
+// quarantined (reason type_conflict); with engine.PolicyDiscard new
+// fields of documents are dropped. Either is reported by a schema.blocked
+// event. A policy applies from the next attempt on, to the schema the
+// stream has then.
+func (b *Builder) SchemaPolicy(p engine.Policy, streams ...string) *Builder {
+	if b.cfg.Policies == nil {
+		b.cfg.Policies = map[string]engine.Policy{}
+	}
+	for _, s := range streams {
+		b.cfg.Policies[s] = p
+	}
+	return b
+}
+
 // Mode sets the write mode of the named streams (default
 // delivery.Append). Merge needs a primary key and a destination that can
 // merge.
@@ -164,6 +181,7 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 	cfg := b.cfg
 	cfg.Streams = append([]string(nil), cfg.Streams...)
 	cfg.Modes = maps.Clone(cfg.Modes)
+	cfg.Policies = maps.Clone(cfg.Policies)
 	errs := []error{cfg.Validate()}
 	eng, engErr := engine.New(engine.Config{})
 	if engErr != nil {

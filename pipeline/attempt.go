@@ -206,11 +206,19 @@ func (r *runner) run(ctx context.Context) (res Result, err error) {
 	if r.head != nil {
 		state = r.head.Engine
 	}
-	// Declared (FormatRow) streams need their columns in the engine.
+	// Declared (FormatRow) streams need their columns in the engine, and
+	// streams with a schema policy their policy.
 	var specs []engine.StreamSpec
 	for _, name := range streams {
-		if st, ok := catalog.Stream(name); ok && st.Format == source.FormatRow {
-			specs = append(specs, engine.SpecOf(st))
+		st, ok := catalog.Stream(name)
+		switch pol := cfg.Policies[name]; {
+		case !ok:
+		case st.Format == source.FormatRow:
+			spec := engine.SpecOf(st)
+			spec.Policy = pol
+			specs = append(specs, spec)
+		case pol != "":
+			specs = append(specs, engine.StreamSpec{Name: st.Name, Format: st.Format, Policy: pol})
 		}
 	}
 	caps := cfg.Destination.Capabilities()

@@ -49,6 +49,10 @@ type Config struct {
 	Required delivery.Level
 	// Modes sets streams' write modes by name; default delivery.Append.
 	Modes map[string]delivery.Mode
+	// Policies sets streams' schema policies by name (see engine.Policy):
+	// default engine.PolicyEvolve. A policy applies from the next attempt
+	// on, to the schema the stream has then.
+	Policies map[string]engine.Policy
 	// Lanes is the number of writer lanes; default 1.
 	Lanes int
 	// BatchRows and BatchBytes bound a raw batch handed to the engine;
@@ -203,6 +207,13 @@ func (c *Config) Validate() error {
 	for name, m := range c.Modes {
 		if m > delivery.Overwrite {
 			errs = append(errs, fmt.Errorf("write mode: stream %q: unknown %v", name, m))
+		}
+	}
+	for name, p := range c.Policies {
+		switch p {
+		case "", engine.PolicyEvolve, engine.PolicyFreeze, engine.PolicyDiscard:
+		default:
+			errs = append(errs, fmt.Errorf("schema policy: stream %q: unknown %q (evolve, freeze or discard)", name, p))
 		}
 	}
 	seen := map[string]bool{}
