@@ -57,21 +57,67 @@ func (w *writer) Commit(ctx context.Context, epoch uint64, committables []sink.C
 	return nil
 }
 
-// applyAll applies each table's files of epoch's committables; final
-// (Close) applies every table's, whether due or not.
+// applyAll applies the files of epoch's committables not yet in their
+// tables: every table's (Overwrite tables' only when final, i.e. from
+// Close) once one table's group is due, or final. Committing every
+// waiting table together keeps the tables' epoch markers equal (but for
+// a crash between two tables' commits): were a waiting file lost and
+// the log rewound to before it, the rewind would otherwise pass epochs
+// another table had already applied.
 func (w *writer) applyAll(ctx context.Context, epoch uint64, byTable map[string]*epochFiles, final bool) error {
 	gen := checkpoint.Generation(w.gen.Load())
 	now := time.Now()
-	for _, name := range slices.Sorted(maps.Keys(byTable)) {
-		if err := w.apply(ctx, epoch, gen, name, byTable[name], final, now); err != nil {
+	names := slices.Sorted(maps.Keys(byTable))
+	force := final
+	if !force {
+		waiting := 0
+		for _, name := range names {
+			tbl, err := w.d.cat.LoadTable(ctx, w.d.ident(name))
+			if err != nil {
+				return fmt.Errorf("iceberg: load table %v: %w", w.d.ident(name), err)
+			}
+			m, err := readMarkers(tbl.Properties(), w.pipeline)
+			if err != nil {
+				return err
+			}
+			if m.fence > gen {
+				// A zombie learns it is one even when it has nothing to
+				// commit (the commit itself checks it atomically).
+				return fmt.Errorf("iceberg: pipeline %q: generation %d is fenced by generation %d: %w",
+					w.pipeline, gen, m.fence, sink.ErrFenced)
+			}
+			p := byTable[name].after(m.epoch)
+			if p.empty() {
+				w.d.noteApplied(w.pipeline, name, m.epoch)
+				delete(w.waitSince, name)
+				continue
+			}
+			if w.d.tables[name].Mode == Overwrite {
+				continue
+			}
+			waiting++
+			if w.due(name, p, now) {
+				force = true
+			}
+		}
+		if !force {
+			if waiting > 0 {
+				w.d.log.Debug("iceberg: epoch waits for its group", "pipeline", w.pipeline, "epoch", epoch, "tables", waiting)
+			}
+			return nil
+		}
+	}
+	for _, name := range names {
+		if err := w.apply(ctx, epoch, gen, name, byTable[name], final); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// apply commits one table's files of epoch not yet in it, if due.
-func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generation, name string, files *epochFiles, final bool, now time.Time) error {
+// apply commits one table's files of epoch not yet in it (an Overwrite
+// table's only when final).
+func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generation, name string, files *epochFiles, final bool) error {
 	ident := w.d.ident(name)
 	mode := w.d.tables[name].Mode
 	req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: uint64(gen)}
@@ -95,10 +141,8 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 			delete(w.waitSince, name)
 			return nil
 		}
-		if !final && (mode == Overwrite || !w.due(name, p, now)) {
-			w.d.log.Debug("iceberg: table commit waits for its group", "pipeline", w.pipeline, "table", name,
-				"epoch", epoch, "files", len(p.data)+len(p.deletes), "bytes", p.bytes)
-			return nil
+		if !final && mode == Overwrite {
+			return nil // the refresh goes on
 		}
 		// Checked here to skip work; the catalog checks it again,
 		// atomically with the commit.
@@ -199,7 +243,7 @@ func currentDataFiles(ctx context.Context, tbl *table.Table) ([]ice.DataFile, er
 	}
 	out := make([]ice.DataFile, 0, len(tasks))
 	for _, t := range tasks {
-		if len(t.DeleteFiles) > 0 {
+		if len(t.DeleteFiles) > 0 || len(t.EqualityDeleteFiles) > 0 || len(t.DeletionVectorFiles) > 0 {
 			return nil, fmt.Errorf("data file %s has delete files: an overwrite table only gets appends (was it written in merge mode?)", t.File.FilePath())
 		}
 		out = append(out, t.File)

@@ -23,8 +23,8 @@
 // their statistics, so another process can add them.
 //
 // After the checkpoint record holding the committables is the log's HEAD,
-// lane 0's Commit makes one Iceberg commit per table whose group is due
-// (see below): it adds every lane's files of the table in one snapshot
+// lane 0's Commit makes one Iceberg commit per table, once the group is
+// due (see below): it adds every lane's files of the table in one snapshot
 // and, in the same commit, sets the table properties
 //
 //	openetl.{pipeline}.epoch       every file of this epoch and before is in
@@ -82,9 +82,10 @@
 // # Grouping epochs into commits
 //
 // Every epoch is durable on its own (PreCommit writes its files, the
-// checkpoint record lists them), but a table is committed only when its
-// group is due (Config.Grouping, default 128 MiB of waiting files or 60s,
-// whichever first; Grouping{} commits every epoch). Until then Commit
+// checkpoint record lists them), but tables are committed only when a
+// group is due (Config.Grouping: one table has 128 MiB of waiting files or
+// has waited 60s, whichever first, by default; then every waiting table
+// is committed; Grouping{} commits every epoch). Until then Commit
 // leaves the files waiting and every lane lists its waiting files again
 // in its next committables, until a Commit has seen them in the table, so
 // the HEAD record always names every file not yet in the table. The epoch

@@ -7,12 +7,14 @@ import (
 	"time"
 )
 
-// Grouping decides when Commit makes a table's waiting epochs visible.
-// Every epoch is durable on its own (PreCommit writes its files and the
-// checkpoint record lists them), but a table is committed only once the
-// files waiting for it reach Bytes, or the oldest of them has waited
-// Interval, whichever comes first; until then Commit leaves them waiting
-// and each lane carries them into its next committables. A knob of 0 is
+// Grouping decides when Commit makes waiting epochs visible. Every epoch
+// is durable on its own (PreCommit writes its files and the checkpoint
+// record lists them), but tables are committed only once the files
+// waiting for one of them reach Bytes, or the oldest of them has waited
+// Interval, whichever comes first; then every table with waiting files
+// is committed (so their epoch markers stay together). Until then Commit
+// leaves them waiting and each lane carries them into its next
+// committables. A knob of 0 is
 // always reached: Grouping{} commits every epoch. The files still
 // waiting when the attempt ends (a Sync's end, a Run's clean stop) are
 // committed when the runner closes lane 0's writer; after a crash, the

@@ -10,15 +10,17 @@ import (
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/internal/testutil"
+	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/iceberg"
 	"github.com/openetl/etl/source/faker"
 )
 
 // TestSyncCommitsGroupAtEnd syncs the fake orders (append) and customers
-// (merge) through the real runner with the default grouping (128 MiB or
-// 60s, neither reached) and epochs every 10ms: no table commit is due
-// during the sync, so everything becomes visible when the runner closes
-// lane 0's writer at the end of Sync. pyiceberg must then read every
+// (merge) through the real runner with a grouping that is never due (the
+// default's 128 MiB, and 1000h rather than 60s so a slow machine can't
+// reach it) and epochs every 10ms: no table commit is due during the
+// sync, so everything becomes visible when the runner closes lane 0's
+// writer at the end of Sync. pyiceberg must then read every
 // order once and every customer's latest version, in fewer snapshots
 // than epochs; a second Sync with nothing new changes nothing.
 func TestSyncCommitsGroupAtEnd(t *testing.T) {
@@ -30,7 +32,7 @@ func TestSyncCommitsGroupAtEnd(t *testing.T) {
 	_, cat := openCatalog(t, dir)
 	dst, err := iceberg.New(iceberg.Config{Catalog: cat, Tables: map[string]iceberg.TableConfig{
 		faker.Customers: {Mode: iceberg.Merge, Key: []string{"id"}},
-	}}) // Grouping nil: DefaultGrouping
+	}, Grouping: &iceberg.Grouping{Bytes: iceberg.DefaultGrouping.Bytes, Interval: 1000 * time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,4 +70,67 @@ func TestSyncCommitsGroupAtEnd(t *testing.T) {
 	}
 	sync()
 	verifyFaker(t, dir)
+}
+
+// TestGroupingKnobs checks each knob of Grouping on one lane and an
+// Append table: with Bytes reached by the first epoch, every Commit makes
+// its epoch visible; with neither reached, Commit leaves epochs waiting
+// and the second Commit after Interval has passed (the test sleeps past
+// it) makes both visible in one snapshot; negative knobs are an error.
+func TestGroupingKnobs(t *testing.T) {
+	ctx := context.Background()
+	if _, err := iceberg.New(iceberg.Config{Catalog: newWarehouse(t).cat, Grouping: &iceberg.Grouping{Bytes: -1}}); err == nil {
+		t.Error("New with a negative Grouping.Bytes: no error")
+	}
+	run := func(t *testing.T, g iceberg.Grouping, sleep time.Duration, want []int) {
+		wh := newWarehouse(t)
+		d := newDest(t, wh.cat, iceberg.Config{Grouping: &g})
+		w, err := d.Writer(ctx, "knobs", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close(ctx)
+		if _, err := w.Recover(ctx, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		var seq int64
+		for e := uint64(1); e <= uint64(len(want)); e++ {
+			ops := make([]op, 50)
+			for i := range ops {
+				seq++
+				ops[i] = op{key: seq, kind: "insert", seq: seq, name: "x"}
+			}
+			rec := batch(ops, false)
+			if err := w.Write(ctx, "t", rec); err != nil {
+				t.Fatal(err)
+			}
+			rec.Release()
+			c, err := w.PreCommit(ctx, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e > 1 {
+				time.Sleep(sleep)
+			}
+			if err := w.Commit(ctx, e, []sink.Committable{c}); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := scan(ctx, wh.cat, iceberg.DefaultNamespace, "t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) != want[e-1] {
+				t.Fatalf("after Commit(%d): %d rows visible, want %d", e, len(rows), want[e-1])
+			}
+		}
+	}
+	t.Run("bytes", func(t *testing.T) {
+		run(t, iceberg.Grouping{Bytes: 1, Interval: 1000 * time.Hour}, 0, []int{50, 100, 150})
+	})
+	t.Run("interval", func(t *testing.T) {
+		run(t, iceberg.Grouping{Bytes: 1 << 50, Interval: 50 * time.Millisecond}, 100*time.Millisecond, []int{0, 100})
+	})
+	t.Run("neither", func(t *testing.T) {
+		run(t, iceberg.Grouping{Bytes: 1 << 50, Interval: 1000 * time.Hour}, 0, []int{0, 0, 0})
+	})
 }

@@ -87,7 +87,7 @@ func TestContinuousRunFiles(t *testing.T) {
 			files++
 			bytes += task.File.FileSizeBytes()
 			rows += task.File.Count()
-			for _, df := range task.DeleteFiles {
+			for _, df := range append(append(task.DeleteFiles, task.EqualityDeleteFiles...), task.DeletionVectorFiles...) {
 				deletes[df.FilePath()] = df.FileSizeBytes()
 			}
 		}
