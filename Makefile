@@ -8,7 +8,7 @@ export CARGO_TARGET_DIR ?= $(CACHE)/cargo-target
 GO ?= go
 RUST_DIR := engine/rust
 
-.PHONY: all engine engine-check tools lint test test-rust test-go fresh-clone sim bench quickstart clean-data
+.PHONY: all engine engine-check tools lint test test-rust test-go fresh-clone sim bench bench-compare quickstart clean-data
 
 all: test
 
@@ -80,6 +80,12 @@ bench:
 	trap 'scripts/servers.sh stop' EXIT; \
 	OPENETL_BENCH_PG_CDC_CHANGES=2000000 OPENETL_BENCH_PG_SNAPSHOT_ROWS=5000000 \
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m . ./engine/ ./source/... ./sink/... ./checkpoint/...
+
+# Side-by-side benchmarks against peers (issue #11): prepares the data,
+# runs each scenario for OpenETL, its ceiling and each peer the script
+# installs, and writes the table into BENCHMARKS.md. Not part of make test.
+bench-compare:
+	scripts/bench-compare.sh
 
 quickstart:
 	$(GO) run ./examples/quickstart
