@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -41,9 +42,10 @@ func (g *gate) count() int {
 }
 
 // TestBackpressure: while one split is blocked in Emitter.Record, its
-// partition's fetching pauses, the other partition is read to the end,
-// the queued bytes stay within the budget's share, and once unblocked the
-// split reads everything.
+// partition's fetching pauses and the split reports it (Paused), the
+// other partition is read to the end, the queued bytes stay within the
+// budget's share, and once unblocked the split reads everything and no
+// longer reports a pause (while its Read goes on waiting for more).
 func TestBackpressure(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "bp"))
 	if err != nil {
@@ -85,7 +87,7 @@ func TestBackpressure(t *testing.T) {
 	errs := make(chan error, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	go func() { errs <- splits[0].Read(ctx, blocked, true) }()
+	go func() { errs <- splits[0].Read(ctx, blocked, false) }()
 	go func() { errs <- splits[1].Read(ctx, free, true) }()
 	if err := <-errs; err != nil {
 		t.Fatalf("the free split: %v", err)
@@ -110,6 +112,13 @@ func TestBackpressure(t *testing.T) {
 	if pauses == 0 {
 		t.Error("the blocked split's partition was never paused")
 	}
+	type pauser interface{ Paused() (bool, time.Time) }
+	if p, since := splits[0].(pauser).Paused(); !p || since.IsZero() || since.After(time.Now()) {
+		t.Errorf("the blocked split: Paused() = %v, %v; want true since a moment before now", p, since)
+	}
+	if p, since := splits[1].(pauser).Paused(); p || !since.IsZero() {
+		t.Errorf("the free split (done): Paused() = %v, %v; want false, zero time", p, since)
+	}
 	// The queues' share is 3/4 of the budget; each of the two partitions
 	// may go over its share by one decoded batch (1 MiB of values, plus
 	// the per-record overhead the accounting adds).
@@ -117,10 +126,19 @@ func TestBackpressure(t *testing.T) {
 		t.Errorf("peak queued %d bytes, over %d", peak, limit)
 	}
 	close(blocked.open)
-	if err := <-errs; err != nil {
-		t.Fatalf("the blocked split: %v", err)
+	for deadline := time.Now().Add(30 * time.Second); blocked.count() < perPartition && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
 	if n := blocked.count(); n != perPartition {
 		t.Fatalf("the blocked split read %d records, want %d", n, perPartition)
+	}
+	// Drained, its Read still running (unbounded, it waits for more): the
+	// partition's fetching resumed.
+	if p, since := splits[0].(pauser).Paused(); p || !since.IsZero() {
+		t.Errorf("the drained split: Paused() = %v, %v; want false, zero time", p, since)
+	}
+	cancel()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the blocked split, cancelled: %v", err)
 	}
 }

@@ -10,8 +10,16 @@
 // tooling. Partitions added to a topic are picked up by the next Open,
 // that is the next sync; topics matching TopicRegex by the next Discover.
 //
-// Every record's seq is its message offset, so a quarantine line (which
-// names the split and the seq) gives topic, partition and offset.
+// Every record's seq (its _openetl_seq) is Seq(partition, offset): the
+// partition times 2^48 plus the message offset. It is fixed by the
+// message's place in the topic, so a replay after a restart emits the
+// same seqs and the engine gives the records the same _openetl_id (a hash
+// of stream, key or payload, and seq); and it differs between partitions,
+// so messages with the same key or value at the same offset of two
+// partitions get different IDs. Within a partition a later message has a
+// higher seq. A quarantine line names the split (topic/partition) and the
+// seq; Position(seq) gives back the partition and offset. Topics of more
+// than MaxPartitions partitions and offsets past MaxOffset are refused.
 //
 // A scheduled sync (a bounded Read) reads each partition up to its last
 // stable offset (read_committed, the default) or high watermark as of

@@ -206,6 +206,7 @@ func quarantineLines(t testing.TB, ckptDir, pipeline, stream string) []map[strin
 			t.Fatal(err)
 		}
 		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber() // seqs above 2^53 stay exact
 		for dec.More() {
 			var m map[string]any
 			if err := dec.Decode(&m); err != nil {

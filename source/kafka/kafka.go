@@ -145,9 +145,9 @@ type Config struct {
 	// Budget bounds the bytes of messages the source holds in memory:
 	// fetched, decompressed and queued for splits, over all partitions.
 	// A quarter goes to fetches in flight (two concurrent fetches of
-	// Budget/8 each, at most Budget/8 per partition), the rest to the
-	// per-partition queues, split evenly among the partitions being read
-	// (at least 64 KiB each); a partition whose queue is full pauses its
+	// Budget/8 each, at most Budget/8 and 1 MiB per partition), the rest
+	// to the per-partition queues, split evenly among the partitions being
+	// read (at least 64 KiB each); a partition whose queue is full pauses its
 	// fetching until its split has drained it to half. Kafka returns at
 	// least one record batch per fetch however large, and a compressed
 	// batch expands when decoded, so each partition can go over its share
@@ -373,6 +373,43 @@ func (s *Source) Discover(ctx context.Context) (source.Catalog, error) {
 	return c, nil
 }
 
+// A record's seq (its _openetl_seq) is Seq(partition, offset): the
+// partition in the bits above the offset's 48. The engine derives
+// _openetl_id from the stream, the key (or, without one, the payload) and
+// the seq, so the seq must differ between partitions: with the offset
+// alone, two messages with the same key (or, keyless, the same value) at
+// the same offset of two partitions of a topic had the same ID, and a
+// destination that skips rows by ID would drop one of them.
+const (
+	offsetBits = 48
+	// MaxPartitions is the most partitions a topic read by this source
+	// may have (partitions 0 to MaxPartitions-1): Open fails for a topic
+	// with more.
+	MaxPartitions = 1 << (63 - offsetBits)
+	// MaxOffset is the highest message offset the source reads; Read
+	// fails at a larger one (2^48 - 1: a partition taking a million
+	// messages a second reaches it after about nine years).
+	MaxOffset = 1<<offsetBits - 1
+)
+
+// Seq returns the seq of the message at offset of partition, the
+// records' _openetl_seq: partition × 2^48 + offset. Within a partition a
+// later message has a higher seq; across partitions the order is by
+// partition, then offset (Kafka orders nothing across partitions: keep
+// each key in one partition, as the default partitioner does, for merges
+// by key). partition must be in [0, MaxPartitions) and offset in [0,
+// MaxOffset].
+func Seq(partition int32, offset int64) int64 {
+	return int64(partition)<<offsetBits | offset
+}
+
+// Position returns the partition and offset a seq from Seq encodes: with
+// the split ID of a quarantine line (topic/partition), its seq gives the
+// offset of the message.
+func Position(seq int64) (partition int32, offset int64) {
+	return int32(seq >> offsetBits), seq & MaxOffset
+}
+
 // stateLen is the length of a resume state: the next offset, big-endian.
 const stateLen = 8
 
@@ -422,6 +459,9 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	r := newReader(s)
 	var splits []source.Split
 	for _, t := range ts {
+		if t.partitions > MaxPartitions {
+			return nil, fmt.Errorf("kafka: topic %q has %d partitions, more than the %d whose seqs this source can tell apart", t.name, t.partitions, MaxPartitions)
+		}
 		for p := range t.partitions {
 			id := source.SplitID(t.name + "/" + strconv.Itoa(int(p)))
 			next := int64(-1) // from the start

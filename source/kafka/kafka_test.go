@@ -190,8 +190,12 @@ func TestResumeFromStateNotGroup(t *testing.T) {
 		t.Fatalf("resumed read: %d records, want 73", len(got))
 	}
 	for _, r := range got {
-		if (r.Split == "r/0" && r.Seq < 20) || (r.Split == "r/1" && r.Seq < 7) {
-			t.Fatalf("resumed read emitted %s offset %d, before its state", r.Split, r.Seq)
+		p, off := kafka.Position(r.Seq)
+		if fmt.Sprintf("r/%d", p) != string(r.Split) {
+			t.Fatalf("split %s emitted seq %#x, of partition %d", r.Split, r.Seq, p)
+		}
+		if (p == 0 && off < 20) || (p == 1 && off < 7) {
+			t.Fatalf("resumed read emitted %s offset %d, before its state", r.Split, off)
 		}
 	}
 	if !slices.Equal(states["r/0"], state(50)) || !slices.Equal(states["r/1"], state(50)) {

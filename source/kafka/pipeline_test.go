@@ -72,8 +72,8 @@ func doc(msg string, id, version int) string {
 // TestPipelineKfake: Kafka (kfake) → runner → engine → sink/parquet over
 // two syncs, with malformed messages and an aborted transaction between:
 // pyarrow finds every good message exactly once and no aborted one; the
-// malformed ones are quarantined with topic/partition (split) and offset
-// (seq); the consumer group trails the checkpoints.
+// malformed ones are quarantined with topic/partition (split) and seq
+// (kafka.Seq of partition and offset); the consumer group trails the checkpoints.
 func TestPipelineKfake(t *testing.T) {
 	pipelineE2E(t, newCluster(t, 4, "orders"), "orders")
 }
@@ -169,7 +169,9 @@ func pipelineE2E(t *testing.T, brokers []string, topic string) {
 		}
 	}
 	for _, b := range bads {
-		if v := got[fmt.Sprintf("%s@%d", b.split, b.offset)]; v != b.value {
+		var p int32
+		fmt.Sscanf(b.split, topic+"/%d", &p)
+		if v := got[fmt.Sprintf("%s@%d", b.split, kafka.Seq(p, b.offset))]; v != b.value {
 			t.Errorf("quarantined %s offset %d: payload %q, want %q (have %v)", b.split, b.offset, v, b.value, slices.Sorted(maps.Keys(got)))
 		}
 	}
@@ -381,5 +383,70 @@ func TestPipelineDebezium(t *testing.T) {
 	want := []string{"delete 2", "delete 3", "insert 1", "insert 2", "update 1"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("rows %q, want %q", got, want)
+	}
+}
+
+// TestIDsUniqueAcrossPartitions: messages with the same key, or keyless
+// with the same value, at the same offsets of two partitions land with
+// different _openetl_id values (the seq tells the partitions apart), and
+// a second pipeline reading the topic from the start gives every message
+// the same ID again (exact replay).
+func TestIDsUniqueAcrossPartitions(t *testing.T) {
+	brokers := newCluster(t, 2, "twins")
+	cl := newClient(t, brokers)
+	var recs []*kgo.Record
+	for i := range 20 {
+		key := "" // offsets 0-9: keyless, same value
+		if i >= 10 {
+			key = "k" // offsets 10-19: same key, same value
+		}
+		for p := range int32(2) {
+			recs = append(recs, rec("twins", p, key, fmt.Sprintf(`{"n":%d}`, i/10)))
+		}
+	}
+	produce(t, cl, recs...)
+	ids := func() []string {
+		dir := t.TempDir()
+		if _, err := syncOnce(t.Context(), brokers, "twins", dir, kafka.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		ids, _ := parquetColumn(t, filepath.Join(dir, "tables"), "twins", "_openetl_id")
+		seqs, _ := parquetColumn(t, filepath.Join(dir, "tables"), "twins", "_openetl_seq")
+		if len(ids) != 40 || len(seqs) != 40 {
+			t.Fatalf("%d rows, %d seqs, want 40", len(ids), len(seqs))
+		}
+		for _, s := range seqs {
+			v, _ := strconv.ParseInt(s, 10, 64)
+			if p, off := kafka.Position(v); p < 0 || p > 1 || off < 0 || off > 19 {
+				t.Fatalf("_openetl_seq %s is partition %d offset %d", s, p, off)
+			}
+		}
+		slices.Sort(ids)
+		if c := slices.Compact(slices.Clone(ids)); len(c) != len(ids) {
+			t.Fatalf("%d distinct _openetl_id values for %d messages", len(c), len(ids))
+		}
+		return ids
+	}
+	first, again := ids(), ids()
+	if !slices.Equal(first, again) {
+		t.Fatalf("a second read gave other IDs:\n%q\n%q", first, again)
+	}
+}
+
+// TestSeqPosition: Seq and Position are inverses over the whole range,
+// and a later offset of a partition has a higher seq.
+func TestSeqPosition(t *testing.T) {
+	for _, p := range []int32{0, 1, 7, kafka.MaxPartitions - 1} {
+		prev := int64(-1)
+		for _, off := range []int64{0, 1, 1 << 32, kafka.MaxOffset} {
+			s := kafka.Seq(p, off)
+			if s < 0 || s <= prev {
+				t.Fatalf("Seq(%d, %d) = %d, after %d", p, off, s, prev)
+			}
+			prev = s
+			if gp, goff := kafka.Position(s); gp != p || goff != off {
+				t.Fatalf("Position(Seq(%d, %d)) = %d, %d", p, off, gp, goff)
+			}
+		}
 	}
 }

@@ -23,6 +23,25 @@ type split struct {
 	// For Lag, read from other goroutines.
 	lagNext atomic.Int64 // next offset to read, once known
 	lagEnd  atomic.Int64 // the partition's end at the last fetch (-1: none yet)
+	// For Paused: when the partition's fetching paused (Unix ns), 0 when
+	// it is not paused.
+	pausedSince atomic.Int64
+}
+
+// Paused reports whether the split has stopped fetching its partition
+// because it holds a full queue of fetched messages that Read has not
+// emitted yet, which happens when the runner's queues are full and
+// Emitter.Record blocks (backpressure), and since when; since is the zero
+// Time when it is not paused. Fetching resumes once Read has drained the
+// queue to half. The runner polls it (about once a second, for its
+// stream.paused and stream.resumed events) from another goroutine: it is
+// safe for concurrent use with Read, reads one atomic and does no I/O.
+func (sp *split) Paused() (paused bool, since time.Time) {
+	ns := sp.pausedSince.Load()
+	if ns == 0 {
+		return false, time.Time{}
+	}
+	return true, time.Unix(0, ns)
 }
 
 // Lag reports how many messages the partition holds past the split's
@@ -40,7 +59,7 @@ func (sp *split) ID() source.SplitID { return sp.id }
 
 // Read emits the partition's messages from where the split stands (the
 // state given to Open, or where an earlier Read stopped), decoded by
-// Config.Decoder, with seq = the message offset, and calls e.ResumePoint
+// Config.Decoder, with seq = Seq(partition, offset), and calls e.ResumePoint
 // with the next offset after each run of messages one fetch returned. Transaction markers, and
 // tombstones where the decoder skips them, only move the resume point.
 // When bounded, Read first asks for the partition's end (last stable
@@ -78,7 +97,7 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 		}
 	}
 	t := tp{sp.topic, sp.partition}
-	q, err := sp.r.attach(t, sp.next, &sp.lagEnd)
+	q, err := sp.r.attach(t, sp.next, &sp.lagEnd, &sp.pausedSince)
 	if err != nil {
 		return err
 	}
@@ -98,9 +117,12 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 			}
 			sp.next = rec.Offset + 1
 			sp.lagNext.Store(sp.next)
+			if rec.Offset > MaxOffset {
+				return fmt.Errorf("kafka: %s/%d: offset %d is past MaxOffset (%d): seqs could no longer tell partitions apart", sp.topic, sp.partition, rec.Offset, MaxOffset)
+			}
 			if !rec.Attrs.IsControl() {
 				if op, key, payload, ok := sp.dec.decode(rec); ok {
-					if err := e.Record(sp.topic, op, rec.Offset, key, payload); err != nil {
+					if err := e.Record(sp.topic, op, Seq(sp.partition, rec.Offset), key, payload); err != nil {
 						return err
 					}
 				}
