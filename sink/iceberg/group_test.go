@@ -109,6 +109,7 @@ func TestGroupingKnobs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Logf("epoch %d: committable of %d bytes", e, len(c))
 			if e > 1 {
 				time.Sleep(sleep)
 			}
