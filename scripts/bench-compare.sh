@@ -1,0 +1,483 @@
+#!/usr/bin/env bash
+# Side-by-side benchmarks against peers (issue #11): prepares the data,
+# runs each scenario for OpenETL (bench/cmd/openetl-bench), its ceiling
+# and each peer it could build, checks every run's output against the
+# source (count and a checksum over ids: a fast wrong answer is a
+# failure, not a number), and writes a Markdown table between the
+# bench-compare markers at the end of BENCHMARKS.md.
+#
+#   make bench-compare                       # full size, 5 runs each
+#   RUNS=1 ROWS=small scripts/bench-compare.sh   # quick pass (a few minutes)
+#
+# Settings (environment):
+#   RUNS        runs per tool and scenario (default 5); the table shows the
+#               median and min–max
+#   ROWS        full (default: 5M Postgres rows, 10M Kafka messages) or
+#               small (100k rows, 200k messages)
+#   PG_ROWS, KAFKA_MSGS   override the sizes
+#   SCENARIOS   default "pg-snapshot kafka-kfake kafka-broker ndjson"
+#   PEERS       default "conduit benthos"; "" runs OpenETL and ceilings only
+#   BENCH_OUT   the Markdown file to update (default BENCHMARKS.md)
+#
+# Servers come from scripts/servers.sh (started here, stopped on exit).
+# When the machine has 2+ cores, the database or broker is pinned to core
+# 0 and the tool under test to core 1 (taskset), so each gets one core;
+# scenarios without a server give the tool every core. Peers are built
+# by bench/peers.sh into $OPENETL_CACHE/bench, never into the repository;
+# a peer that fails to build or run is reported in the table with the
+# reason.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+export OPENETL_CACHE="${OPENETL_CACHE:-$HOME/.cache/openetl}"
+# shellcheck source=../bench/peers.sh
+source "$ROOT/bench/peers.sh"
+
+RUNS=${RUNS:-5}
+ROWS=${ROWS:-full}
+case $ROWS in
+full) PG_ROWS=${PG_ROWS:-5000000} KAFKA_MSGS=${KAFKA_MSGS:-10000000} ;;
+small) PG_ROWS=${PG_ROWS:-100000} KAFKA_MSGS=${KAFKA_MSGS:-200000} ;;
+*) echo "bench-compare: ROWS is full or small, not $ROWS" >&2; exit 2 ;;
+esac
+SCENARIOS=${SCENARIOS:-pg-snapshot kafka-kfake kafka-broker ndjson}
+PEERS=${PEERS-conduit benthos}
+BENCH_OUT=${BENCH_OUT:-$ROOT/BENCHMARKS.md}
+WORK="$BENCH_DIR/work"
+RESULTS="$WORK/results.tsv"
+NOTES="$WORK/notes.txt"
+BIN="$BENCH_DIR/bin/openetl-bench"
+PG_TABLE="bench16_$PG_ROWS"
+
+log() { echo "bench-compare: $*" >&2; }
+has() { [[ " $SCENARIOS " == *" $1 "* ]]; }
+peer() { [[ " $PEERS " == *" $1 "* ]]; }
+note() { echo "$*" >>"$NOTES"; log "note: $*"; }
+
+if [ "$(nproc)" -ge 2 ]; then
+  DB_CPU=0 TOOL_CPU=1 ALL_CPUS=0-$(($(nproc) - 1))
+else
+  DB_CPU=0 TOOL_CPU=0 ALL_CPUS=0
+fi
+
+rm -rf "$WORK"
+mkdir -p "$WORK"
+: >"$NOTES"
+printf 'scenario\ttool\tsetting\trun\trows\tseconds\tcpu\trss_mb\tok\tdetail\n' >"$RESULTS"
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+T_START=$SECONDS
+
+# ------------------------------------------------------------ build
+
+log "building openetl-bench"
+go build -o "$BIN" ./bench/cmd/openetl-bench
+PY=$(scripts/test-tools.sh)
+
+CONDUIT= BENTHOS=
+if peer conduit && { has pg-snapshot; }; then
+  log "building Conduit $CONDUIT_VERSION (minutes on a cold cache)"
+  CONDUIT=$(build_conduit) || note "Conduit $CONDUIT_VERSION: build failed ($(tail -1 "$BENCH_DIR/logs/build-conduit.log"))"
+fi
+if peer benthos && has ndjson; then
+  log "building Benthos $BENTHOS_VERSION"
+  BENTHOS=$(build_benthos) || note "Benthos $BENTHOS_VERSION: build failed ($(tail -1 "$BENCH_DIR/logs/build-benthos.log"))"
+fi
+
+# ------------------------------------------------------------ servers
+
+services=()
+has pg-snapshot && services+=(postgres)
+has kafka-broker && services+=(kafka)
+SERVERS_DIR=
+stop_servers() {
+  if [ -n "$SERVERS_DIR" ]; then
+    scripts/servers.sh stop "$SERVERS_DIR" >/dev/null 2>&1 || true
+  fi
+}
+trap stop_servers EXIT
+if [ ${#services[@]} -gt 0 ]; then
+  unset OPENETL_SERVERS_DIR
+  log "starting ${services[*]}"
+  env=$(scripts/servers.sh start "${services[@]}")
+  eval "$env"
+  SERVERS_DIR=$OPENETL_SERVERS_DIR
+fi
+
+# pin NAME CPU: every process of the service's session onto CPU (new
+# Postgres backends inherit the postmaster's affinity).
+pin() {
+  local pid sid p
+  pid=$(cat "$SERVERS_DIR/$1.pid")
+  sid=$(ps -o sid= -p "$pid" | tr -d ' ')
+  for p in $(ps -eo pid=,sid= | awk -v s="$sid" '$2 == s {print $1}'); do
+    taskset -a -p -c "$2" "$p" >/dev/null 2>&1 || true
+  done
+}
+
+PSQL=(psql -X -q -v ON_ERROR_STOP=1 -At)
+pg() { "${PSQL[@]}" "$OPENETL_TEST_POSTGRES_DSN" -c "$1"; }
+
+# ------------------------------------------------------------ measuring
+
+# result SCENARIO TOOL SETTING RUN ROWS SECONDS CPU RSS OK DETAIL
+result() {
+  local IFS=$'\t'
+  echo "$*" >>"$RESULTS"
+}
+
+# jget FILE KEY...: a value from a JSON object (nested keys).
+jget() {
+  python3 -c 'import json,sys
+v=json.load(open(sys.argv[1]))
+for k in sys.argv[2:]:
+    v=v.get(k) if isinstance(v,dict) else None
+print("" if v is None else v)' "$@"
+}
+
+# check_ids JSON N: "ok" when the check object in JSON holds exactly the
+# ids 1..N, else what differs.
+check_ids() {
+  python3 -c 'import json,sys
+c=json.load(open(sys.argv[1])); n=int(sys.argv[2])
+want={"count":n,"distinct":n,"min":1,"max":n,"sum":n*(n+1)//2}
+bad=[f"{k} {c.get(k)} != {v}" for k,v in want.items() if c.get(k)!=v]
+if c.get("bad_lines"): bad.append("%d lines without an id" % c["bad_lines"])
+print("ok" if not bad else "; ".join(bad))' "$1" "$2"
+}
+
+# driver SCENARIO TOOL SETTING RUN N CPUS ARGS...: one openetl-bench run.
+# Its JSON gives the timed section's wall and CPU seconds and peak RSS;
+# the Parquet files it lists are read back with pyarrow and their ids
+# checked against 1..N. Ceilings (no files) are checked by row count.
+driver() {
+  local sc=$1 tool=$2 set=$3 run=$4 n=$5 cpus=$6
+  shift 6
+  local out="$WORK/$sc-$tool-$run.json" ok detail
+  if ! taskset -c "$cpus" "$BIN" "$@" >"$out" 2>"$out.err"; then
+    result "$sc" "$tool" "$set" "$run" 0 0 0 0 FAIL "$(tail -1 "$out.err")"
+    return 0
+  fi
+  local files
+  files=$(python3 -c 'import json,sys; print("\n".join(json.load(open(sys.argv[1])).get("files") or []))' "$out")
+  if [ -n "$files" ]; then
+    mapfile -t fl <<<"$files"
+    "$PY" bench/check_parquet.py "${fl[@]}" >"$out.check"
+    ok=$(check_ids "$out.check" "$n")
+  elif [ "$(jget "$out" rows)" = "$n" ]; then
+    ok=ok
+  else
+    ok="rows $(jget "$out" rows) != $n"
+  fi
+  detail=$ok
+  [ "$ok" = ok ] || ok=FAIL
+  result "$sc" "$tool" "$set" "$run" "$(jget "$out" rows)" "$(jget "$out" seconds)" \
+    "$(jget "$out" cpu_seconds)" "$(jget "$out" peak_rss_mb)" "$ok" "$detail"
+}
+
+# timed OUTFILE CPUS CMD...: run CMD under /usr/bin/time; OUTFILE gets
+# "elapsed user sys maxrss_kb".
+timed() {
+  local tf=$1 cpus=$2
+  shift 2
+  /usr/bin/time -f '%e %U %S %M' -o "$tf" taskset -c "$cpus" "$@"
+}
+
+# ------------------------------------------------------------ pg-snapshot
+
+pg_prepare() {
+  if [ "$(pg "SELECT count(*) FROM pg_tables WHERE tablename = '$PG_TABLE'")" = 1 ] &&
+    [ "$(pg "SELECT count(*) FROM $PG_TABLE")" = "$PG_ROWS" ]; then
+    return 0
+  fi
+  log "filling $PG_TABLE with $PG_ROWS rows"
+  pg "DROP TABLE IF EXISTS $PG_TABLE"
+  pg "CREATE TABLE $PG_TABLE (id int8 PRIMARY KEY, a int4, b int8, c float8, d numeric(12,2), e text,
+    f bool, g timestamptz, h date, i uuid, j text, k int2, l float4, m varchar(32), n int8, o timestamp)"
+  pg "INSERT INTO $PG_TABLE SELECT g, g % 100000, g::int8 * 7919, g / 7.0, (g % 1000000) / 100.0,
+    'customer ' || g, g % 3 = 0, timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second',
+    date '2020-01-01' + (g % 3000), md5(g::text)::uuid, repeat('x', g % 40), (g % 30000)::int2,
+    (g % 1000) / 8.0, 'status-' || (g % 7), g::int8 * 31, timestamp '2024-06-01' + g * interval '1 millisecond'
+    FROM generate_series(1, $PG_ROWS) g"
+  pg "VACUUM ANALYZE $PG_TABLE"
+}
+
+drop_slot() {
+  pg "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '$1' AND NOT active" >/dev/null || true
+}
+
+# conduit_run RUN SETTING: Conduit postgres → file, timed from its start
+# until the output file holds every row (it never stops on its own: the
+# source goes on to CDC), then stopped.
+conduit_run() {
+  local run=$1 set=$2 dir="$WORK/conduit-$2-$1"
+  mkdir -p "$dir"
+  local slot="conduit_slot_$run" pub="conduit_pub" extra=() batch=""
+  if [ "$set" = advised ]; then
+    extra=(--preview.pipeline-arch-v2)
+    batch="
+          sdk.batch.size: '10000'
+          sdk.schema.extract.payload.enabled: 'false'
+          sdk.schema.extract.key.enabled: 'false'
+          logrepl.withAvroSchema: 'false'"
+  fi
+  cat >"$dir/pipeline.yaml" <<EOF
+version: "2.2"
+pipelines:
+  - id: bench
+    status: running
+    connectors:
+      - id: pg
+        type: source
+        plugin: builtin:postgres
+        settings:
+          url: '$OPENETL_TEST_POSTGRES_DSN'
+          tables: '$PG_TABLE'
+          snapshotMode: initial
+          cdcMode: logrepl
+          logrepl.slotName: '$slot'
+          logrepl.publicationName: '$pub'$batch
+      - id: file
+        type: destination
+        plugin: builtin:file
+        settings:
+          path: '$dir/out.jsonl'${batch:+
+          sdk.batch.size: '10000'}
+EOF
+  local t0 tpid cpid
+  t0=$(date +%s%N)
+  (cd "$dir" && exec /usr/bin/time -f '%e %U %S %M' -o "$dir/time" taskset -c "$TOOL_CPU" \
+    "$CONDUIT" run --pipelines.path "$dir/pipeline.yaml" --db.type inmemory --api.enabled=false \
+    --log.level warn --pipelines.exit-on-degraded "${extra[@]}") >"$dir/log" 2>&1 &
+  tpid=$!
+  # The follower reads the file as it grows (on the database's core).
+  local ok=FAIL detail rows=0 secs=0
+  if taskset -c "$DB_CPU" "$BIN" check-jsonl -file "$dir/out.jsonl" -after '"after":' -n "$PG_ROWS" \
+    -wait -since "$t0" -timeout "${CONDUIT_TIMEOUT:-20m}" >"$dir/check.json" 2>"$dir/check.err"; then
+    rows=$(jget "$dir/check.json" rows)
+    secs=$(jget "$dir/check.json" seconds)
+    python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["check"]))' "$dir/check.json" >"$dir/ids.json"
+    detail=$(check_ids "$dir/ids.json" "$PG_ROWS")
+    [ "$detail" = ok ] && ok=ok
+  else
+    detail="no complete output: $(tail -1 "$dir/check.err"); conduit: $(grep -m1 -i 'error' "$dir/log" | cut -c1-200)"
+  fi
+  cpid=$(ps -o pid= --ppid "$tpid" | tr -d ' ' | head -1)
+  [ -n "$cpid" ] && { ps -o pid= --ppid "$cpid" | xargs -r kill 2>/dev/null; kill "$cpid" 2>/dev/null; } || true
+  wait "$tpid" 2>/dev/null || true
+  sleep 1
+  drop_slot "$slot"
+  local cpu=0 rss=0
+  if [ -s "$dir/time" ]; then
+    read -r _ u s m < <(tail -1 "$dir/time")
+    cpu=$(python3 -c "print($u + $s)") rss=$(python3 -c "print($m / 1024)")
+  fi
+  result pg-snapshot conduit "$set" "$run" "$rows" "$secs" "$cpu" "$rss" "$ok" "$detail"
+  rm -f "$dir/out.jsonl"
+}
+
+scenario_pg_snapshot() {
+  pin postgres "$DB_CPU"
+  pg_prepare
+  local r
+  for ((r = 1; r <= RUNS; r++)); do
+    log "pg-snapshot run $r of $RUNS"
+    driver pg-snapshot ceiling "COPY binary → discard" "$r" "$PG_ROWS" "$TOOL_CPU" pg-copy -table "$PG_TABLE"
+    rm -rf "$WORK/pg-out"
+    driver pg-snapshot openetl "Parquet zstd, defaults" "$r" "$PG_ROWS" "$TOOL_CPU" \
+      pg-snapshot -table "$PG_TABLE" -pub "${PG_TABLE}_pub" -slot "bench_slot_$r" -out "$WORK/pg-out"
+    drop_slot "bench_slot_$r"
+    rm -rf "$WORK/pg-out"
+    if [ -n "$CONDUIT" ]; then
+      conduit_run "$r" defaults
+      conduit_run "$r" advised
+    fi
+  done
+}
+
+# ------------------------------------------------------------ kafka
+
+scenario_kafka_kfake() {
+  local r
+  for ((r = 1; r <= RUNS; r++)); do
+    log "kafka-kfake run $r of $RUNS"
+    driver kafka-kfake ceiling "franz-go fetch → discard" "$r" "$KAFKA_MSGS" "$ALL_CPUS" \
+      kafka-ceiling -kfake -n "$KAFKA_MSGS"
+    rm -rf "$WORK/kafka-out"
+    driver kafka-kfake openetl "Parquet zstd, defaults" "$r" "$KAFKA_MSGS" "$ALL_CPUS" \
+      kafka -kfake -n "$KAFKA_MSGS" -out "$WORK/kafka-out"
+    rm -rf "$WORK/kafka-out"
+  done
+}
+
+scenario_kafka_broker() {
+  pin kafka "$DB_CPU"
+  local topic="bench_$KAFKA_MSGS" r
+  log "producing $KAFKA_MSGS messages to the broker"
+  "$BIN" kafka-produce -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -n "$KAFKA_MSGS" >/dev/null
+  for ((r = 1; r <= RUNS; r++)); do
+    log "kafka-broker run $r of $RUNS"
+    driver kafka-broker ceiling "franz-go fetch → discard" "$r" "$KAFKA_MSGS" "$TOOL_CPU" \
+      kafka-ceiling -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -n "$KAFKA_MSGS"
+    rm -rf "$WORK/kafka-out"
+    driver kafka-broker openetl "Parquet zstd, defaults" "$r" "$KAFKA_MSGS" "$TOOL_CPU" \
+      kafka -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -out "$WORK/kafka-out"
+    rm -rf "$WORK/kafka-out"
+  done
+}
+
+# ndjson: the Kafka scenario's messages as an NDJSON file, parsed by
+# Benthos (content().parse_json()) and written back as JSON lines.
+scenario_ndjson() {
+  local in="$WORK/messages.ndjson" r
+  "$BIN" kafka-produce -n "$KAFKA_MSGS" -ndjson "$in" >/dev/null
+  if [ -z "$BENTHOS" ]; then
+    return 0
+  fi
+  for ((r = 1; r <= RUNS; r++)); do
+    log "ndjson run $r of $RUNS"
+    local dir="$WORK/benthos-$r"
+    mkdir -p "$dir"
+    cat >"$dir/config.yaml" <<EOF
+http:
+  enabled: false
+logger:
+  level: warn
+input:
+  file:
+    paths: ['$in']
+    scanner:
+      lines:
+        max_buffer_size: 1000000
+pipeline:
+  processors:
+    - mapping: root = content().parse_json()
+output:
+  file:
+    path: '$dir/out.jsonl'
+    codec: lines
+EOF
+    local ok=FAIL detail rows=0 secs=0 cpu=0 rss=0
+    if timed "$dir/time" "$ALL_CPUS" "$BENTHOS" -c "$dir/config.yaml" >"$dir/log" 2>&1; then
+      read -r secs u s m < <(tail -1 "$dir/time")
+      cpu=$(python3 -c "print($u + $s)") rss=$(python3 -c "print($m / 1024)")
+      "$BIN" check-jsonl -file "$dir/out.jsonl" -n "$KAFKA_MSGS" >"$dir/check.json"
+      rows=$(jget "$dir/check.json" rows)
+      python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["check"]))' "$dir/check.json" >"$dir/ids.json"
+      detail=$(check_ids "$dir/ids.json" "$KAFKA_MSGS")
+      [ "$detail" = ok ] && ok=ok
+    else
+      detail="benthos failed: $(tail -1 "$dir/log" | cut -c1-200)"
+    fi
+    result ndjson benthos "file → parse_json → file, defaults" "$r" "$rows" "$secs" "$cpu" "$rss" "$ok" "$detail"
+    rm -f "$dir/out.jsonl"
+  done
+}
+
+# ------------------------------------------------------------ run
+
+has pg-snapshot && scenario_pg_snapshot
+has kafka-kfake && scenario_kafka_kfake
+has kafka-broker && scenario_kafka_broker
+has ndjson && scenario_ndjson
+
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ------------------------------------------------------------ report
+
+versions() {
+  echo "- Go: $(go version | cut -d' ' -f3); OpenETL: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)')"
+  if [ -n "${OPENETL_TEST_POSTGRES_DSN:-}" ]; then
+    echo "- PostgreSQL: $(pg 'SHOW server_version') (scripts/servers.sh: fsync=off, wal_level=logical)"
+  fi
+  has kafka-broker && echo "- Kafka: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/servers.sh) (KRaft, one broker, JVM -Xmx512m)"
+  has kafka-kfake && echo "- kfake: franz-go's in-process cluster (in the tool's process: flatters both sides)"
+  [ -n "$CONDUIT" ] && echo "- Conduit $CONDUIT_VERSION (built from source by bench/peers.sh; $(go version -m "$CONDUIT" | awk '$1=="dep" && $2 ~ /conduit-connector-(postgres|file)$/ {printf "%s %s; ", $2, $3}'))"
+  [ -n "$BENTHOS" ] && echo "- Benthos core $BENTHOS_VERSION (built from source by bench/peers.sh)"
+  true
+}
+
+machine() {
+  local model mem
+  model=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
+  mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
+  echo "- Machine: $model, $(nproc) CPUs, $mem, $(uname -sr)"
+  echo "- Load average (1, 5, 15 min): $LOAD_START at the start, $LOAD_END at the end"
+}
+
+{
+  echo "<!-- bench-compare:start -->"
+  echo "## Side by side (scripts/bench-compare.sh)"
+  echo
+  echo "Written by \`make bench-compare\` on $(date -u '+%Y-%m-%d %H:%M UTC') in $(((SECONDS - T_START) / 60)) min: $RUNS run(s) per tool, ROWS=$ROWS"
+  echo "($PG_ROWS Postgres rows, $KAFKA_MSGS Kafka messages of ~200 bytes). Median, with min–max over the runs;"
+  echo "CPU is the tool's user+sys CPU per million rows (OpenETL and ceilings: getrusage of the timed section;"
+  echo "peers: /usr/bin/time of the whole process), peak RSS is VmHWM / max RSS. Every run's output is checked"
+  echo "against the source (count, distinct ids, min, max, sum over ids 1..N); a run that fails is marked FAIL"
+  echo "and left out of the figures. With a server, the server is pinned to CPU $DB_CPU and the tool to CPU $TOOL_CPU;"
+  echo "without one (kfake, ndjson) the tool gets CPUs $ALL_CPUS."
+  echo
+  machine
+  versions
+  echo
+  python3 - "$RESULTS" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+groups = {}
+for r in rows:
+    groups.setdefault((r["scenario"], r["tool"], r["setting"]), []).append(r)
+titles = {
+    "pg-snapshot": "Postgres snapshot, 16-column table → Parquet (peer: → JSON-lines file)",
+    "kafka-kfake": "Kafka JSON → Parquet, kfake",
+    "kafka-broker": "Kafka JSON → Parquet, Apache Kafka broker",
+    "ndjson": "The same messages as NDJSON from a file, parsed (no OpenETL row: see the Kafka rows)",
+}
+def fmt(v, d=0):
+    return f"{v:,.{d}f}"
+print("| scenario | tool | settings | rows/s (median, min–max) | vs ceiling | CPU-s / M rows | peak RSS MB | checks |")
+print("|---|---|---|---:|---:|---:|---:|---|")
+ceil = {}
+for (sc, tool, st), rs in groups.items():
+    good = [r for r in rs if r["ok"] == "ok" and float(r["seconds"]) > 0]
+    if tool == "ceiling" and good:
+        ceil[sc] = statistics.median(int(r["rows"]) / float(r["seconds"]) for r in good)
+for (sc, tool, st), rs in groups.items():
+    good = [r for r in rs if r["ok"] == "ok" and float(r["seconds"]) > 0]
+    bad = [r for r in rs if r not in good]
+    checks = f"{len(good)}/{len(rs)} ok"
+    if bad:
+        checks += "; FAIL: " + bad[0]["detail"].replace("|", "/")[:160]
+    if not good:
+        print(f"| {titles.get(sc, sc)} | {tool} | {st} | — | — | — | — | {checks} |")
+        continue
+    rate = [int(r["rows"]) / float(r["seconds"]) for r in good]
+    cpu = [float(r["cpu"]) / int(r["rows"]) * 1e6 for r in good]
+    rss = [float(r["rss_mb"]) for r in good]
+    m = statistics.median(rate)
+    vs = "" if tool == "ceiling" or sc not in ceil else f"{m / ceil[sc]:.2f}"
+    rng = f" ({fmt(min(rate))}–{fmt(max(rate))})" if len(rate) > 1 else ""
+    print(f"| {titles.get(sc, sc)} | **{tool}** | {st} | {fmt(m)}{rng} | {vs} | {statistics.median(cpu):.2f} | {statistics.median(rss):.0f} | {checks} |")
+PY
+  if [ -s "$NOTES" ]; then
+    echo
+    echo "Not run, and why:"
+    echo
+    sed 's/^/- /' "$NOTES"
+  fi
+  echo "<!-- bench-compare:end -->"
+} >"$WORK/table.md"
+
+python3 - "$BENCH_OUT" "$WORK/table.md" <<'PY'
+import sys
+path, table = sys.argv[1], open(sys.argv[2]).read().rstrip("\n")
+text = open(path).read()
+start, end = "<!-- bench-compare:start -->", "<!-- bench-compare:end -->"
+if start in text and end in text:
+    a, b = text.index(start), text.index(end) + len(end)
+    text = text[:a] + table + text[b:]
+else:
+    text = text.rstrip("\n") + "\n\n" + table + "\n"
+open(path, "w").write(text)
+PY
+cat "$WORK/table.md"
+log "done in $(((SECONDS - T_START) / 60)) min; raw results in $RESULTS"
