@@ -142,3 +142,43 @@ func TestBackpressure(t *testing.T) {
 		t.Fatalf("the blocked split, cancelled: %v", err)
 	}
 }
+
+// TestOffsetPastMax: a message past MaxOffset (no partition holds one
+// yet: this one is put in the split's queue by hand) fails Read with an
+// error that names it, rather than giving it a seq of another partition.
+func TestOffsetPastMax(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	src, err := New(Config{Opts: []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, Topics: []string{"big"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close(context.Background()) })
+	splits, err := src.Open(t.Context(), []string{"big"}, nil)
+	if err != nil || len(splits) != 1 {
+		t.Fatalf("Open: %d splits, %v", len(splits), err)
+	}
+	r := splits[0].(*split).r
+	errs := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	go func() { errs <- splits[0].Read(ctx, &gate{}, false) }()
+	var q *queue
+	for q == nil {
+		time.Sleep(time.Millisecond)
+		r.mu.Lock()
+		q = r.parts[tp{"big", 0}]
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
+	q.chunks = append(q.chunks, chunk{recs: []*kgo.Record{{Topic: "big", Offset: MaxOffset + 1, Value: []byte(`{}`)}}})
+	notify(q.signal)
+	r.mu.Unlock()
+	err = <-errs
+	if err == nil || !strings.Contains(err.Error(), "past MaxOffset") {
+		t.Fatalf("Read: %v, want an error naming MaxOffset", err)
+	}
+}
