@@ -12,10 +12,11 @@
 # Settings (environment):
 #   RUNS        runs per tool and scenario (default 5); the table shows the
 #               median and min–max
-#   ROWS        full (default: 5M Postgres rows, 10M Kafka messages) or
-#               small (100k rows, 200k messages)
-#   PG_ROWS, KAFKA_MSGS   override the sizes
-#   SCENARIOS   default "pg-snapshot kafka-kfake kafka-broker ndjson"
+#   ROWS        full (default: 5M Postgres rows, 10M Kafka messages, 5M
+#               Arrow rows) or small (100k rows, 200k messages, 200k rows)
+#   PG_ROWS, KAFKA_MSGS, ARROW_ROWS   override the sizes
+#   SCENARIOS   default "pg-snapshot kafka-kfake kafka-broker ndjson
+#               arrow-parquet"
 #   PEERS       default "conduit benthos"; "" runs OpenETL and ceilings only
 #   BENCH_OUT   the Markdown file to update (default BENCHMARKS.md)
 #
@@ -37,11 +38,11 @@ source "$ROOT/bench/peers.sh"
 RUNS=${RUNS:-5}
 ROWS=${ROWS:-full}
 case $ROWS in
-full) PG_ROWS=${PG_ROWS:-5000000} KAFKA_MSGS=${KAFKA_MSGS:-10000000} ;;
-small) PG_ROWS=${PG_ROWS:-100000} KAFKA_MSGS=${KAFKA_MSGS:-200000} ;;
+full) PG_ROWS=${PG_ROWS:-5000000} KAFKA_MSGS=${KAFKA_MSGS:-10000000} ARROW_ROWS=${ARROW_ROWS:-5000000} ;;
+small) PG_ROWS=${PG_ROWS:-100000} KAFKA_MSGS=${KAFKA_MSGS:-200000} ARROW_ROWS=${ARROW_ROWS:-200000} ;;
 *) echo "bench-compare: ROWS is full or small, not $ROWS" >&2; exit 2 ;;
 esac
-SCENARIOS=${SCENARIOS:-pg-snapshot kafka-kfake kafka-broker ndjson}
+SCENARIOS=${SCENARIOS:-pg-snapshot kafka-kfake kafka-broker ndjson arrow-parquet}
 PEERS=${PEERS-conduit benthos}
 BENCH_OUT=${BENCH_OUT:-$ROOT/BENCHMARKS.md}
 WORK="$BENCH_DIR/work"
@@ -374,12 +375,31 @@ EOF
   done
 }
 
+# ------------------------------------------------------------ arrow-parquet
+
+# The Parquet destination's writer against pqarrow's FileWriter alone,
+# from identical Arrow batches (10 columns, 8,192 rows each).
+scenario_arrow_parquet() {
+  local r
+  for ((r = 1; r <= RUNS; r++)); do
+    log "arrow-parquet run $r of $RUNS"
+    rm -rf "$WORK/arrow-out"
+    driver arrow-parquet ceiling "pqarrow FileWriter → file" "$r" "$ARROW_ROWS" "$ALL_CPUS" \
+      arrow-parquet -plain -n "$ARROW_ROWS" -out "$WORK/arrow-out"
+    rm -rf "$WORK/arrow-out"
+    driver arrow-parquet openetl "sink/parquet Write+PreCommit+Commit" "$r" "$ARROW_ROWS" "$ALL_CPUS" \
+      arrow-parquet -n "$ARROW_ROWS" -out "$WORK/arrow-out"
+    rm -rf "$WORK/arrow-out"
+  done
+}
+
 # ------------------------------------------------------------ run
 
 has pg-snapshot && scenario_pg_snapshot
 has kafka-kfake && scenario_kafka_kfake
 has kafka-broker && scenario_kafka_broker
 has ndjson && scenario_ndjson
+has arrow-parquet && scenario_arrow_parquet
 
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -431,6 +451,7 @@ titles = {
     "kafka-kfake": "Kafka JSON → Parquet, kfake",
     "kafka-broker": "Kafka JSON → Parquet, Apache Kafka broker",
     "ndjson": "The same messages as NDJSON from a file, parsed (no OpenETL row: see the Kafka rows)",
+    "arrow-parquet": "Arrow batches → Parquet (zstd, 10 columns), local disk",
 }
 def fmt(v, d=0):
     return f"{v:,.{d}f}"

@@ -11,6 +11,7 @@
 //	openetl-bench kafka -brokers B -topic T -out DIR       # Kafka → Parquet
 //	openetl-bench kafka -kfake -n N -out DIR               # same, in-process kfake
 //	openetl-bench kafka-ceiling -brokers B -topic T -n N   # franz-go fetch-and-discard
+//	openetl-bench arrow-parquet -n N -out DIR [-plain]     # Arrow batches → Parquet sink (or pqarrow alone)
 //	openetl-bench check-jsonl -file F [-wait N]            # count and id checksum of JSON lines
 //
 // It is a benchmark harness, not part of the library.
@@ -38,6 +39,7 @@ func main() {
 		"kafka":         kafkaPipeline,
 		"kafka-ceiling": kafkaCeiling,
 		"check-jsonl":   checkJSONL,
+		"arrow-parquet": arrowParquet,
 	}
 	f, ok := cmds[os.Args[1]]
 	if !ok {
