@@ -12,11 +12,12 @@
 # Settings (environment):
 #   RUNS        runs per tool and scenario (default 5); the table shows the
 #               median and min–max
-#   ROWS        full (default: 5M Postgres rows, 10M Kafka messages, 5M
-#               Arrow rows) or small (100k rows, 200k messages, 200k rows)
-#   PG_ROWS, KAFKA_MSGS, ARROW_ROWS   override the sizes
-#   SCENARIOS   default "pg-snapshot kafka-kfake kafka-broker ndjson
-#               arrow-parquet"
+#   ROWS        full (default: 5M Postgres rows, 2M changes, 10M Kafka
+#               messages, 5M Arrow rows) or small (100k rows, 50k
+#               changes, 200k messages, 200k rows)
+#   PG_ROWS, CDC_CHANGES, KAFKA_MSGS, ARROW_ROWS   override the sizes
+#   SCENARIOS   default "pg-snapshot pg-cdc kafka-kfake kafka-broker
+#               ndjson arrow-parquet"
 #   PEERS       default "conduit benthos"; "" runs OpenETL and ceilings only
 #   BENCH_OUT   the Markdown file to update (default BENCHMARKS.md)
 #
@@ -38,11 +39,11 @@ source "$ROOT/bench/peers.sh"
 RUNS=${RUNS:-5}
 ROWS=${ROWS:-full}
 case $ROWS in
-full) PG_ROWS=${PG_ROWS:-5000000} KAFKA_MSGS=${KAFKA_MSGS:-10000000} ARROW_ROWS=${ARROW_ROWS:-5000000} ;;
-small) PG_ROWS=${PG_ROWS:-100000} KAFKA_MSGS=${KAFKA_MSGS:-200000} ARROW_ROWS=${ARROW_ROWS:-200000} ;;
+full) PG_ROWS=${PG_ROWS:-5000000} KAFKA_MSGS=${KAFKA_MSGS:-10000000} ARROW_ROWS=${ARROW_ROWS:-5000000} CDC_CHANGES=${CDC_CHANGES:-2000000} ;;
+small) PG_ROWS=${PG_ROWS:-100000} KAFKA_MSGS=${KAFKA_MSGS:-200000} ARROW_ROWS=${ARROW_ROWS:-200000} CDC_CHANGES=${CDC_CHANGES:-50000} ;;
 *) echo "bench-compare: ROWS is full or small, not $ROWS" >&2; exit 2 ;;
 esac
-SCENARIOS=${SCENARIOS:-pg-snapshot kafka-kfake kafka-broker ndjson arrow-parquet}
+SCENARIOS=${SCENARIOS:-pg-snapshot pg-cdc kafka-kfake kafka-broker ndjson arrow-parquet}
 PEERS=${PEERS-conduit benthos}
 BENCH_OUT=${BENCH_OUT:-$ROOT/BENCHMARKS.md}
 WORK="$BENCH_DIR/work"
@@ -76,7 +77,7 @@ go build -o "$BIN" ./bench/cmd/openetl-bench
 PY=$(scripts/test-tools.sh)
 
 CONDUIT= BENTHOS=
-if peer conduit && { has pg-snapshot; }; then
+if peer conduit && { has pg-snapshot || has pg-cdc; }; then
   log "building Conduit $CONDUIT_VERSION (minutes on a cold cache)"
   CONDUIT=$(build_conduit) || note "Conduit $CONDUIT_VERSION: build failed ($(tail -1 "$BENCH_DIR/logs/build-conduit.log"))"
 fi
@@ -88,7 +89,7 @@ fi
 # ------------------------------------------------------------ servers
 
 services=()
-has pg-snapshot && services+=(postgres)
+{ has pg-snapshot || has pg-cdc; } && services+=(postgres)
 has kafka-broker && services+=(kafka)
 SERVERS_DIR=
 stop_servers() {
@@ -161,7 +162,11 @@ driver() {
   fi
   local files
   files=$(python3 -c 'import json,sys; print("\n".join(json.load(open(sys.argv[1])).get("files") or []))' "$out")
-  if [ -n "$files" ]; then
+  if [ -n "$files" ] && [ "$n" = cdc ]; then
+    mapfile -t fl <<<"$files"
+    "$PY" bench/check_parquet.py --ops "${fl[@]}" >"$out.check"
+    ok=$(check_cdc "$out.check")
+  elif [ -n "$files" ]; then
     mapfile -t fl <<<"$files"
     "$PY" bench/check_parquet.py "${fl[@]}" >"$out.check"
     ok=$(check_ids "$out.check" "$n")
@@ -207,9 +212,55 @@ drop_slot() {
   pg "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '$1' AND NOT active" >/dev/null || true
 }
 
-# conduit_run RUN SETTING: Conduit postgres → file, timed from its start
-# until the output file holds every row (it never stops on its own: the
-# source goes on to CDC), then stopped.
+# conduit_follow SCENARIO SETTING RUN DIR MARKER N CHECK [FLAG...]: runs
+# Conduit on DIR/pipeline.yaml (its source never stops on its own: it
+# goes on streaming changes), timed from its start until DIR/out.jsonl
+# holds N complete records, then stopped. The follower reads the file as
+# it grows, on the database's core, summing the id after MARKER on each
+# line; CHECK is "ids" (exactly 1..N) or "cdc" (check_cdc).
+conduit_follow() {
+  local sc=$1 set=$2 run=$3 dir=$4 marker=$5 n=$6 check=$7
+  shift 7
+  local t0 tpid cpid ok=FAIL detail rows=0 secs=0
+  t0=$(date +%s%N)
+  (cd "$dir" && exec /usr/bin/time -f '%e %U %S %M' -o "$dir/time" taskset -c "$TOOL_CPU" \
+    "$CONDUIT" run --pipelines.path "$dir/pipeline.yaml" --db.type inmemory --api.enabled=false \
+    --log.level warn --pipelines.exit-on-degraded "$@") >"$dir/log" 2>&1 &
+  tpid=$!
+  if taskset -c "$DB_CPU" "$BIN" check-jsonl -file "$dir/out.jsonl" -after "$marker" -n "$n" \
+    -wait -since "$t0" -timeout "${CONDUIT_TIMEOUT:-20m}" >"$dir/check.json" 2>"$dir/check.err"; then
+    rows=$(jget "$dir/check.json" rows)
+    secs=$(jget "$dir/check.json" seconds)
+    python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["check"]))' "$dir/check.json" >"$dir/ids.json"
+    if [ "$check" = cdc ]; then
+      detail=$(check_cdc "$dir/ids.json")
+    else
+      detail=$(check_ids "$dir/ids.json" "$n")
+    fi
+    [ "$detail" = ok ] && ok=ok
+  else
+    detail="no complete output: $(tail -1 "$dir/check.err"); conduit: $(grep -m1 -i 'error' "$dir/log" | cut -c1-200)"
+  fi
+  # Stop Conduit (the child of time, itself the subshell's exec) by id.
+  cpid=$(ps -o pid= --ppid "$tpid" | tr -d ' ' | head -1)
+  if [ -n "$cpid" ]; then
+    kill "$cpid" 2>/dev/null || true
+    sleep 2
+    kill -9 "$cpid" 2>/dev/null || true
+  fi
+  wait "$tpid" 2>/dev/null || true
+  local cpu=0 rss=0
+  if [ -s "$dir/time" ] && [[ "$(tail -1 "$dir/time")" =~ ^[0-9.]+\ [0-9.]+\ [0-9.]+\ [0-9]+$ ]]; then
+    read -r _ u s m < <(tail -1 "$dir/time")
+    cpu=$(python3 -c "print($u + $s)") rss=$(python3 -c "print($m / 1024)")
+  fi
+  result "$sc" conduit "$set" "$run" "$rows" "$secs" "$cpu" "$rss" "$ok" "$detail"
+  rm -f "$dir/out.jsonl"
+}
+
+# conduit_run RUN SETTING: Conduit postgres → file, snapshot then CDC,
+# with its defaults or with its performance advice (pipeline
+# architecture v2, sdk.batch.size 10000, schema extraction off).
 conduit_run() {
   local run=$1 set=$2 dir="$WORK/conduit-$2-$1"
   mkdir -p "$dir"
@@ -245,36 +296,11 @@ pipelines:
           path: '$dir/out.jsonl'${batch:+
           sdk.batch.size: '10000'}
 EOF
-  local t0 tpid cpid
-  t0=$(date +%s%N)
-  (cd "$dir" && exec /usr/bin/time -f '%e %U %S %M' -o "$dir/time" taskset -c "$TOOL_CPU" \
-    "$CONDUIT" run --pipelines.path "$dir/pipeline.yaml" --db.type inmemory --api.enabled=false \
-    --log.level warn --pipelines.exit-on-degraded "${extra[@]}") >"$dir/log" 2>&1 &
-  tpid=$!
-  # The follower reads the file as it grows (on the database's core).
-  local ok=FAIL detail rows=0 secs=0
-  if taskset -c "$DB_CPU" "$BIN" check-jsonl -file "$dir/out.jsonl" -after '"after":' -n "$PG_ROWS" \
-    -wait -since "$t0" -timeout "${CONDUIT_TIMEOUT:-20m}" >"$dir/check.json" 2>"$dir/check.err"; then
-    rows=$(jget "$dir/check.json" rows)
-    secs=$(jget "$dir/check.json" seconds)
-    python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["check"]))' "$dir/check.json" >"$dir/ids.json"
-    detail=$(check_ids "$dir/ids.json" "$PG_ROWS")
-    [ "$detail" = ok ] && ok=ok
-  else
-    detail="no complete output: $(tail -1 "$dir/check.err"); conduit: $(grep -m1 -i 'error' "$dir/log" | cut -c1-200)"
-  fi
-  cpid=$(ps -o pid= --ppid "$tpid" | tr -d ' ' | head -1)
-  [ -n "$cpid" ] && { ps -o pid= --ppid "$cpid" | xargs -r kill 2>/dev/null; kill "$cpid" 2>/dev/null; } || true
-  wait "$tpid" 2>/dev/null || true
+  local label="defaults"
+  [ "$set" = advised ] && label="arch v2, batch 10000, no schema extraction"
+  conduit_follow pg-snapshot "$label" "$run" "$dir" '"after":' "$PG_ROWS" ids "${extra[@]}"
   sleep 1
   drop_slot "$slot"
-  local cpu=0 rss=0
-  if [ -s "$dir/time" ]; then
-    read -r _ u s m < <(tail -1 "$dir/time")
-    cpu=$(python3 -c "print($u + $s)") rss=$(python3 -c "print($m / 1024)")
-  fi
-  result pg-snapshot conduit "$set" "$run" "$rows" "$secs" "$cpu" "$rss" "$ok" "$detail"
-  rm -f "$dir/out.jsonl"
 }
 
 scenario_pg_snapshot() {
@@ -292,6 +318,130 @@ scenario_pg_snapshot() {
     if [ -n "$CONDUIT" ]; then
       conduit_run "$r" defaults
       conduit_run "$r" advised
+    fi
+  done
+}
+
+# ------------------------------------------------------------ pg-cdc
+
+CDC_TABLE=bench_cdc CDC_PUB=bench_cdc_pub
+CDC_I=$((CDC_CHANGES / 2)) CDC_U=$((CDC_CHANGES * 3 / 10))
+CDC_D=$((CDC_CHANGES - CDC_I - CDC_U))
+
+# check_cdc JSON: "ok" when the change rows in JSON are exactly the
+# changes pg_cdc_changes made: CDC_I inserts of ids 1..CDC_I, CDC_U
+# updates of ids 1..CDC_U, CDC_D deletes of the last CDC_D ids (the ops
+# are compared when JSON has them).
+check_cdc() {
+  python3 -c 'import json,sys
+c=json.load(open(sys.argv[1])); i,u,d=map(int,sys.argv[2:5])
+tri=lambda n: n*(n+1)//2
+want={"count":i+u+d,"sum":tri(i)+tri(u)+tri(i)-tri(i-d),"min":1,"max":i}
+bad=["%s %s != %s" % (k,c.get(k),v) for k,v in want.items() if c.get(k)!=v]
+if "ops" in c:
+    o={k:v for k,v in {"insert":i,"update":u,"delete":d}.items() if v}
+    if c["ops"]!=o: bad.append("ops %s != %s" % (c["ops"],o))
+if c.get("bad_lines"): bad.append("%d lines without an id" % c["bad_lines"])
+print("ok" if not bad else "; ".join(bad))' "$1" "$CDC_I" "$CDC_U" "$CDC_D"
+}
+
+# pg_cdc_changes: CDC_I inserts, then CDC_U updates, then CDC_D deletes,
+# in transactions of up to 10,000 changes.
+pg_cdc_changes() {
+  local f="$WORK/changes.sql" a
+  : >"$f"
+  for ((a = 1; a <= CDC_I; a += 10000)); do
+    echo "INSERT INTO $CDC_TABLE SELECT g, g % 1000, 'row ' || g, g / 3.0, timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second', (g % 100000) / 100.0 FROM generate_series($a, $((a + 9999 < CDC_I ? a + 9999 : CDC_I))) g;" >>"$f"
+  done
+  for ((a = 1; a <= CDC_U; a += 10000)); do
+    echo "UPDATE $CDC_TABLE SET a = a + 1, b = b || '!' WHERE id BETWEEN $a AND $((a + 9999 < CDC_U ? a + 9999 : CDC_U));" >>"$f"
+  done
+  for ((a = CDC_I - CDC_D + 1; a <= CDC_I; a += 10000)); do
+    echo "DELETE FROM $CDC_TABLE WHERE id BETWEEN $a AND $((a + 9999 < CDC_I ? a + 9999 : CDC_I));" >>"$f"
+  done
+  "${PSQL[@]}" "$OPENETL_TEST_POSTGRES_DSN" -f "$f"
+}
+
+# conduit_cdc_run RUN: Conduit's Postgres CDC (no snapshot), with its
+# performance advice, from a slot made before the changes, into a
+# JSON-lines file.
+conduit_cdc_run() {
+  local run=$1 dir="$WORK/conduit-cdc-$1"
+  mkdir -p "$dir"
+  cat >"$dir/pipeline.yaml" <<EOF
+version: "2.2"
+pipelines:
+  - id: bench
+    status: running
+    connectors:
+      - id: pg
+        type: source
+        plugin: builtin:postgres
+        settings:
+          url: '$OPENETL_TEST_POSTGRES_DSN'
+          tables: '$CDC_TABLE'
+          snapshotMode: never
+          cdcMode: logrepl
+          logrepl.slotName: 'cdc_conduit_$run'
+          logrepl.publicationName: '$CDC_PUB'
+          sdk.batch.size: '10000'
+          sdk.schema.extract.payload.enabled: 'false'
+          sdk.schema.extract.key.enabled: 'false'
+          logrepl.withAvroSchema: 'false'
+      - id: file
+        type: destination
+        plugin: builtin:file
+        settings:
+          path: '$dir/out.jsonl'
+          sdk.batch.size: '10000'
+EOF
+  conduit_follow pg-cdc "arch v2, batch 10000, no schema extraction" "$run" "$dir" '"key":' \
+    "$CDC_CHANGES" cdc --preview.pipeline-arch-v2
+  sleep 1
+  drop_slot "cdc_conduit_$run"
+}
+
+scenario_pg_cdc() {
+  pin postgres "$DB_CPU"
+  local r
+  pg "DROP TABLE IF EXISTS $CDC_TABLE" 2>/dev/null
+  pg "DROP PUBLICATION IF EXISTS $CDC_PUB" 2>/dev/null
+  pg "CREATE TABLE $CDC_TABLE (id int8 PRIMARY KEY, a int4, b text, c float8, d timestamptz, e numeric(12,2))"
+  pg "CREATE PUBLICATION $CDC_PUB FOR TABLE $CDC_TABLE"
+  # One slot per run and tool, all made before the changes, so each
+  # drains the same WAL once.
+  for ((r = 1; r <= RUNS; r++)); do
+    rm -rf "$WORK/cdc-$r"
+    "$BIN" pg-cdc -table "$CDC_TABLE" -pub "$CDC_PUB" -slot "cdc_openetl_$r" -out "$WORK/cdc-$r" >/dev/null
+    pg "SELECT pg_create_logical_replication_slot('cdc_recv_$r', 'pgoutput')" >/dev/null
+    if [ -n "$CONDUIT" ]; then
+      pg "SELECT pg_create_logical_replication_slot('cdc_conduit_$r', 'pgoutput')" >/dev/null
+    fi
+  done
+  log "making $CDC_CHANGES changes"
+  pg_cdc_changes
+  local end
+  end=$(pg "SELECT pg_current_wal_lsn()")
+  for ((r = 1; r <= RUNS; r++)); do
+    log "pg-cdc run $r of $RUNS"
+    local d="$WORK/recv-$r" ok=FAIL detail secs=0 cpu=0 rss=0
+    mkdir -p "$d"
+    if timed "$d/time" "$TOOL_CPU" pg_recvlogical -d "$OPENETL_TEST_POSTGRES_DSN" -S "cdc_recv_$r" --start \
+      -E "$end" -o proto_version=1 -o "publication_names=$CDC_PUB" -f /dev/null --no-loop >"$d/log" 2>&1; then
+      read -r secs u s m < <(tail -1 "$d/time")
+      cpu=$(python3 -c "print($u + $s)") rss=$(python3 -c "print($m / 1024)")
+      ok=ok detail="reached the end LSN (pg_recvlogical counts no rows)"
+    else
+      detail="pg_recvlogical failed: $(tail -1 "$d/log")"
+    fi
+    result pg-cdc ceiling "pg_recvlogical, pgoutput v1 → /dev/null" "$r" "$CDC_CHANGES" "$secs" "$cpu" "$rss" "$ok" "$detail"
+    drop_slot "cdc_recv_$r"
+    driver pg-cdc openetl "Parquet zstd, defaults" "$r" cdc "$TOOL_CPU" \
+      pg-cdc -table "$CDC_TABLE" -pub "$CDC_PUB" -slot "cdc_openetl_$r" -out "$WORK/cdc-$r"
+    drop_slot "cdc_openetl_$r"
+    rm -rf "$WORK/cdc-$r"
+    if [ -n "$CONDUIT" ]; then
+      conduit_cdc_run "$r"
     fi
   done
 }
@@ -396,6 +546,7 @@ scenario_arrow_parquet() {
 # ------------------------------------------------------------ run
 
 has pg-snapshot && scenario_pg_snapshot
+has pg-cdc && scenario_pg_cdc
 has kafka-kfake && scenario_kafka_kfake
 has kafka-broker && scenario_kafka_broker
 has ndjson && scenario_ndjson
@@ -448,6 +599,7 @@ for r in rows:
     groups.setdefault((r["scenario"], r["tool"], r["setting"]), []).append(r)
 titles = {
     "pg-snapshot": "Postgres snapshot, 16-column table → Parquet (peer: → JSON-lines file)",
+    "pg-cdc": "Postgres CDC catch-up (50% inserts, 30% updates, 20% deletes) → Parquet (peer: → JSON-lines file)",
     "kafka-kfake": "Kafka JSON → Parquet, kfake",
     "kafka-broker": "Kafka JSON → Parquet, Apache Kafka broker",
     "ndjson": "The same messages as NDJSON from a file, parsed (no OpenETL row: see the Kafka rows)",

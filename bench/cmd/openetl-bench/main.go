@@ -7,6 +7,7 @@
 //
 //	openetl-bench pg-snapshot -dsn D -table T -out DIR     # Postgres → Parquet
 //	openetl-bench pg-copy -dsn D -table T                  # the ceiling: COPY binary → discard
+//	openetl-bench pg-cdc -dsn D -table T -slot S -out DIR    # run twice: slot, then catch-up → Parquet
 //	openetl-bench kafka-produce -brokers B -topic T -n N -ndjson F
 //	openetl-bench kafka -brokers B -topic T -out DIR       # Kafka → Parquet
 //	openetl-bench kafka -kfake -n N -out DIR               # same, in-process kfake
@@ -35,6 +36,7 @@ func main() {
 	cmds := map[string]func([]string) (*result, error){
 		"pg-snapshot":   pgSnapshot,
 		"pg-copy":       pgCopy,
+		"pg-cdc":        pgCDC,
 		"kafka-produce": kafkaProduce,
 		"kafka":         kafkaPipeline,
 		"kafka-ceiling": kafkaCeiling,
