@@ -148,3 +148,59 @@ func TestCurrentDedupToken(t *testing.T) {
 		t.Errorf("after the same apply twice: %d rows, want 10 (the token did not deduplicate)", n)
 	}
 }
+
+// TestCurrentUUIDAndEnum writes a uuid and an enum (dictionary<utf8>) on
+// a current server: UUID and LowCardinality(Nullable(String)) columns,
+// the uuid read back as the source's text form.
+func TestCurrentUUIDAndEnum(t *testing.T) {
+	conn, db := currentConn(t)
+	ctx := context.Background()
+	d, err := New(ctx, Config{Conn: conn, Database: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := d.Features(); !f.UUID || !f.LowCardinality || f.ExperimentalLowCardinality {
+		t.Fatalf("server %s: %+v: not a current server", f.Version, f)
+	}
+	sw, _ := d.Writer(ctx, "uuid", 0)
+	w := sw.(*writer)
+	defer w.Close(ctx)
+	if _, err := w.Recover(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	sc := arrow.NewSchema([]arrow.Field{
+		{Name: "u", Type: &arrow.FixedSizeBinaryType{ByteWidth: 16}, Nullable: true},
+		{Name: "mood", Type: &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}, Nullable: true},
+		{Name: colID, Type: arrow.BinaryTypes.String},
+		{Name: colSeq, Type: arrow.PrimitiveTypes.Int64},
+	}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	u := []byte{0xa0, 0xee, 0xbc, 0x99, 0x9c, 0x0b, 0x4e, 0xf8, 0xbb, 0x6d, 0x6b, 0xb9, 0xbd, 0x38, 0x0a, 0x11}
+	b.Field(0).(*array.FixedSizeBinaryBuilder).Append(u)
+	if err := b.Field(1).(*array.BinaryDictionaryBuilder).AppendString("happy"); err != nil {
+		t.Fatal(err)
+	}
+	b.Field(2).(*array.StringBuilder).Append("a")
+	b.Field(3).(*array.Int64Builder).Append(1)
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	if err := w.Write(ctx, "t", rec); err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.PreCommit(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(ctx, 1, []sink.Committable{c}); err != nil {
+		t.Fatal(err)
+	}
+	var gotU, mood, ut, mt string
+	q := fmt.Sprintf("SELECT toString(u), toString(mood), toTypeName(u), toTypeName(mood) FROM %s.t", db)
+	if err := conn.QueryRow(ctx, q).Scan(&gotU, &mood, &ut, &mt); err != nil {
+		t.Fatal(err)
+	}
+	if gotU != "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11" || mood != "happy" || ut != "Nullable(UUID)" || mt != "LowCardinality(Nullable(String))" {
+		t.Errorf("read back %s (%s), %s (%s)", gotU, ut, mood, mt)
+	}
+}

@@ -104,7 +104,9 @@ func createTarget(db, table string, cols []column, key, orderBy []string, f Feat
 }
 
 // Columns only staging tables have: who staged a block, so that Recover
-// can drop what older generations of the pipeline left behind.
+// can drop what older generations of the pipeline left behind. The
+// pipeline's name is in the first row of each batch of a block (the
+// other rows have an empty string): Recover looks for any row.
 const (
 	colStagePipeline = "_openetl_stage_pipeline"
 	colStageGen      = "_openetl_stage_generation"

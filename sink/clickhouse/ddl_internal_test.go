@@ -82,6 +82,24 @@ func TestTypeMap(t *testing.T) {
 			t.Errorf("%s (nullable %v, key %v) on %s = %s, want %s", tc.typ, tc.nullable, tc.key, tc.f.Version, got.ch, tc.want)
 		}
 	}
+	// A utf8 column whose declared type (field metadata) is an enum.
+	for _, tc := range []struct {
+		declared string
+		f        Features
+		want     string
+	}{
+		{"enum('sad','ok','happy')", modern, "LowCardinality(Nullable(String))"},
+		{" ENUM('a')", old, "LowCardinality(Nullable(String))"},
+		{"enum('a')", ServerFeatures("18.10.3"), "Nullable(String)"},
+		{"mood", modern, "Nullable(String)"},
+		{"varchar(10)", modern, "Nullable(String)"},
+	} {
+		md := arrow.NewMetadata([]string{declaredTypeKey}, []string{tc.declared})
+		got, err := mapType(tc.f, arrow.Field{Name: "e", Type: arrow.BinaryTypes.String, Nullable: true, Metadata: md}, false)
+		if err != nil || got.ch != tc.want {
+			t.Errorf("utf8 declared %q on %s = %s (%v), want %s", tc.declared, tc.f.Version, got.ch, err, tc.want)
+		}
+	}
 	if _, err := mapType(old, arrow.Field{Name: "d", Type: arrow.FixedWidthTypes.Duration_us}, false); err == nil {
 		t.Error("duration mapped: it is listed as unsupported")
 	}
@@ -291,7 +309,27 @@ func TestEncodeScratchReuse(t *testing.T) {
 		t.Errorf("constant: %v", c)
 	}
 	sc.pipeline("p", 2)
-	if p := sc.pipeline("p", 40); len(p) != 40 || p[39] != "p" || p[0] != "p" {
-		t.Errorf("pipeline column: %q", p)
+	if p := sc.pipeline("p", 40); len(p) != 40 || p[0] != "p" || p[1] != "" || p[39] != "" {
+		t.Errorf("pipeline column: %q, want p then empty strings", p)
+	}
+}
+
+func TestLowCardinalityOnly(t *testing.T) {
+	for _, tc := range []struct {
+		have, want string
+		ok         bool
+	}{
+		{"Nullable(String)", "LowCardinality(Nullable(String))", true},
+		{"String", "LowCardinality(String)", true},
+		{"LowCardinality(Nullable(String))", "Nullable(String)", true},
+		{"LowCardinality(Nullable(String))", "LowCardinality(String)", true},
+		{"Nullable(String)", "LowCardinality(String)", true},
+		{"String", "LowCardinality(Nullable(String))", false}, // nulls would not fit
+		{"String", "String", false},
+		{"Nullable(Int64)", "LowCardinality(Nullable(String))", false},
+	} {
+		if got := lowCardinalityOnly(tc.have, tc.want); got != tc.ok {
+			t.Errorf("lowCardinalityOnly(%s, %s) = %v, want %v", tc.have, tc.want, got, tc.ok)
+		}
 	}
 }

@@ -165,17 +165,25 @@
 //     servers, and not replicas of Replicated tables: a block staged
 //     through one replica may not be there yet through another, and the
 //     count that guards a retried copy would not be exact.
-//   - Writes use clickhouse-go's column Append with Go slices built once
-//     per batch per column; decimals and fixed strings cost an allocation
-//     per value (the driver takes them only as values that own their
-//     bytes). ch-go, which could take Arrow buffers without copying, does
-//     not speak 18.16's protocol (it fails on the first query).
+//   - Writes use clickhouse-go's column Append with Go slices filled once
+//     per batch per column (strings and timestamps in slices the writer
+//     reuses); decimals and fixed strings cost an allocation per value
+//     (the driver takes them only as values that own their bytes). ch-go,
+//     which could take Arrow buffers without copying, does not speak
+//     18.16's protocol (it fails on the first query). Each staged row
+//     carries three bookkeeping columns (_openetl_batch, the staging
+//     table's pipeline and generation): about 1.15x the client CPU of a
+//     plain insert of the same rows.
 //
 // Declared enums: the engine gives a Postgres enum or a MySQL enum column
 // as utf8 today, with nothing in the Arrow field saying it was an enum
-// (the Postgres source declares the enum's own type name, e.g. "mood",
-// like any other user type), so such columns are String. A column the
-// engine hands over as dictionary<int, utf8> becomes LowCardinality.
+// (and the Postgres source declares the enum's own type name, e.g.
+// "mood", like any other user type), so such columns are String. Two
+// shapes become LowCardinality as soon as the engine emits them: a
+// dictionary<int, utf8> field, and a utf8 field whose metadata key
+// openetl.declared_type holds an enum(...) type ("enum('a','b')", as
+// MySQL spells it). A column that already exists keeps its type when
+// only LowCardinality differs.
 //
 // Reading merge tables needs FINAL (or OPTIMIZE ... FINAL first): until
 // parts merge, older versions of a key are stored beside the latest.

@@ -332,7 +332,7 @@ type scratch struct {
 	times    []time.Time
 	timePtrs []*time.Time
 	u64      []uint64
-	pipes    []string // every element the writer's pipeline name
+	pipes    []string // the pipeline column: its name, then empty strings
 }
 
 // resize returns *s with length n, reallocated only when it is too short.
@@ -352,15 +352,18 @@ func (sc *scratch) constant(v uint64, n int) []uint64 {
 	return out
 }
 
-// pipeline returns n copies of name.
+// pipeline returns a batch's _openetl_stage_pipeline column: name in the
+// first row, empty strings after it. One stamped row per batch is enough
+// to find a block's pipeline (a block holds whole batches, and Recover
+// looks for any row of it), and an empty string costs the driver much
+// less than a copy of the name in every row.
 func (sc *scratch) pipeline(name string, n int) []string {
 	if cap(sc.pipes) < n {
 		sc.pipes = make([]string, n, n+n/4)
-		for i := range sc.pipes[:cap(sc.pipes)] {
-			sc.pipes[:cap(sc.pipes)][i] = name
-		}
 	}
-	return sc.pipes[:n]
+	out := sc.pipes[:n]
+	out[0] = name
+	return out
 }
 
 // genInto is gen writing into reused slices.

@@ -95,6 +95,14 @@ func (d *Destination) layoutFor(ctx context.Context, table string, schema *arrow
 				c.typ.nullable, c.typ.ch = true, have
 				all[i] = c
 				lay.cols[i] = c
+			case lowCardinalityOnly(have, c.typ.ch):
+				// The same strings, one side LowCardinality (an enum
+				// declared after the column was made, or the other way
+				// round): the table's column takes them as it is.
+				c.typ.ch = have
+				c.typ.nullable = strings.Contains(have, "Nullable(")
+				all[i] = c
+				lay.cols[i] = c
 			case legacyUUID(have, c.typ):
 				// A table created before uuids were UUID: keep writing
 				// the 16 bytes into its FixedString(16).
@@ -260,6 +268,21 @@ func widens(have, want string) bool {
 		return urank[hb] > 0 && urank[hb] < urank[wb]
 	}
 	return false
+}
+
+// lowCardinalityOnly reports whether have and want differ only in
+// LowCardinality (and have perhaps in being Nullable where want is not):
+// a column of type have takes want's values as they are.
+func lowCardinalityOnly(have, want string) bool {
+	strip := func(t string) (string, bool) {
+		if in, ok := strings.CutPrefix(t, "LowCardinality("); ok {
+			return strings.TrimSuffix(in, ")"), true
+		}
+		return t, false
+	}
+	h, hlc := strip(normType(have))
+	w, wlc := strip(normType(want))
+	return (hlc || wlc) && (h == w || h == "Nullable("+w+")")
 }
 
 // legacyUUID reports whether a column of type have is a FixedString(16)

@@ -148,7 +148,12 @@ func unsupportedOn(f Features) []string {
 // sort key of a merge table) are never Nullable: ClickHouse can't sort by
 // one, so a null key is quarantined instead.
 func mapType(f Features, field arrow.Field, key bool) (colType, error) {
-	t, err := baseType(f, field.Name, field.Type)
+	dt := field.Type
+	if declaredEnum(field) && arrow.IsBaseBinary(dt.ID()) {
+		// Text of a declared enum: taken as the dictionary it is.
+		dt = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: dt}
+	}
+	t, err := baseType(f, field.Name, dt)
 	if err != nil {
 		return colType{}, err
 	}
@@ -161,6 +166,21 @@ func mapType(f Features, field arrow.Field, key bool) (colType, error) {
 		}
 	}
 	return t, nil
+}
+
+// declaredTypeKey is the Arrow field metadata key under which an engine
+// would give a column's declared type (source.Column.Type, e.g.
+// "enum('sad','ok','happy')"). The engine does not set it yet; a utf8
+// field whose declared type is an enum(...) is mapped like a dictionary.
+const declaredTypeKey = "openetl.declared_type"
+
+// declaredEnum reports whether field's metadata declares it an enum.
+func declaredEnum(field arrow.Field) bool {
+	i := field.Metadata.FindKey(declaredTypeKey)
+	if i < 0 {
+		return false
+	}
+	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(field.Metadata.Values()[i])), "enum(")
 }
 
 func baseType(f Features, name string, dt arrow.DataType) (colType, error) {

@@ -54,6 +54,8 @@ func TestUUIDAndEnumColumns(t *testing.T) {
 		{Name: "friend", Type: uuidType, Nullable: true},
 		{Name: "others", Type: arrow.ListOf(uuidType), Nullable: true},
 		{Name: "mood", Type: enumType, Nullable: true},
+		{Name: "mood_text", Type: arrow.BinaryTypes.String, Nullable: true,
+			Metadata: arrow.NewMetadata([]string{"openetl.declared_type"}, []string{"enum('sad','ok','happy')"})},
 		{Name: "_openetl_id", Type: arrow.BinaryTypes.String},
 		{Name: "_openetl_op", Type: arrow.BinaryTypes.String},
 		{Name: "_openetl_seq", Type: arrow.PrimitiveTypes.Int64},
@@ -87,9 +89,14 @@ func TestUUIDAndEnumColumns(t *testing.T) {
 		} else if err := b.Field(3).(*array.BinaryDictionaryBuilder).AppendString(r.mood); err != nil {
 			t.Fatal(err)
 		}
-		b.Field(4).(*array.StringBuilder).Append(fmt.Sprintf("v%d", i))
-		b.Field(5).(*array.StringBuilder).Append("insert")
-		b.Field(6).(*array.Int64Builder).Append(int64(i + 1))
+		if r.mood == "" {
+			b.Field(4).AppendNull()
+		} else {
+			b.Field(4).(*array.StringBuilder).Append(r.mood)
+		}
+		b.Field(5).(*array.StringBuilder).Append(fmt.Sprintf("v%d", i))
+		b.Field(6).(*array.StringBuilder).Append("insert")
+		b.Field(7).(*array.Int64Builder).Append(int64(i + 1))
 	}
 	rec := b.NewRecordBatch()
 	defer rec.Release()
@@ -104,12 +111,12 @@ func TestUUIDAndEnumColumns(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	types := clientQuery(t, fmt.Sprintf("SELECT name, type FROM system.columns WHERE database = '%s' AND table = 'people' AND name IN ('id', 'friend', 'others', 'mood') ORDER BY name", db))
-	wantTypes := "friend\tNullable(UUID)\nid\tUUID\nmood\tLowCardinality(Nullable(String))\nothers\tArray(Nullable(UUID))\n"
+	types := clientQuery(t, fmt.Sprintf("SELECT name, type FROM system.columns WHERE database = '%s' AND table = 'people' AND name IN ('id', 'friend', 'others', 'mood', 'mood_text') ORDER BY name", db))
+	wantTypes := "friend\tNullable(UUID)\nid\tUUID\nmood\tLowCardinality(Nullable(String))\nmood_text\tLowCardinality(Nullable(String))\nothers\tArray(Nullable(UUID))\n"
 	if types != wantTypes {
 		t.Errorf("column types:\n%s\nwant:\n%s", types, wantTypes)
 	}
-	got := clientQuery(t, fmt.Sprintf("SELECT toString(id), ifNull(toString(friend), 'NULL'), arrayStringConcat(arrayMap(x -> ifNull(toString(x), 'NULL'), others), ','), ifNull(mood, 'NULL') FROM %s.people FINAL ORDER BY _openetl_seq", db))
+	got := clientQuery(t, fmt.Sprintf("SELECT toString(id), ifNull(toString(friend), 'NULL'), arrayStringConcat(arrayMap(x -> ifNull(toString(x), 'NULL'), others), ','), ifNull(mood, 'NULL'), ifNull(mood_text, 'NULL') FROM %s.people FINAL ORDER BY _openetl_seq", db))
 	var want strings.Builder
 	for _, r := range rows {
 		friend, mood := r.friend, r.mood
@@ -119,7 +126,7 @@ func TestUUIDAndEnumColumns(t *testing.T) {
 		if mood == "" {
 			mood = "NULL"
 		}
-		fmt.Fprintf(&want, "%s\t%s\t%s\t%s\n", r.id, friend, strings.Join(r.others, ","), mood)
+		fmt.Fprintf(&want, "%s\t%s\t%s\t%s\t%s\n", r.id, friend, strings.Join(r.others, ","), mood, mood)
 	}
 	if got != want.String() {
 		t.Errorf("read back:\n%s\nwant (the source's text forms):\n%s", got, want.String())

@@ -93,3 +93,63 @@ func TestUUIDIntoLegacyFixedString(t *testing.T) {
 		t.Errorf("read back %q, want the two values byte for byte", got)
 	}
 }
+
+// TestEnumIntoStringColumn: a column created as String before its enum
+// was declared (the engine started saying so later) keeps its type, and
+// a LowCardinality one keeps taking plain strings: neither holds the
+// stream back as a type change.
+func TestEnumIntoStringColumn(t *testing.T) {
+	conn, db := testConn(t)
+	ctx := context.Background()
+	d, err := New(ctx, Config{Conn: conn, Database: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, _ := d.Writer(ctx, "enums", 0)
+	w := sw.(*writer)
+	defer w.Close(ctx)
+	if _, err := w.Recover(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	enum := arrow.NewMetadata([]string{declaredTypeKey}, []string{"enum('a','b')"})
+	batch := func(md1, md2 arrow.Metadata, id int64) arrow.RecordBatch {
+		sc := arrow.NewSchema([]arrow.Field{
+			{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+			{Name: "e1", Type: arrow.BinaryTypes.String, Nullable: true, Metadata: md1},
+			{Name: "e2", Type: arrow.BinaryTypes.String, Nullable: true, Metadata: md2},
+			{Name: colID, Type: arrow.BinaryTypes.String},
+			{Name: colSeq, Type: arrow.PrimitiveTypes.Int64},
+		}, nil)
+		b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+		defer b.Release()
+		b.Field(0).(*array.Int64Builder).Append(id)
+		b.Field(1).(*array.StringBuilder).Append("a")
+		b.Field(2).(*array.StringBuilder).Append("b")
+		b.Field(3).(*array.StringBuilder).Append(fmt.Sprint(id))
+		b.Field(4).(*array.Int64Builder).Append(id)
+		return b.NewRecordBatch()
+	}
+	for i, rec := range []arrow.RecordBatch{batch(arrow.Metadata{}, enum, 1), batch(enum, arrow.Metadata{}, 2)} {
+		err := w.Write(ctx, "t", rec)
+		rec.Release()
+		if err != nil {
+			t.Fatalf("batch %d: %v", i+1, err)
+		}
+	}
+	c, err := w.PreCommit(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(ctx, 1, []sink.Committable{c}); err != nil {
+		t.Fatal(err)
+	}
+	var t1, t2 string
+	var n uint64
+	q := fmt.Sprintf("SELECT any(toTypeName(e1)), any(toTypeName(e2)), countIf(e1 = 'a' AND e2 = 'b') FROM %s.t", db)
+	if err := conn.QueryRow(ctx, q).Scan(&t1, &t2, &n); err != nil {
+		t.Fatal(err)
+	}
+	if t1 != "Nullable(String)" || t2 != "LowCardinality(Nullable(String))" || n != 2 {
+		t.Errorf("e1 %s, e2 %s, %d rows right; want Nullable(String), LowCardinality(Nullable(String)), 2", t1, t2, n)
+	}
+}
