@@ -16,9 +16,9 @@
 #               messages, 5M Arrow rows) or small (100k rows, 50k
 #               changes, 200k messages, 200k rows)
 #   PG_ROWS, CDC_CHANGES, KAFKA_MSGS, ARROW_ROWS   override the sizes
-#   SCENARIOS   default "pg-snapshot pg-cdc kafka-kfake kafka-broker
-#               ndjson arrow-parquet"
-#   PEERS       default "conduit benthos"; "" runs OpenETL and ceilings only
+#   SCENARIOS   default "pg-snapshot pg-cdc mariadb-cdc kafka-kfake
+#               kafka-broker ndjson arrow-parquet"
+#   PEERS       default "conduit benthos canal"; "" runs OpenETL and ceilings only
 #   BENCH_OUT   the Markdown file to update (default BENCHMARKS.md)
 #
 # Servers come from scripts/servers.sh (started here, stopped on exit).
@@ -43,8 +43,8 @@ full) PG_ROWS=${PG_ROWS:-5000000} KAFKA_MSGS=${KAFKA_MSGS:-10000000} ARROW_ROWS=
 small) PG_ROWS=${PG_ROWS:-100000} KAFKA_MSGS=${KAFKA_MSGS:-200000} ARROW_ROWS=${ARROW_ROWS:-200000} CDC_CHANGES=${CDC_CHANGES:-50000} ;;
 *) echo "bench-compare: ROWS is full or small, not $ROWS" >&2; exit 2 ;;
 esac
-SCENARIOS=${SCENARIOS:-pg-snapshot pg-cdc kafka-kfake kafka-broker ndjson arrow-parquet}
-PEERS=${PEERS-conduit benthos}
+SCENARIOS=${SCENARIOS:-pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker ndjson arrow-parquet}
+PEERS=${PEERS-conduit benthos canal}
 BENCH_OUT=${BENCH_OUT:-$ROOT/BENCHMARKS.md}
 WORK="$BENCH_DIR/work"
 RESULTS="$WORK/results.tsv"
@@ -91,6 +91,7 @@ fi
 services=()
 { has pg-snapshot || has pg-cdc; } && services+=(postgres)
 has kafka-broker && services+=(kafka)
+has mariadb-cdc && services+=(mariadb)
 SERVERS_DIR=
 stop_servers() {
   if [ -n "$SERVERS_DIR" ]; then
@@ -446,6 +447,71 @@ scenario_pg_cdc() {
   done
 }
 
+# ------------------------------------------------------------ mariadb-cdc
+
+# my SQL: runs SQL on the MariaDB database of OPENETL_TEST_MARIADB_DSN.
+my() {
+  local d=$OPENETL_TEST_MARIADB_DSN user rest
+  user=${d%%@*} rest=${d#*@}
+  local hp=${rest%%/*}
+  mariadb --protocol=tcp -h "${hp%%:*}" -P "${hp##*:}" -u "${user%%:*}" -p"${user#*:}" -N -B "${rest#*/}" -e "$1"
+}
+
+# The same mix as pg-cdc (CDC_I inserts, CDC_U updates, CDC_D deletes) on
+# a MariaDB table, waiting in the binlog; each run's pipeline noted its
+# start position before the changes, the ceiling and canal are given it.
+scenario_mariadb_cdc() {
+  pin mariadb "$DB_CPU"
+  local r t=bench_cdc
+  my "DROP TABLE IF EXISTS $t; CREATE TABLE $t (id bigint PRIMARY KEY, a int, b varchar(40), c decimal(12,2), d datetime(6), e double)"
+  for ((r = 1; r <= RUNS; r++)); do
+    rm -rf "$WORK/mcdc-$r"
+    "$BIN" mysql-cdc -table "$t" -out "$WORK/mcdc-$r" >/dev/null
+  done
+  local start end a f="$WORK/mchanges.sql"
+  start=$(my "SHOW MASTER STATUS" | awk '{print $1 ":" $2}')
+  log "making $CDC_CHANGES changes in MariaDB"
+  : >"$f"
+  for ((a = 1; a <= CDC_I; a += 10000)); do
+    echo "INSERT INTO $t SELECT seq, seq % 1000, concat('customer ', seq), seq / 100, '2024-01-02 03:04:05.123456' + INTERVAL seq SECOND, seq / 7 FROM seq_${a}_to_$((a + 9999 < CDC_I ? a + 9999 : CDC_I));" >>"$f"
+  done
+  for ((a = 1; a <= CDC_U; a += 10000)); do
+    echo "UPDATE $t SET a = a + 1, b = concat(b, '+') WHERE id BETWEEN $a AND $((a + 9999 < CDC_U ? a + 9999 : CDC_U));" >>"$f"
+  done
+  for ((a = CDC_I - CDC_D + 1; a <= CDC_I; a += 10000)); do
+    echo "DELETE FROM $t WHERE id BETWEEN $a AND $((a + 9999 < CDC_I ? a + 9999 : CDC_I));" >>"$f"
+  done
+  my "source $f"
+  end=$(my "SHOW MASTER STATUS" | awk '{print $1 ":" $2}')
+  local canal_bin=""
+  if peer canal; then
+    canal_bin=$(build_canal) || note "go-mysql canal (bench/mysqlcanal): build failed ($(tail -1 "$BENCH_DIR/logs/build-canal.log"))"
+  fi
+  local d=$OPENETL_TEST_MARIADB_DSN user rest
+  user=${d%%@*} rest=${d#*@}
+  for ((r = 1; r <= RUNS; r++)); do
+    log "mariadb-cdc run $r of $RUNS"
+    driver mariadb-cdc ceiling "bare BinlogSyncer decode loop" "$r" "$CDC_CHANGES" "$TOOL_CPU" \
+      mysql-ceiling -from "$start" -to "$end"
+    driver mariadb-cdc openetl "Parquet zstd, defaults" "$r" cdc "$TOOL_CPU" \
+      mysql-cdc -table "$t" -out "$WORK/mcdc-$r"
+    rm -rf "$WORK/mcdc-$r"
+    if [ -n "$canal_bin" ]; then
+      local o="$WORK/canal-$r.json" ok=FAIL detail rows=0 secs=0 cpu=0 rss=0
+      if timed "$o.time" "$TOOL_CPU" "$canal_bin" -addr "${rest%%/*}" -user "${user%%:*}" -password "${user#*:}" \
+        -table "${rest#*/}.$t" -from "$start" -to "$end" -want "$CDC_CHANGES" >"$o" 2>"$o.err"; then
+        rows=$(jget "$o" changes) secs=$(jget "$o" seconds) cpu=$(jget "$o" cpu_seconds)
+        read -r _ _ _ m < <(tail -1 "$o.time")
+        rss=$(python3 -c "print($m / 1024)")
+        if [ "$rows" = "$CDC_CHANGES" ]; then ok=ok detail=ok; else detail="changes $rows != $CDC_CHANGES"; fi
+      else
+        detail="mysqlcanal failed: $(tail -1 "$o.err" | cut -c1-200)"
+      fi
+      result mariadb-cdc canal "go-mysql v1.16.0 canal, no-op handler" "$r" "$rows" "$secs" "$cpu" "$rss" "$ok" "$detail"
+    fi
+  done
+}
+
 # ------------------------------------------------------------ kafka
 
 scenario_kafka_kfake() {
@@ -547,6 +613,7 @@ scenario_arrow_parquet() {
 
 has pg-snapshot && scenario_pg_snapshot
 has pg-cdc && scenario_pg_cdc
+has mariadb-cdc && scenario_mariadb_cdc
 has kafka-kfake && scenario_kafka_kfake
 has kafka-broker && scenario_kafka_broker
 has ndjson && scenario_ndjson
@@ -561,6 +628,7 @@ versions() {
   if [ -n "${OPENETL_TEST_POSTGRES_DSN:-}" ]; then
     echo "- PostgreSQL: $(pg 'SHOW server_version') (scripts/servers.sh: fsync=off, wal_level=logical)"
   fi
+  has mariadb-cdc && echo "- MariaDB: $(my 'SELECT VERSION()') (scripts/services/mariadb.sh, binlog_format=ROW, full images)"
   has kafka-broker && echo "- Kafka: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/servers.sh) (KRaft, one broker, JVM -Xmx512m)"
   has kafka-kfake && echo "- kfake: franz-go's in-process cluster (in the tool's process: flatters both sides)"
   [ -n "$CONDUIT" ] && echo "- Conduit $CONDUIT_VERSION (built from source by bench/peers.sh; $(go version -m "$CONDUIT" | awk '$1=="dep" && $2 ~ /conduit-connector-(postgres|file)$/ {printf "%s %s; ", $2, $3}'))"
@@ -600,6 +668,7 @@ for r in rows:
 titles = {
     "pg-snapshot": "Postgres snapshot, 16-column table → Parquet (peer: → JSON-lines file)",
     "pg-cdc": "Postgres CDC catch-up (50% inserts, 30% updates, 20% deletes) → Parquet (peer: → JSON-lines file)",
+    "mariadb-cdc": "MariaDB binlog catch-up (same mix) → Parquet (peer: canal, no-op handler)",
     "kafka-kfake": "Kafka JSON → Parquet, kfake",
     "kafka-broker": "Kafka JSON → Parquet, Apache Kafka broker",
     "ndjson": "The same messages as NDJSON from a file, parsed (no OpenETL row: see the Kafka rows)",

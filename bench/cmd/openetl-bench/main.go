@@ -8,6 +8,8 @@
 //	openetl-bench pg-snapshot -dsn D -table T -out DIR     # Postgres → Parquet
 //	openetl-bench pg-copy -dsn D -table T                  # the ceiling: COPY binary → discard
 //	openetl-bench pg-cdc -dsn D -table T -slot S -out DIR    # run twice: slot, then catch-up → Parquet
+//	openetl-bench mysql-cdc -dsn D -table T -out DIR       # run twice: position, then binlog catch-up → Parquet
+//	openetl-bench mysql-ceiling -dsn D -from F:P -to F:P   # bare BinlogSyncer decode loop
 //	openetl-bench kafka-produce -brokers B -topic T -n N -ndjson F
 //	openetl-bench kafka -brokers B -topic T -out DIR       # Kafka → Parquet
 //	openetl-bench kafka -kfake -n N -out DIR               # same, in-process kfake
@@ -37,6 +39,8 @@ func main() {
 		"pg-snapshot":   pgSnapshot,
 		"pg-copy":       pgCopy,
 		"pg-cdc":        pgCDC,
+		"mysql-cdc":     mysqlCDC,
+		"mysql-ceiling": mysqlCeiling,
 		"kafka-produce": kafkaProduce,
 		"kafka":         kafkaPipeline,
 		"kafka-ceiling": kafkaCeiling,
