@@ -77,7 +77,7 @@ go build -o "$BIN" ./bench/cmd/openetl-bench
 PY=$(scripts/test-tools.sh)
 
 CONDUIT= BENTHOS=
-if peer conduit && { has pg-snapshot || has pg-cdc; }; then
+if peer conduit && { has pg-snapshot || has pg-cdc || has kafka-broker; }; then
   log "building Conduit $CONDUIT_VERSION (minutes on a cold cache)"
   CONDUIT=$(build_conduit) || note "Conduit $CONDUIT_VERSION: build failed ($(tail -1 "$BENCH_DIR/logs/build-conduit.log"))"
 fi
@@ -228,8 +228,20 @@ conduit_follow() {
     "$CONDUIT" run --pipelines.path "$dir/pipeline.yaml" --db.type inmemory --api.enabled=false \
     --log.level warn --pipelines.exit-on-degraded "$@") >"$dir/log" 2>&1 &
   tpid=$!
-  if taskset -c "$DB_CPU" "$BIN" check-jsonl -file "$dir/out.jsonl" -after "$marker" -n "$n" \
-    -wait -since "$t0" -timeout "${CONDUIT_TIMEOUT:-20m}" >"$dir/check.json" 2>"$dir/check.err"; then
+  taskset -c "$DB_CPU" "$BIN" check-jsonl -file "$dir/out.jsonl" -after "$marker" -n "$n" \
+    -wait -since "$t0" -timeout "${CONDUIT_TIMEOUT:-20m}" >"$dir/check.json" 2>"$dir/check.err" &
+  local fpid=$!
+  # A Conduit that exits (a failed pipeline) ends the wait too.
+  while kill -0 "$fpid" 2>/dev/null; do
+    if ! kill -0 "$tpid" 2>/dev/null; then
+      sleep 2
+      kill "$fpid" 2>/dev/null || true
+      echo "conduit exited before writing $n records" >>"$dir/check.err"
+      break
+    fi
+    sleep 0.2
+  done
+  if wait "$fpid"; then
     rows=$(jget "$dir/check.json" rows)
     secs=$(jget "$dir/check.json" seconds)
     python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["check"]))' "$dir/check.json" >"$dir/ids.json"
@@ -527,6 +539,42 @@ scenario_kafka_kfake() {
   done
 }
 
+# conduit_kafka_run RUN TOPIC: Conduit kafka → file, with its performance
+# advice; the file destination writes each message's value as it is
+# (the template record format), so the follower finds the ids.
+conduit_kafka_run() {
+  local run=$1 topic=$2 dir="$WORK/conduit-kafka-$1"
+  mkdir -p "$dir"
+  cat >"$dir/pipeline.yaml" <<EOF
+version: "2.2"
+pipelines:
+  - id: bench
+    status: running
+    connectors:
+      - id: kafka
+        type: source
+        plugin: builtin:kafka
+        settings:
+          servers: '$OPENETL_TEST_KAFKA_BROKERS'
+          topics: '$topic'
+          readFromBeginning: 'true'
+          groupID: 'conduit-bench-$run-$$'
+          sdk.batch.size: '10000'
+          sdk.schema.extract.payload.enabled: 'false'
+          sdk.schema.extract.key.enabled: 'false'
+      - id: file
+        type: destination
+        plugin: builtin:file
+        settings:
+          path: '$dir/out.jsonl'
+          sdk.batch.size: '10000'
+          sdk.record.format: template
+          sdk.record.format.options: '{{ printf "%s" .Payload.After }}'
+EOF
+  conduit_follow kafka-broker "arch v2, batch 10000, no schema extraction" "$run" "$dir" '' \
+    "$KAFKA_MSGS" ids --preview.pipeline-arch-v2
+}
+
 scenario_kafka_broker() {
   pin kafka "$DB_CPU"
   local topic="bench_$KAFKA_MSGS" r
@@ -540,6 +588,9 @@ scenario_kafka_broker() {
     driver kafka-broker openetl "Parquet zstd, defaults" "$r" "$KAFKA_MSGS" "$TOOL_CPU" \
       kafka -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -out "$WORK/kafka-out"
     rm -rf "$WORK/kafka-out"
+    if [ -n "$CONDUIT" ]; then
+      conduit_kafka_run "$r" "$topic"
+    fi
   done
 }
 
@@ -670,7 +721,7 @@ titles = {
     "pg-cdc": "Postgres CDC catch-up (50% inserts, 30% updates, 20% deletes) → Parquet (peer: → JSON-lines file)",
     "mariadb-cdc": "MariaDB binlog catch-up (same mix) → Parquet (peer: canal, no-op handler)",
     "kafka-kfake": "Kafka JSON → Parquet, kfake",
-    "kafka-broker": "Kafka JSON → Parquet, Apache Kafka broker",
+    "kafka-broker": "Kafka JSON → Parquet, Apache Kafka broker (peer: → JSON-lines file)",
     "ndjson": "The same messages as NDJSON from a file, parsed (no OpenETL row: see the Kafka rows)",
     "arrow-parquet": "Arrow batches → Parquet (zstd, 10 columns), local disk",
 }
