@@ -27,6 +27,16 @@ peer_build() {
     echo "$bin"
     return 0
   fi
+  # One build of a peer at a time (two scripts may ask at once); the
+  # second finds the binary once the first is done.
+  local fd
+  exec {fd}>"$BENCH_DIR/logs/build-$name.lock"
+  flock "$fd"
+  if [ -x "$bin" ]; then
+    exec {fd}>&-
+    echo "$bin"
+    return 0
+  fi
   {
     echo "== $(date -u +%FT%TZ) building $mod@$ver ($pkg)"
     local dir
@@ -39,7 +49,8 @@ peer_build() {
       go build -trimpath -o "$bin.tmp" "$pkg") || return 1
     mv "$bin.tmp" "$bin"
     echo "== built in $((SECONDS - t0)) s"
-  } >>"$logf" 2>&1 || { echo "peers.sh: building $name failed, see $logf" >&2; return 1; }
+  } >>"$logf" 2>&1 || { exec {fd}>&-; echo "peers.sh: building $name failed, see $logf" >&2; return 1; }
+  exec {fd}>&-
   echo "$bin"
 }
 
