@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -435,5 +436,16 @@ func TestLag(t *testing.T) {
 	}
 	if behind, _, _, ok := lr.Lag(); !ok || behind != 0 {
 		t.Errorf("lag after reading everything: %d ok=%v", behind, ok)
+	}
+}
+
+// TestTooManyPartitions: Open refuses a topic of more partitions than
+// seqs can tell apart (MaxPartitions), naming it.
+func TestTooManyPartitions(t *testing.T) {
+	brokers := newCluster(t, kafka.MaxPartitions+1, "wide")
+	src := newSource(t, kafka.Config{Opts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, Topics: []string{"wide"}})
+	_, err := src.Open(t.Context(), []string{"wide"}, nil)
+	if err == nil || !strings.Contains(err.Error(), `"wide" has 32769 partitions`) {
+		t.Fatalf("Open: %v, want an error naming the topic and its partitions", err)
 	}
 }
