@@ -12,6 +12,8 @@
 # Settings (environment):
 #   RUNS        runs per tool and scenario (default 5); the table shows the
 #               median and min–max
+#   PEER_RUNS   runs of each peer (default RUNS): peers are the slowest
+#               part of a full-size pass
 #   ROWS        full (default: 5M Postgres rows, 2M changes, 10M Kafka
 #               messages, 5M Arrow rows) or small (100k rows, 50k
 #               changes, 200k messages, 200k rows)
@@ -37,6 +39,7 @@ export OPENETL_CACHE="${OPENETL_CACHE:-$HOME/.cache/openetl}"
 source "$ROOT/bench/peers.sh"
 
 RUNS=${RUNS:-5}
+PEER_RUNS=${PEER_RUNS:-$RUNS}
 ROWS=${ROWS:-full}
 case $ROWS in
 full) PG_ROWS=${PG_ROWS:-5000000} KAFKA_MSGS=${KAFKA_MSGS:-10000000} ARROW_ROWS=${ARROW_ROWS:-5000000} CDC_CHANGES=${CDC_CHANGES:-2000000} ;;
@@ -328,7 +331,7 @@ scenario_pg_snapshot() {
       pg-snapshot -table "$PG_TABLE" -pub "${PG_TABLE}_pub" -slot "bench_slot_$r" -out "$WORK/pg-out"
     drop_slot "bench_slot_$r"
     rm -rf "$WORK/pg-out"
-    if [ -n "$CONDUIT" ]; then
+    if [ -n "$CONDUIT" ] && ((r <= PEER_RUNS)); then
       conduit_run "$r" defaults
       conduit_run "$r" advised
     fi
@@ -427,7 +430,7 @@ scenario_pg_cdc() {
     rm -rf "$WORK/cdc-$r"
     "$BIN" pg-cdc -table "$CDC_TABLE" -pub "$CDC_PUB" -slot "cdc_openetl_$r" -out "$WORK/cdc-$r" >/dev/null
     pg "SELECT pg_create_logical_replication_slot('cdc_recv_$r', 'pgoutput')" >/dev/null
-    if [ -n "$CONDUIT" ]; then
+    if [ -n "$CONDUIT" ] && ((r <= PEER_RUNS)); then
       pg "SELECT pg_create_logical_replication_slot('cdc_conduit_$r', 'pgoutput')" >/dev/null
     fi
   done
@@ -453,7 +456,7 @@ scenario_pg_cdc() {
       pg-cdc -table "$CDC_TABLE" -pub "$CDC_PUB" -slot "cdc_openetl_$r" -out "$WORK/cdc-$r"
     drop_slot "cdc_openetl_$r"
     rm -rf "$WORK/cdc-$r"
-    if [ -n "$CONDUIT" ]; then
+    if [ -n "$CONDUIT" ] && ((r <= PEER_RUNS)); then
       conduit_cdc_run "$r"
     fi
   done
@@ -508,7 +511,7 @@ scenario_mariadb_cdc() {
     driver mariadb-cdc openetl "Parquet zstd, defaults" "$r" cdc "$TOOL_CPU" \
       mysql-cdc -table "$t" -out "$WORK/mcdc-$r"
     rm -rf "$WORK/mcdc-$r"
-    if [ -n "$canal_bin" ]; then
+    if [ -n "$canal_bin" ] && ((r <= PEER_RUNS)); then
       local o="$WORK/canal-$r.json" ok=FAIL detail rows=0 secs=0 cpu=0 rss=0
       if timed "$o.time" "$TOOL_CPU" "$canal_bin" -addr "${rest%%/*}" -user "${user%%:*}" -password "${user#*:}" \
         -table "${rest#*/}.$t" -from "$start" -to "$end" -want "$CDC_CHANGES" >"$o" 2>"$o.err"; then
@@ -588,7 +591,7 @@ scenario_kafka_broker() {
     driver kafka-broker openetl "Parquet zstd, defaults" "$r" "$KAFKA_MSGS" "$TOOL_CPU" \
       kafka -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -out "$WORK/kafka-out"
     rm -rf "$WORK/kafka-out"
-    if [ -n "$CONDUIT" ]; then
+    if [ -n "$CONDUIT" ] && ((r <= PEER_RUNS)); then
       conduit_kafka_run "$r" "$topic"
     fi
   done
@@ -602,8 +605,8 @@ scenario_ndjson() {
   if [ -z "$BENTHOS" ]; then
     return 0
   fi
-  for ((r = 1; r <= RUNS; r++)); do
-    log "ndjson run $r of $RUNS"
+  for ((r = 1; r <= PEER_RUNS; r++)); do
+    log "ndjson run $r of $PEER_RUNS"
     local dir="$WORK/benthos-$r"
     mkdir -p "$dir"
     cat >"$dir/config.yaml" <<EOF
@@ -699,7 +702,7 @@ machine() {
   echo "<!-- bench-compare:start -->"
   echo "## Side by side (scripts/bench-compare.sh)"
   echo
-  echo "Written by \`make bench-compare\` on $(date -u '+%Y-%m-%d %H:%M UTC') in $(((SECONDS - T_START) / 60)) min: $RUNS run(s) per tool, ROWS=$ROWS"
+  echo "Written by \`make bench-compare\` on $(date -u '+%Y-%m-%d %H:%M UTC') in $(((SECONDS - T_START) / 60)) min: $RUNS run(s) per tool ($PEER_RUNS per peer), ROWS=$ROWS"
   echo "($PG_ROWS Postgres rows, $KAFKA_MSGS Kafka messages of ~200 bytes). Median, with min–max over the runs;"
   echo "CPU is the tool's user+sys CPU per million rows (OpenETL and ceilings: getrusage of the timed section;"
   echo "peers: /usr/bin/time of the whole process), peak RSS is VmHWM / max RSS. Every run's output is checked"
