@@ -138,12 +138,12 @@
 //     PreCommit.
 //   - A schema change Iceberg can't make (e.g. long → string, or long →
 //     double, which the engine does when a JSON field turns fractional)
-//     fails Write or PreCommit with a *SchemaError naming the table,
-//     column and both types; Destination.CheckSchema reports the same
-//     beforehand. The engine's hold-back is not wired to it: the runner
-//     would have to call CheckSchema (or an equivalent optional sink
-//     interface) when a stream's schema changes and hold the columns
-//     back, as it does for Capabilities.Unsupported.
+//     is reported by Destination.CheckSchema (sink.SchemaChecker), which
+//     the runner asks about each new schema: it holds such columns back
+//     (their values under the pipeline's _held/ directory, the table's
+//     column left as it was, null for those rows) instead of failing the
+//     epoch. A Writer used without the runner fails Write or PreCommit
+//     with a *SchemaError naming the table, column and both types.
 //   - The write mode and key come from Config.Tables: the runner does not
 //     pass a stream's mode or primary key to writers.
 //   - Fencing is atomic with the commit on the SQL catalog (SQLite,

@@ -10,10 +10,12 @@ import (
 	ice "github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/openetl/etl/sink"
 )
 
 // SchemaError is returned by Write (Append and Overwrite tables) or
-// PreCommit (Merge tables), and listed by CheckSchema, when a table's
+// PreCommit (Merge tables), and behind CheckSchema's answer, when a table's
 // schema can't take a batch's: a column changed type in a way Iceberg
 // can't promote (only int → long, float → double and a wider decimal
 // precision are allowed), or the Arrow type has no Iceberg equivalent. The table is left as it was.
@@ -117,15 +119,37 @@ func (d *Destination) ensureTable(ctx context.Context, pipeline, name string, sc
 	return nil, fmt.Errorf("iceberg: table %v: schema change failed %d times: %w", ident, d.maxTries, lastErr)
 }
 
-// CheckSchema reports, without changing anything, the columns of the
-// batch schema sc that table stream can't take: one *SchemaError per
-// column whose type changed in a way Iceberg can't promote, or one
-// without a Column when sc has a type Iceberg can't hold. It returns nil
+// CheckSchema implements sink.SchemaChecker: it reports, without changing
+// anything, the columns of the batch schema sc that table stream can't
+// take, because their type changed in a way Iceberg can't promote (a
+// conflict inside a struct or list names its top-level column), so the
+// runner holds them back instead of failing the epoch. It returns none
 // when the table is missing (it would be created from sc) or takes sc,
-// possibly after adding columns or widening types. A runner can call it
-// before handing a new schema's batches to the writers and hold those
-// columns back instead of failing the epoch (see the package doc).
-func (d *Destination) CheckSchema(ctx context.Context, stream string, sc *arrow.Schema) ([]*SchemaError, error) {
+// possibly after adding columns or widening types, and a *SchemaError
+// when sc has a type Iceberg can't hold at all.
+func (d *Destination) CheckSchema(ctx context.Context, stream string, sc *arrow.Schema) ([]sink.RejectedColumn, error) {
+	found, err := d.schemaConflicts(ctx, stream, sc)
+	if err != nil {
+		return nil, err
+	}
+	var out []sink.RejectedColumn
+	for _, e := range found {
+		if e.Column == "" {
+			return nil, e
+		}
+		top, _, _ := strings.Cut(e.Column, ".")
+		if len(out) > 0 && out[len(out)-1].Column == top {
+			continue
+		}
+		out = append(out, sink.RejectedColumn{Column: top, Reason: fmt.Sprintf("%s: %s → %s, which Iceberg can't promote", e.Column, e.From, e.To)})
+	}
+	return out, nil
+}
+
+// schemaConflicts lists the columns of sc that table stream can't take,
+// one *SchemaError each (or one without a Column when sc has a type
+// Iceberg can't hold); none when the table is missing or takes sc.
+func (d *Destination) schemaConflicts(ctx context.Context, stream string, sc *arrow.Schema) ([]*SchemaError, error) {
 	want, err := toIceberg(sc)
 	if err != nil {
 		return []*SchemaError{{Table: stream, Err: err}}, nil

@@ -3,6 +3,7 @@ package iceberg_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -128,8 +129,9 @@ func TestSchemaEvolution(t *testing.T) {
 	// beforehand, and Write (append tables evolve there) or PreCommit
 	// (merge tables) refuses it with the same typed error.
 	bad := oneRow(t, arrow.BinaryTypes.String, 4, "seven")
-	found, err := d.CheckSchema(ctx, "ints", bad.Schema())
-	if err != nil || len(found) != 1 || found[0].Table != "ints" || found[0].Column != "x" || found[0].From != "long" || found[0].To != "string" {
+	var checker sink.SchemaChecker = d // the runner holds such columns back
+	found, err := checker.CheckSchema(ctx, "ints", bad.Schema())
+	if err != nil || len(found) != 1 || found[0].Column != "x" || !strings.Contains(found[0].Reason, "long → string") {
 		t.Fatalf("CheckSchema(ints, x string) = %v, %v; want one conflict: ints.x long → string", found, err)
 	}
 	narrow := oneRow(t, arrow.PrimitiveTypes.Int32, 5, int32(1))
