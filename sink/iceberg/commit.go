@@ -157,11 +157,17 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		if err := w.stage(ctx, tbl, tx, mode, epoch, uint64(gen), p); err != nil {
 			return fmt.Errorf("iceberg: table %v: stage epoch %d: %w", ident, epoch, err)
 		}
-		if err := tx.SetProperties(ice.Properties{
+		props := ice.Properties{
 			epochKey(w.pipeline): strconv.FormatUint(epoch, 10),
 			genKey(w.pipeline):   strconv.FormatUint(uint64(gen), 10),
-			fenceKey(w.pipeline): strconv.FormatUint(uint64(max(gen, m.fence)), 10),
-		}); err != nil {
+		}
+		// Only where the fence check is atomic with the commit (SQL
+		// catalogs): elsewhere a zombie's commit racing Recover's raise
+		// could write the fence back down, so only Recover writes it.
+		if w.d.cat.CatalogType() == catalog.SQL {
+			props[fenceKey(w.pipeline)] = strconv.FormatUint(uint64(max(gen, m.fence)), 10)
+		}
+		if err := tx.SetProperties(props); err != nil {
 			return fmt.Errorf("iceberg: table %v: set markers: %w", ident, err)
 		}
 		_, err = tx.Commit(ctx)
