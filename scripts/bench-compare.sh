@@ -96,7 +96,12 @@ services=()
 has kafka-broker && services+=(kafka)
 has mariadb-cdc && services+=(mariadb)
 SERVERS_DIR=
+PEER_PIDS=()
 stop_servers() {
+  local p
+  for p in "${PEER_PIDS[@]}"; do
+    kill "$p" 2>/dev/null || true
+  done
   if [ -n "$SERVERS_DIR" ]; then
     scripts/servers.sh stop "$SERVERS_DIR" >/dev/null 2>&1 || true
   fi
@@ -231,6 +236,8 @@ conduit_follow() {
     "$CONDUIT" run --pipelines.path "$dir/pipeline.yaml" --db.type inmemory --api.enabled=false \
     --log.level warn --pipelines.exit-on-degraded "$@") >"$dir/log" 2>&1 &
   tpid=$!
+  sleep 0.5
+  PEER_PIDS=("$tpid" $(ps -o pid= --ppid "$tpid"))
   taskset -c "$DB_CPU" "$BIN" check-jsonl -file "$dir/out.jsonl" -after "$marker" -n "$n" \
     -wait -since "$t0" -timeout "${CONDUIT_TIMEOUT:-20m}" >"$dir/check.json" 2>"$dir/check.err" &
   local fpid=$!
@@ -265,6 +272,7 @@ conduit_follow() {
     kill -9 "$cpid" 2>/dev/null || true
   fi
   wait "$tpid" 2>/dev/null || true
+  PEER_PIDS=()
   local cpu=0 rss=0
   if [ -s "$dir/time" ] && [[ "$(tail -1 "$dir/time")" =~ ^[0-9.]+\ [0-9.]+\ [0-9.]+\ [0-9]+$ ]]; then
     read -r _ u s m < <(tail -1 "$dir/time")
