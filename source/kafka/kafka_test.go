@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/openetl/etl/pipeline"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/kafka"
 )
@@ -447,5 +448,29 @@ func TestTooManyPartitions(t *testing.T) {
 	_, err := src.Open(t.Context(), []string{"wide"}, nil)
 	if err == nil || !strings.Contains(err.Error(), `"wide" has 32769 partitions`) {
 		t.Fatalf("Open: %v, want an error naming the topic and its partitions", err)
+	}
+}
+
+// TestSplitsImplementReporters: the runner finds a split's lag and pauses
+// through its optional interfaces, so a change of their signatures must
+// break this test rather than silently drop the reports.
+func TestSplitsImplementReporters(t *testing.T) {
+	brokers := newCluster(t, 2, "rep")
+	src := newSource(t, kafka.Config{Opts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, Topics: []string{"rep"}})
+	splits, err := src.Open(t.Context(), []string{"rep"}, nil)
+	if err != nil || len(splits) != 2 {
+		t.Fatalf("Open: %d splits, %v", len(splits), err)
+	}
+	for _, sp := range splits {
+		if _, ok := sp.(pipeline.LagReporter); !ok {
+			t.Errorf("split %s is not a pipeline.LagReporter", sp.ID())
+		}
+		pr, ok := sp.(pipeline.PauseReporter)
+		if !ok {
+			t.Fatalf("split %s is not a pipeline.PauseReporter", sp.ID())
+		}
+		if p, since := pr.Paused(); p || !since.IsZero() {
+			t.Errorf("split %s, not read yet: Paused() = %v, %v", sp.ID(), p, since)
+		}
 	}
 }
