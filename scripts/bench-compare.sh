@@ -234,7 +234,7 @@ conduit_follow() {
   t0=$(date +%s%N)
   (cd "$dir" && exec /usr/bin/time -f '%e %U %S %M' -o "$dir/time" taskset -c "$TOOL_CPU" \
     "$CONDUIT" run --pipelines.path "$dir/pipeline.yaml" --db.type inmemory --api.enabled=false \
-    --log.level warn --pipelines.exit-on-degraded "$@") >"$dir/log" 2>&1 &
+    --log.level warn --log.format json --pipelines.exit-on-degraded "$@") >"$dir/log" 2>&1 &
   tpid=$!
   sleep 0.5
   PEER_PIDS=("$tpid" $(ps -o pid= --ppid "$tpid"))
@@ -293,6 +293,7 @@ conduit_run() {
     extra=(--preview.pipeline-arch-v2)
     batch="
           sdk.batch.size: '10000'
+          sdk.batch.delay: 100ms
           sdk.schema.extract.payload.enabled: 'false'
           sdk.schema.extract.key.enabled: 'false'
           logrepl.withAvroSchema: 'false'"
@@ -318,10 +319,11 @@ pipelines:
         plugin: builtin:file
         settings:
           path: '$dir/out.jsonl'${batch:+
-          sdk.batch.size: '10000'}
+          sdk.batch.size: '10000'
+          sdk.batch.delay: 100ms}
 EOF
   local label="defaults"
-  [ "$set" = advised ] && label="arch v2, batch 10000, no schema extraction"
+  [ "$set" = advised ] && label="arch v2, batch 10000 (100 ms), no schema extraction"
   conduit_follow pg-snapshot "$label" "$run" "$dir" '"after":' "$PG_ROWS" ids "${extra[@]}"
   sleep 1
   drop_slot "$slot"
@@ -409,6 +411,7 @@ pipelines:
           logrepl.slotName: 'cdc_conduit_$run'
           logrepl.publicationName: '$CDC_PUB'
           sdk.batch.size: '10000'
+          sdk.batch.delay: 100ms
           sdk.schema.extract.payload.enabled: 'false'
           sdk.schema.extract.key.enabled: 'false'
           logrepl.withAvroSchema: 'false'
@@ -418,8 +421,9 @@ pipelines:
         settings:
           path: '$dir/out.jsonl'
           sdk.batch.size: '10000'
+          sdk.batch.delay: 100ms
 EOF
-  conduit_follow pg-cdc "arch v2, batch 10000, no schema extraction" "$run" "$dir" '"key":' \
+  conduit_follow pg-cdc "arch v2, batch 10000 (100 ms), no schema extraction" "$run" "$dir" '"key":' \
     "$CDC_CHANGES" cdc --preview.pipeline-arch-v2
   sleep 1
   drop_slot "cdc_conduit_$run"
@@ -571,6 +575,7 @@ pipelines:
           readFromBeginning: 'true'
           groupID: 'conduit-bench-$run-$$'
           sdk.batch.size: '10000'
+          sdk.batch.delay: 100ms
           sdk.schema.extract.payload.enabled: 'false'
           sdk.schema.extract.key.enabled: 'false'
       - id: file
@@ -579,10 +584,11 @@ pipelines:
         settings:
           path: '$dir/out.jsonl'
           sdk.batch.size: '10000'
+          sdk.batch.delay: 100ms
           sdk.record.format: template
           sdk.record.format.options: '{{ printf "%s" .Payload.After }}'
 EOF
-  conduit_follow kafka-broker "arch v2, batch 10000, no schema extraction" "$run" "$dir" '' \
+  conduit_follow kafka-broker "arch v2, batch 10000 (100 ms), no schema extraction" "$run" "$dir" '' \
     "$KAFKA_MSGS" ids --preview.pipeline-arch-v2
 }
 
