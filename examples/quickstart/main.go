@@ -183,7 +183,7 @@ func run() error {
 // timeout let two copies of the quickstart share the catalog (the younger
 // fences the older). The returned func closes the catalog and database.
 func openWarehouse(ctx context.Context, dbPath, tablesDir string) (catalog.Catalog, func(), error) {
-	db, err := sql.Open(sqliteshim.ShimName, "file:"+dbPath+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	db, err := sql.Open(sqliteshim.ShimName, "file:"+dbPath+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 	if err != nil {
 		return nil, nil, err
 	}

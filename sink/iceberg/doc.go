@@ -4,10 +4,16 @@
 // warehouse on a local directory (file://) or any bucket iceberg-go's
 // gocloud.dev IO reaches (s3://, gs://, azblob).
 //
-//	db, _ := sql.Open(sqliteshim.ShimName, "file:lake/catalog.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+//	db, _ := sql.Open(sqliteshim.ShimName, "file:lake/catalog.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 //	cat, _ := sqlcat.NewCatalog("lake", db, sqlcat.SQLite, iceberg.Properties{"warehouse": "file:///abs/lake/warehouse"})
 //	dst, _ := iceberg.New(iceberg.Config{Catalog: cat, Namespace: []string{"shop"},
 //		Tables: map[string]iceberg.TableConfig{"orders": {Mode: iceberg.Merge, Key: []string{"id"}}}})
+//
+// On SQLite, open the catalog with _txlock=immediate (as above): iceberg-go
+// reads and then writes in one transaction, and under WAL a deferred
+// transaction that must upgrade to a writer fails at once with
+// SQLITE_BUSY ("database is locked") when another lane or process wrote
+// meanwhile, busy_timeout or not; an immediate one waits for the lock.
 //
 // # How an epoch travels
 //

@@ -31,7 +31,7 @@ type warehouse struct {
 // sqliteDSN is the DSN every test (and the kill test's child) opens the
 // catalog with: WAL and a busy timeout so several processes can commit.
 func sqliteDSN(path string) string {
-	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
+	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"
 }
 
 func openCatalog(t testing.TB, dir string) (*sql.DB, *sqlcat.Catalog) {
