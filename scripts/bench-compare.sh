@@ -69,7 +69,7 @@ fi
 rm -rf "$WORK"
 mkdir -p "$WORK"
 : >"$NOTES"
-printf 'scenario\ttool\tsetting\trun\trows\tseconds\tcpu\trss_mb\tok\tdetail\n' >"$RESULTS"
+printf 'scenario\ttool\tsetting\trun\trows\tseconds\tcpu\trss_mb\tok\tdetail\tload\n' >"$RESULTS"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$SECONDS
 
@@ -131,10 +131,11 @@ pg() { "${PSQL[@]}" "$OPENETL_TEST_POSTGRES_DSN" -c "$1"; }
 
 # ------------------------------------------------------------ measuring
 
-# result SCENARIO TOOL SETTING RUN ROWS SECONDS CPU RSS OK DETAIL
+# result SCENARIO TOOL SETTING RUN ROWS SECONDS CPU RSS OK DETAIL: one
+# row of the results, with the 1-minute load average at its end.
 result() {
   local IFS=$'\t'
-  echo "$*" >>"$RESULTS"
+  echo "$*"$'\t'"$(cut -d' ' -f1 /proc/loadavg)" >>"$RESULTS"
 }
 
 # jget FILE KEY...: a value from a JSON object (nested keys).
@@ -699,7 +700,7 @@ versions() {
   has mariadb-cdc && echo "- MariaDB: $(my 'SELECT VERSION()') (scripts/services/mariadb.sh, binlog_format=ROW, full images)"
   has kafka-broker && echo "- Kafka: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/servers.sh) (KRaft, one broker, JVM -Xmx512m)"
   has kafka-kfake && echo "- kfake: franz-go's in-process cluster (in the tool's process: flatters both sides)"
-  [ -n "$CONDUIT" ] && echo "- Conduit $CONDUIT_VERSION (built from source by bench/peers.sh; $(go version -m "$CONDUIT" | awk '$1=="dep" && $2 ~ /conduit-connector-(postgres|file)$/ {printf "%s %s; ", $2, $3}'))"
+  [ -n "$CONDUIT" ] && echo "- Conduit $CONDUIT_VERSION (built from source by bench/peers.sh, with $(go version -m "$CONDUIT" | awk '$1=="dep" && $2 ~ /conduit-connector-(postgres|file|kafka)$/ {sub(/.*\//, "", $2); printf "%s%s %s", n++ ? ", " : "", $2, $3}'); records written as JSON lines by its file destination)"
   [ -n "$BENTHOS" ] && echo "- Benthos core $BENTHOS_VERSION (built from source by bench/peers.sh)"
   true
 }
@@ -744,21 +745,26 @@ titles = {
 }
 def fmt(v, d=0):
     return f"{v:,.{d}f}"
-print("| scenario | tool | settings | rows/s (median, min–max) | vs ceiling | CPU-s / M rows | peak RSS MB | checks |")
-print("|---|---|---|---:|---:|---:|---:|---|")
+print("| scenario | tool | settings | rows/s (median, min–max) | vs ceiling | CPU-s / M rows | peak RSS MB | load (1 min) | checks |")
+print("|---|---|---|---:|---:|---:|---:|---:|---|")
 ceil = {}
 for (sc, tool, st), rs in groups.items():
     good = [r for r in rs if r["ok"] == "ok" and float(r["seconds"]) > 0]
     if tool == "ceiling" and good:
         ceil[sc] = statistics.median(int(r["rows"]) / float(r["seconds"]) for r in good)
+shown = set()
 for (sc, tool, st), rs in groups.items():
     good = [r for r in rs if r["ok"] == "ok" and float(r["seconds"]) > 0]
     bad = [r for r in rs if r not in good]
+    loads = [float(r["load"]) for r in rs]
+    load = f"{min(loads):.1f}–{max(loads):.1f}" if len(loads) > 1 else f"{loads[0]:.1f}"
+    title = "" if sc in shown else titles.get(sc, sc)
+    shown.add(sc)
     checks = f"{len(good)}/{len(rs)} ok"
     if bad:
         checks += "; FAIL: " + bad[0]["detail"].replace("|", "/")[:160]
     if not good:
-        print(f"| {titles.get(sc, sc)} | {tool} | {st} | — | — | — | — | {checks} |")
+        print(f"| {title} | {tool} | {st} | — | — | — | — | {load} | {checks} |")
         continue
     rate = [int(r["rows"]) / float(r["seconds"]) for r in good]
     cpu = [float(r["cpu"]) / int(r["rows"]) * 1e6 for r in good]
@@ -766,7 +772,7 @@ for (sc, tool, st), rs in groups.items():
     m = statistics.median(rate)
     vs = "" if tool == "ceiling" or sc not in ceil else f"{m / ceil[sc]:.2f}"
     rng = f" ({fmt(min(rate))}–{fmt(max(rate))})" if len(rate) > 1 else ""
-    print(f"| {titles.get(sc, sc)} | **{tool}** | {st} | {fmt(m)}{rng} | {vs} | {statistics.median(cpu):.2f} | {statistics.median(rss):.0f} | {checks} |")
+    print(f"| {title} | **{tool}** | {st} | {fmt(m)}{rng} | {vs} | {statistics.median(cpu):.2f} | {statistics.median(rss):.0f} | {load} | {checks} |")
 PY
   if [ -s "$NOTES" ]; then
     echo
