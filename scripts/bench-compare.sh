@@ -718,7 +718,7 @@ machine() {
   echo "## Side by side (scripts/bench-compare.sh)"
   echo
   echo "Written by \`make bench-compare\` on $(date -u '+%Y-%m-%d %H:%M UTC') in $(((SECONDS - T_START) / 60)) min: $RUNS run(s) per tool ($PEER_RUNS per peer), ROWS=$ROWS"
-  echo "($PG_ROWS Postgres rows, $KAFKA_MSGS Kafka messages of ~200 bytes). Median, with min–max over the runs;"
+  echo "($PG_ROWS Postgres rows, $CDC_CHANGES changes, $KAFKA_MSGS Kafka messages of ~200 bytes, $ARROW_ROWS Arrow rows). Median, with min–max over the runs;"
   echo "CPU is the tool's user+sys CPU per million rows (OpenETL and ceilings: getrusage of the timed section;"
   echo "peers: /usr/bin/time of the whole process), peak RSS is VmHWM / max RSS. Every run's output is checked"
   echo "against the source (count, distinct ids, min, max, sum over ids 1..N); a run that fails is marked FAIL"
@@ -774,12 +774,17 @@ for (sc, tool, st), rs in groups.items():
     rng = f" ({fmt(min(rate))}–{fmt(max(rate))})" if len(rate) > 1 else ""
     print(f"| {title} | **{tool}** | {st} | {fmt(m)}{rng} | {vs} | {statistics.median(cpu):.2f} | {statistics.median(rss):.0f} | {load} | {checks} |")
 PY
-  if [ -s "$NOTES" ]; then
-    echo
-    echo "Not run, and why:"
-    echo
-    sed 's/^/- /' "$NOTES"
-  fi
+  echo
+  echo "Not run, and why:"
+  echo
+  sed 's/^/- /' "$NOTES"
+  echo "- Conduit on kfake or on the NDJSON file: kfake lives inside the tool's process, and Conduit's file source"
+  echo "  would not parse the JSON; Conduit runs postgres → file, Postgres CDC → file (its advice only) and kafka → file (broker)."
+  echo "- Benthos core has no Kafka input or Parquet output (those are in Redpanda Connect), so it reads the same"
+  echo "  messages as NDJSON from a file and writes JSON lines: compare its CPU per row with the Kafka rows, not a ratio."
+  echo "- The CDC ceiling is pg_recvlogical only (the bare pglogrepl loop is in source/postgres's benchmark);"
+  echo "  its time includes starting the process, and it is checked by reaching the end LSN, not by rows."
+  echo "- Arrow → ClickHouse (Null engine) is not in this script yet: see sink/clickhouse's benchmarks above."
   echo "<!-- bench-compare:end -->"
 } >"$WORK/table.md"
 

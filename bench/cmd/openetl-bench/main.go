@@ -17,13 +17,16 @@
 //	openetl-bench arrow-parquet -n N -out DIR [-plain]     # Arrow batches → Parquet sink (or pqarrow alone)
 //	openetl-bench check-jsonl -file F [-wait N]            # count and id checksum of JSON lines
 //
-// It is a benchmark harness, not part of the library.
+// OPENETL_BENCH_CPUPROFILE=FILE writes a CPU profile of the whole run
+// (go tool pprof FILE). It is a benchmark harness, not part of the
+// library.
 package main
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,7 +35,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: openetl-bench SCENARIO [flags]; scenarios: pg-snapshot pg-copy kafka-produce kafka kafka-ceiling check-jsonl")
+		fmt.Fprintln(os.Stderr, "usage: openetl-bench SCENARIO [flags]; scenarios: pg-snapshot pg-copy pg-cdc mysql-cdc mysql-ceiling kafka-produce kafka kafka-ceiling arrow-parquet check-jsonl")
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) (*result, error){
@@ -52,7 +55,19 @@ func main() {
 		fmt.Fprintf(os.Stderr, "openetl-bench: unknown scenario %q\n", os.Args[1])
 		os.Exit(2)
 	}
+	if path := os.Getenv("OPENETL_BENCH_CPUPROFILE"); path != "" {
+		pf, err := os.Create(path)
+		if err == nil {
+			err = pprof.StartCPUProfile(pf)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "openetl-bench: OPENETL_BENCH_CPUPROFILE: %v\n", err)
+			os.Exit(1)
+		}
+		defer pf.Close()
+	}
 	res, err := f(os.Args[2:])
+	pprof.StopCPUProfile()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "openetl-bench %s: %v\n", os.Args[1], err)
 		os.Exit(1)
