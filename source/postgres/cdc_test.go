@@ -429,6 +429,8 @@ func TestTableAddedWhileRunning(t *testing.T) {
 		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, a))
 	dropSlotAtCleanup(t, d, slot)
 	h := newHarness(t, d, postgres.Config{Publication: pub, Slot: slot, StatusInterval: 100 * time.Millisecond, HeartbeatInterval: 200 * time.Millisecond})
+	var logs strings.Builder
+	h.logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
@@ -436,10 +438,20 @@ func TestTableAddedWhileRunning(t *testing.T) {
 	waitConfirmed(t, d, slot, done)
 	execSQL(t, d, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pub, b),
 		fmt.Sprintf("INSERT INTO %s VALUES (3)", b), fmt.Sprintf("INSERT INTO %s VALUES (2)", a))
+	// The running attempt meets the new table's relation message, and
+	// the runner starts a new one by itself, which streams on.
 	waitConfirmed(t, d, slot, done)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run over an added table: %v", err)
+	}
+	if !strings.Contains(logs.String(), "starting a new attempt") || !strings.Contains(logs.String(), "table added to the publication") {
+		t.Fatalf("the run did not start a new attempt for the added table: %s", logs.String())
+	}
+	// A stop can come before the new attempt's snapshots committed: a
+	// sync finishes them.
+	if _, err := h.sync(); err != nil {
+		t.Fatal(err)
 	}
 	// Applied in seq order (a snapshot read in the second attempt, under
 	// a new snapshot, can hold a row its stream also inserts: see the
@@ -469,6 +481,12 @@ func TestTableAddedWhileRunning(t *testing.T) {
 // if the run ends first or a minute passes.
 func waitConfirmed(t *testing.T, d, slot string, done <-chan error) {
 	t.Helper()
+	// A slot created after now would confirm a later position at once.
+	for deadline := time.Now().Add(time.Minute); queryOne(t, d, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+slot+"'") == "0"; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("slot %s never appeared", slot)
+		}
+	}
 	lsn := queryOne(t, d, "SELECT pg_current_wal_insert_lsn()")
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		select {
