@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -114,7 +116,14 @@ func TestSurvivesSIGKILL(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(time.Duration(400+rng.IntN(1600)) * time.Millisecond)
+		// Kill after a random number of new checkpoint records (1 to 8),
+		// or at a random moment of the next 0.4-2 s, whichever comes
+		// first: on a quiet machine a child can finish the whole sync in
+		// less than the shortest sleep.
+		want := countRecords(dir) + 1 + rng.IntN(8)
+		for deadline := time.Now().Add(time.Duration(400+rng.IntN(1600)) * time.Millisecond); time.Now().Before(deadline) && countRecords(dir) < want; {
+			time.Sleep(2 * time.Millisecond)
+		}
 		for i, c := range cmds {
 			_ = c.Process.Signal(syscall.SIGKILL)
 			if err := c.Wait(); err != nil {
@@ -218,4 +227,18 @@ func verifyFakerRows(t *testing.T, dir string, killRows int64) {
 	}
 	t.Logf("orders %d rows in %d data files; customers %d keys, %d data + %d delete files, %d snapshots",
 		orders.Rows, orders.DataFiles, len(keys), cust.DataFiles, cust.DeleteFiles, cust.Snapshots)
+}
+
+var recordFile = regexp.MustCompile(`^\d{20}-\d{20}\.json$`)
+
+// countRecords counts the checkpoint records under dir.
+func countRecords(dir string) int {
+	n := 0
+	filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err == nil && !e.IsDir() && recordFile.MatchString(e.Name()) {
+			n++
+		}
+		return nil
+	})
+	return n
 }

@@ -295,7 +295,12 @@ func TestRestSurvivesSIGKILL(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(time.Duration(600+rng.IntN(2000)) * time.Millisecond)
+		// As in TestSurvivesSIGKILL: after 1 to 8 new checkpoint records
+		// or a random moment, whichever comes first.
+		want := countRecords(dir) + 1 + rng.IntN(8)
+		for deadline := time.Now().Add(time.Duration(600+rng.IntN(2000)) * time.Millisecond); time.Now().Before(deadline) && countRecords(dir) < want; {
+			time.Sleep(2 * time.Millisecond)
+		}
 		for i, c := range cmds {
 			_ = c.Process.Signal(syscall.SIGKILL)
 			if err := c.Wait(); err != nil {
