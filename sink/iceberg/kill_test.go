@@ -150,24 +150,29 @@ func TestSurvivesSIGKILL(t *testing.T) {
 func verifyFaker(t *testing.T, dir string) { t.Helper(); verifyFakerRows(t, dir, killRows) }
 
 // verifyFakerRows compares what pyiceberg reads in the warehouse under
-// dir with the first rows records of each fake stream (seed 42): every
-// order version exactly once, every customer's latest version.
-func verifyFakerRows(t *testing.T, dir string, killRows int64) {
+// dir (the SQLite catalog) with the first rows records of each fake
+// stream (seed 42): see verifyFakerTables.
+func verifyFakerRows(t *testing.T, dir string, rows int64) {
 	t.Helper()
-	src, err := faker.New(faker.Config{Seed: 42, Rows: killRows})
+	verifyFakerTables(t, testutil.ReadIcebergTables(t, "openetl", filepath.Join(dir, "catalog.db"), "file://"+filepath.Join(dir, "warehouse"), iceberg.DefaultNamespace), rows)
+}
+
+// verifyFakerTables compares what pyiceberg read with what the faker
+// generates for rows records per stream: every order version exactly
+// once, each customer's latest version once (deleted ones flagged).
+func verifyFakerTables(t *testing.T, got map[string]*testutil.IcebergTable, rows int64) {
+	t.Helper()
+	src, err := faker.New(faker.Config{Seed: 42, Rows: rows})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := testutil.ReadIcebergTables(t, "openetl", filepath.Join(dir, "catalog.db"), "file://"+filepath.Join(dir, "warehouse"), iceberg.DefaultNamespace)
-
-	// orders, append: every version exactly once.
 	orders := got[faker.Orders]
 	if orders == nil {
 		t.Fatal("no orders table")
 	}
 	want := map[string]string{} // seq → op
 	var buf []byte
-	for i := range int64(killRows) {
+	for i := range rows {
 		op, seq, key, _ := src.Generate(faker.Orders, i, buf)
 		buf = key[:0]
 		want[fmt.Sprint(seq)] = op.String()
@@ -189,7 +194,6 @@ func verifyFakerRows(t *testing.T, dir string, killRows int64) {
 		t.Errorf("orders: %d rows, want %d", orders.Rows, len(want))
 	}
 
-	// customers, merge with soft deletes: each key's latest version once.
 	cust := got[faker.Customers]
 	if cust == nil {
 		t.Fatal("no customers table")
@@ -199,7 +203,7 @@ func verifyFakerRows(t *testing.T, dir string, killRows int64) {
 		op  string
 	}
 	last := map[string]version{}
-	for i := range int64(killRows) {
+	for i := range rows {
 		op, seq, key, _ := src.Generate(faker.Customers, i, buf)
 		k := string(key)
 		buf = key[:0]

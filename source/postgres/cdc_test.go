@@ -649,25 +649,7 @@ func TestProgressAndLag(t *testing.T) {
 func TestStreamedTransactions(t *testing.T) {
 	d := dsn(t)
 	tbl, pub, slot := name("streamed"), name("pub"), name("slot")
-	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY, v text)", tbl),
-		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
-	dropSlotAtCleanup(t, d, slot)
-	h := newHarness(t, d+"&logical_decoding_work_mem=64kB", postgres.Config{Publication: pub, Slot: slot, StreamedTxnMemory: 4096})
-	if _, err := h.sync(); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	a, err := pgconn.Connect(ctx, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close(ctx)
-	run := func(sql string) {
-		t.Helper()
-		if _, err := a.Exec(ctx, sql).ReadAll(); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	h, run := streamingSetup(t, d, tbl, pub, slot)
 	run(fmt.Sprintf("BEGIN; INSERT INTO %s SELECT g, repeat('a', 100) FROM generate_series(1, 3000) g", tbl))
 	run(fmt.Sprintf("SAVEPOINT s1; INSERT INTO %s SELECT g, 'gone' FROM generate_series(10001, 12000) g; ROLLBACK TO SAVEPOINT s1", tbl))
 	execSQL(t, d, fmt.Sprintf("INSERT INTO %s VALUES (50000, 'first')", tbl)) // commits before the big one
@@ -713,25 +695,7 @@ func TestStreamedTransactions(t *testing.T) {
 func TestStreamedTransactionOpenAcrossRestart(t *testing.T) {
 	d := dsn(t)
 	tbl, pub, slot := name("streamopen"), name("pub"), name("slot")
-	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY, v text)", tbl),
-		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
-	dropSlotAtCleanup(t, d, slot)
-	h := newHarness(t, d+"&logical_decoding_work_mem=64kB", postgres.Config{Publication: pub, Slot: slot, StreamedTxnMemory: 4096})
-	if _, err := h.sync(); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	a, err := pgconn.Connect(ctx, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close(ctx)
-	run := func(sql string) {
-		t.Helper()
-		if _, err := a.Exec(ctx, sql).ReadAll(); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	h, run := streamingSetup(t, d, tbl, pub, slot)
 	streamed := func() string {
 		return queryOne(t, d, "SELECT COALESCE(sum(stream_txns), 0) FROM pg_stat_replication_slots WHERE slot_name = '"+slot+"'")
 	}
@@ -764,5 +728,34 @@ func TestStreamedTransactionOpenAcrossRestart(t *testing.T) {
 	}
 	if len(rows) != 4002 || count["insert"] != 3002 || count["update"] != 1000 || !seen["insert 50001"] {
 		t.Fatalf("%d rows (%v), want the big transaction's 3000 inserts and 1000 updates and inserts 50000 and 50001", len(rows), count)
+	}
+}
+
+// streamingSetup makes table tbl (id int4 key, v text) in publication
+// pub and a harness on slot that syncs once (the slot then exists), with
+// a tiny logical_decoding_work_mem so the server streams large
+// transactions in progress, and 4 kB of each kept in memory (the rest
+// spills to a file). run executes SQL on a session of its own, so a
+// transaction can stay open across calls.
+func streamingSetup(t *testing.T, d, tbl, pub, slot string) (*harness, func(sql string)) {
+	t.Helper()
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY, v text)", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	h := newHarness(t, d+"&logical_decoding_work_mem=64kB", postgres.Config{Publication: pub, Slot: slot, StreamedTxnMemory: 4096})
+	if _, err := h.sync(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, err := pgconn.Connect(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(ctx) })
+	return h, func(sql string) {
+		t.Helper()
+		if _, err := a.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
 	}
 }
