@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 type rejecting struct {
 	*sinktest.FakeDestination
 	column string
+	extra  string // a column to reject that no batch has
 	mu     sync.Mutex
 	asked  int
 }
@@ -35,7 +37,11 @@ func (d *rejecting) CheckSchema(_ context.Context, table string, sc *arrow.Schem
 	if len(sc.FieldIndices(d.column)) == 0 {
 		return nil, nil
 	}
-	return []sink.RejectedColumn{{Column: d.column, Reason: "float64 to int: can't"}}, nil
+	out := []sink.RejectedColumn{{Column: d.column, Reason: "float64 to int: can't"}}
+	if d.extra != "" {
+		out = append(out, sink.RejectedColumn{Column: d.extra, Reason: "test"})
+	}
+	return out, nil
 }
 
 // TestSchemaCheckerHoldsColumnsBack: the runner asks a destination that
@@ -122,5 +128,23 @@ func TestSchemaCheckerHoldsColumnsBack(t *testing.T) {
 	defer mu.Unlock()
 	if len(blocked) != 1 || blocked[0].Column != "amount" || blocked[0].Change != "held" {
 		t.Errorf("schema.blocked events %+v, want one for amount", blocked)
+	}
+}
+
+// TestSchemaCheckerUnknownColumn: a destination that rejects a column the
+// batch doesn't have fails the sync with an error naming it (it used to
+// panic while sorting the rejections).
+func TestSchemaCheckerUnknownColumn(t *testing.T) {
+	src, err := faker.New(faker.Config{Rows: 100, Streams: []string{faker.Orders}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := &rejecting{FakeDestination: sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply}), column: "amount", extra: "nope"}
+	p, err := etl.NewPipeline("unknown").From(src).To(dst).Checkpoints(checkpoint.NewMem()).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Sync(context.Background()); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Fatalf("sync: %v, want an error naming column nope", err)
 	}
 }

@@ -98,17 +98,26 @@ func (r *runner) checkSchema(ctx context.Context, chk sink.SchemaChecker, stream
 		return nil, fmt.Errorf("destination: check the schema of table %q: %w", table, err)
 	}
 	cs := &checkedSchema{sc: sc}
-	sort.Slice(rej, func(a, b int) bool { return sc.FieldIndices(rej[a].Column)[0] < sc.FieldIndices(rej[b].Column)[0] })
-	for _, rc := range rej {
+	at := make([]int, len(rej)) // each rejected column's field index
+	for i, rc := range rej {
 		idx := sc.FieldIndices(rc.Column)
 		if len(idx) == 0 {
 			return nil, fmt.Errorf("destination: check the schema of table %q: it rejects column %q, which the batch doesn't have", table, rc.Column)
 		}
-		if len(cs.drop) > 0 && cs.drop[len(cs.drop)-1] == idx[0] {
+		at[i] = idx[0]
+	}
+	order := make([]int, len(rej))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return at[order[a]] < at[order[b]] })
+	for _, i := range order {
+		rc, fi := rej[i], at[i]
+		if len(cs.drop) > 0 && cs.drop[len(cs.drop)-1] == fi {
 			continue
 		}
-		cs.drop, cs.reasons = append(cs.drop, idx[0]), append(cs.reasons, rc.Reason)
-		to := sc.Field(idx[0]).Type.String()
+		cs.drop, cs.reasons = append(cs.drop, fi), append(cs.reasons, rc.Reason)
+		to := sc.Field(fi).Type.String()
 		r.log.Warn("the destination can't take a column: its values are held", "stream", stream, "table", table,
 			"column", rc.Column, "type", to, "reason", rc.Reason)
 		r.mon.emit(Event{Kind: EventSchemaBlocked, Generation: r.gen, Epoch: epoch, Stream: stream, Column: rc.Column,
