@@ -78,10 +78,37 @@ func (r *runner) getBatch(stream string) *engine.RawBatch {
 	case b = <-r.freeBatches:
 	default:
 		b = new(engine.RawBatch)
+		// Sized like the last full batch (of this process: a scheduled
+		// Sync starts a new attempt each time), so that it doesn't double
+		// its way up. Capped by this attempt's own bounds.
+		h := lastFullBatch.Load()
+		if h != nil {
+			// An eighth more bytes: the next batch of as many rows is
+			// rarely exactly as long.
+			limit := r.cfg.BatchBytes + r.cfg.BatchBytes/8
+			b.Grow(min(h.rows, r.cfg.BatchRows), min(h.keyBytes+h.keyBytes/8, limit), min(h.payloadBytes+h.payloadBytes/8, limit))
+		}
 	}
 	b.Reset()
 	b.Stream = stream
 	return b
+}
+
+// batchSize is the size of a raw batch that reached a bound.
+type batchSize struct{ rows, keyBytes, payloadBytes int }
+
+// lastFullBatch is the size of the last raw batch flushed because it
+// reached BatchRows or BatchBytes, in any attempt of this process.
+var lastFullBatch atomic.Pointer[batchSize]
+
+// noteFullBatch records b's size when it differs from the last one noted
+// (an allocation only when the shape of the data changes).
+func noteFullBatch(b *engine.RawBatch) {
+	n := batchSize{rows: b.Len(), keyBytes: b.KeyBytes(), payloadBytes: b.Bytes() - b.KeyBytes()}
+	if h := lastFullBatch.Load(); h != nil && *h == n {
+		return
+	}
+	lastFullBatch.Store(&n)
 }
 
 func (r *runner) putBatch(b *engine.RawBatch) {

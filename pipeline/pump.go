@@ -128,6 +128,7 @@ func (p *pump) Record(stream string, op source.Op, seq int64, key, payload []byt
 	p.dirty = true
 	p.records.Add(1)
 	if b.Len() >= p.r.cfg.BatchRows || b.Bytes() >= p.r.cfg.BatchBytes {
+		noteFullBatch(b)
 		return p.flushLocked(b)
 	}
 	return nil
