@@ -345,3 +345,46 @@ func TestMissingKey(t *testing.T) {
 	out := push(t, e, b)
 	equal(t, "quarantined", out.Quarantined, []engine.Quarantined{{Row: 1, Reason: engine.ReasonMissingKey, Detail: "the stream has a primary key but the record has none"}})
 }
+
+// TestDeclaredEnumsMarked: an enum(...) column, MySQL's or the Postgres
+// source's, is utf8 with LogicalTypeKey = LogicalTypeEnum in its field
+// metadata; no other field has metadata; a declaration with an added
+// label gives the same schema and a label no declaration lists is taken.
+func TestDeclaredEnumsMarked(t *testing.T) {
+	for _, types := range []string{source.TypesPostgres, source.TypesMySQL} {
+		t.Run(types, func(t *testing.T) {
+			spec := rowSpec("t", types, "id", "int4", "mood", "enum('sad','ok','happy')", "name", "text", "s", "set('a','b')")
+			e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
+			r := push(t, e, batch("t",
+				rec{source.OpInsert, 1, "1", string(row("1", "happy", "x", "a"))},
+				rec{source.OpInsert, 2, "2", string(row("2", "ecstatic", null, null))},
+				rec{source.OpInsert, 3, "3", string(row("3", null, null, null))})).Record
+			sc := r.Schema()
+			for i, f := range sc.Fields() {
+				v, ok := f.Metadata.GetValue(engine.LogicalTypeKey)
+				switch {
+				case f.Name == "mood":
+					if !arrow.TypeEqual(f.Type, arrow.BinaryTypes.String) || !ok || v != engine.LogicalTypeEnum || f.Metadata.Len() != 1 {
+						t.Fatalf("field %d %v: want utf8 with %s=%s", i, f, engine.LogicalTypeKey, engine.LogicalTypeEnum)
+					}
+				case f.HasMetadata():
+					t.Fatalf("field %d %v has metadata", i, f)
+				}
+			}
+			equal(t, "mood", cells(t, r, "mood"), []string{"happy", "ecstatic", "<nil>"})
+
+			// ALTER TYPE ... ADD VALUE: the next discovery declares one
+			// more label; the schema (metadata included) is the same.
+			st, err := e.State()
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec2 := rowSpec("t", types, "id", "int4", "mood", "enum('sad','ok','happy','ecstatic')", "name", "text", "s", "set('a','b')")
+			e2 := newEngine(t, engine.Config{State: st, Streams: []engine.StreamSpec{spec2}})
+			r2 := push(t, e2, batch("t", rec{source.OpInsert, 4, "4", string(row("4", "ecstatic", null, null))})).Record
+			if !r2.Schema().Equal(sc) {
+				t.Fatalf("schema changed with a label added:\n%v\n%v", sc, r2.Schema())
+			}
+		})
+	}
+}

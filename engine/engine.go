@@ -100,7 +100,10 @@
 //	json, jsonb                      utf8: the JSON text (validated)
 //	_T, T[] (one-dimensional)        list<T>; multidimensional arrays and
 //	                                 explicit bounds are ReasonTypeConflict
-//	enums, any other type            utf8: the source's text form
+//	enum('a','b',...) (how the       utf8, marked an enum (below)
+//	Postgres source declares enums)
+//	any other type (a user type      utf8: the source's text form
+//	declared by name, inet, ...)
 //
 //	MySQL                            Arrow
 //	tinyint / smallint / mediumint,  int8 / int16 / int32 / int64, or the
@@ -117,7 +120,17 @@
 //	char, varchar, *text             utf8
 //	binary, varbinary, *blob         binary (the bytes as sent)
 //	json                             utf8
-//	enum, set, any other type        utf8 (the text form, e.g. "a,b")
+//	enum('a','b',...)                utf8, marked an enum (below)
+//	set, any other type              utf8 (the text form, e.g. "a,b")
+//
+// An enum column (a declared type enum(...), in either type system) is
+// utf8 whose Arrow field has the metadata LogicalTypeKey
+// ("openetl.logical_type") = LogicalTypeEnum ("enum"); no other field of
+// any stream has field metadata. The mark names no labels: a declaration
+// that gains labels (ALTER TYPE ... ADD VALUE, seen at the source's next
+// discovery) gives the same Arrow schema, and any valid UTF-8 value is
+// taken, listed label or not (a label added while streaming arrives
+// before any declaration lists it).
 //
 // # Schema policy
 //
@@ -173,6 +186,19 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/openetl/etl/source"
+)
+
+// Field metadata of the output record's declared columns (see Declared
+// rows).
+const (
+	// LogicalTypeKey is the Arrow field metadata key marking a column's
+	// logical type where its Arrow type does not say it. Only enum columns
+	// have it.
+	LogicalTypeKey = "openetl.logical_type"
+	// LogicalTypeEnum is LogicalTypeKey's value on an enum column (utf8
+	// holding the label): destinations may store it as a dictionary
+	// (ClickHouse LowCardinality(String)).
+	LogicalTypeEnum = "enum"
 )
 
 // Config configures an Engine.

@@ -444,11 +444,16 @@ func (s *Source) tables(ctx context.Context) ([]*table, error) {
 	}
 	// One row per column of every published table, in attribute order.
 	// The type name is pg_type's (int4, _text, timestamptz), with the
-	// precision and scale of a constrained numeric.
+	// precision and scale of a constrained numeric; an enum type is
+	// declared enum('label',...) in label order (quotes doubled), which
+	// the engine marks as an enum whatever the labels.
 	rows, err = queryText(ctx, c, `
 SELECT n.nspname, c.relname, a.attname,
        CASE WHEN t.typname = 'numeric' AND a.atttypmod >= 4
             THEN format('numeric(%s,%s)', ((a.atttypmod - 4) >> 16) & 65535, (a.atttypmod - 4) & 65535)
+            WHEN t.typtype = 'e'
+            THEN 'enum(' || COALESCE((SELECT string_agg('''' || replace(e.enumlabel, '''', '''''') || '''', ',' ORDER BY e.enumsortorder)
+                                      FROM pg_enum e WHERE e.enumtypid = t.oid), '') || ')'
             ELSE t.typname END,
        NOT a.attnotnull,
        COALESCE((SELECT array_position(i.indkey::int2[], a.attnum) - array_lower(i.indkey::int2[], 1) + 1

@@ -106,7 +106,7 @@ pub fn coerce(
             keep(text, src, arena)?
         }
         Decl::Bool => Val::B(boolean(text)?),
-        Decl::Utf8 => {
+        Decl::Utf8 | Decl::Enum => {
             std::str::from_utf8(text).map_err(|_| conflict("UTF-8 string"))?;
             keep(text, src, arena)?
         }

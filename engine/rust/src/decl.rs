@@ -7,6 +7,14 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, IntervalUnit, TimeUnit};
 
+/// The Arrow field metadata key that marks a declared column's logical
+/// type where its Arrow type alone does not say it. Only enum columns have
+/// it, with the value [`ENUM`]; every other field has no metadata.
+pub const LOGICAL_TYPE_KEY: &str = "openetl.logical_type";
+/// The [`LOGICAL_TYPE_KEY`] value of an enum column. It names no labels,
+/// so adding a label to the source's enum changes no schema.
+pub const ENUM: &str = "enum";
+
 /// The type systems a declared stream's type names come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Types {
@@ -56,6 +64,11 @@ pub enum Decl {
     NumericText,
     Bool,
     Utf8,
+    /// An enum (`enum('a','b')`, as MySQL spells it and the Postgres
+    /// source declares its enum types): utf8 holding the label, any label
+    /// (labels added while streaming are taken), marked in the field
+    /// metadata ([`LOGICAL_TYPE_KEY`]).
+    Enum,
     /// json/jsonb: utf8 holding the JSON text (validated).
     Json,
     /// binary; `hex`: the text form is Postgres bytea hex (`\x0a1b`),
@@ -99,7 +112,9 @@ impl Decl {
             Decl::Float32 => DataType::Float32,
             Decl::Float64 => DataType::Float64,
             Decl::Decimal { p, s, .. } => DataType::Decimal128(*p, *s),
-            Decl::NumericText | Decl::Utf8 | Decl::Json | Decl::TimeTz => DataType::Utf8,
+            Decl::NumericText | Decl::Utf8 | Decl::Enum | Decl::Json | Decl::TimeTz => {
+                DataType::Utf8
+            }
             Decl::Bool => DataType::Boolean,
             Decl::Binary { .. } => DataType::Binary,
             Decl::Date => DataType::Date32,
@@ -113,12 +128,27 @@ impl Decl {
         }
     }
 
+    /// The Arrow field of a declared column named `name`: nullable, with
+    /// metadata only for enums.
+    pub fn field(&self, name: &str) -> Field {
+        let f = Field::new(name, self.data_type(), true);
+        match self {
+            Decl::Enum => f.with_metadata([(LOGICAL_TYPE_KEY, ENUM)]),
+            _ => f,
+        }
+    }
+
     /// Parses a source type name. Names this table does not know become
     /// utf8 holding the source's text form (Postgres inet, money, ranges,
-    /// enums and other user types; MySQL geometry...). Errors are for names
-    /// it knows with modifiers it can't honour (precision over 38).
+    /// user types declared by name; MySQL set, geometry...). `enum(...)`
+    /// is an enum in both type systems, whatever its labels. Errors are for
+    /// names it knows with modifiers it can't honour (precision over 38).
     pub fn parse(types: Types, name: &str) -> Result<Decl, String> {
         let lower = name.trim().to_ascii_lowercase();
+        // Labels may hold any character: look at nothing past "enum(".
+        if lower.starts_with("enum(") && lower.ends_with(')') {
+            return Ok(Decl::Enum);
+        }
         if types == Types::Postgres {
             if let Some(elem) = lower.strip_suffix("[]") {
                 return Ok(Decl::List(Box::new(Decl::parse(types, elem)?)));
@@ -288,7 +318,12 @@ mod tests {
             (MySql, "time", Decl::Duration),
             (MySql, "year", Decl::Int16),
             (MySql, "longblob", Decl::Binary { hex: false }),
-            (MySql, "enum('a','b')", Decl::Utf8),
+            (MySql, "enum('a','b')", Decl::Enum),
+            (MySql, "ENUM('x,y','(z)')", Decl::Enum),
+            (MySql, "enum('')", Decl::Enum),
+            (Postgres, "enum('sad','ok','it''s')", Decl::Enum),
+            (Postgres, "enum", Decl::Utf8),
+            (Postgres, "_mood", Decl::List(Box::new(Decl::Utf8))),
             (MySql, "set('a','b')", Decl::Utf8),
             (MySql, "json", Decl::Json),
         ];
@@ -304,6 +339,17 @@ mod tests {
             Decl::NumericText
         );
         assert!(Decl::parse(Postgres, "numeric(4,6)").is_err());
+        // Only enums carry field metadata, and it names no labels.
+        let f = Decl::Enum.field("mood");
+        assert_eq!(f.data_type(), &DataType::Utf8);
+        assert!(f.is_nullable());
+        assert_eq!(
+            f.metadata().get(LOGICAL_TYPE_KEY).map(String::as_str),
+            Some(ENUM)
+        );
+        assert_eq!(f.metadata().len(), 1);
+        assert!(Decl::Utf8.field("t").metadata().is_empty());
+        assert!(Decl::Json.field("j").metadata().is_empty());
         assert_eq!(
             Decl::parse(MySql, "decimal(10,2) unsigned").unwrap(),
             Decl::Decimal {

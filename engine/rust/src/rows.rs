@@ -187,7 +187,7 @@ where
             }
             Arc::new(b.finish())
         }
-        Decl::NumericText | Decl::Utf8 | Decl::Json | Decl::TimeTz => {
+        Decl::NumericText | Decl::Utf8 | Decl::Enum | Decl::Json | Decl::TimeTz => {
             let mut b = StringBuilder::with_capacity(n, 16 * n);
             for v in vals {
                 if *v == Val::Null {

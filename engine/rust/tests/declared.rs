@@ -500,3 +500,63 @@ fn keyed_streams_need_keys() {
             .contains(r#""keyed":true"#)
     );
 }
+
+/// Enum columns (MySQL's `enum('a','b')`, and Postgres enums as the
+/// Postgres source declares them) are utf8 marked in the field metadata;
+/// the mark names no labels, so a declaration with more labels (an
+/// `ALTER TYPE ... ADD VALUE` seen at the next discovery) gives the same
+/// schema, and a label the declaration doesn't list is still taken.
+#[test]
+fn enums_are_marked_in_field_metadata() {
+    use openetl_engine::decl::{ENUM, LOGICAL_TYPE_KEY};
+    let cfg = |types: &str, labels: &str| {
+        format!(
+            r#"{{"naming":{{"case":"lower"}},"streams":[{{"name":"t","format":"row","types":"{types}","columns":[
+             {{"name":"id","type":"int4"}},{{"name":"Mood","type":"enum({labels})"}},
+             {{"name":"other","type":"mood"}},{{"name":"s","type":"set('a','b')"}}]}}]}}"#
+        )
+    };
+    let row = pg_row(&[Some("1"), Some("happy"), Some("x"), Some("a,b")]);
+    let late = pg_row(&[Some("2"), Some("ecstatic"), None, None]);
+    let nul = pg_row(&[Some("3"), None, None, None]);
+    for types in ["postgres", "mysql"] {
+        let mut e = engine(&cfg(types, "'sad','ok','happy'"));
+        let r = push(&mut e, "t", &[(1, &row), (1, &late), (1, &nul)])
+            .record
+            .unwrap();
+        let schema = r.schema();
+        let f = schema.field(1);
+        assert_eq!(f.name(), "mood", "{types}: renamed, metadata kept");
+        assert_eq!(f.data_type(), &DataType::Utf8);
+        assert_eq!(
+            f.metadata().get(LOGICAL_TYPE_KEY).map(String::as_str),
+            Some(ENUM),
+            "{types}"
+        );
+        for (i, field) in schema.fields().iter().enumerate() {
+            if i != 1 {
+                assert!(field.metadata().is_empty(), "{types}: {}", field.name());
+            }
+        }
+        let m = r.column(1).as_string::<i32>();
+        assert_eq!(m.value(0), "happy");
+        assert_eq!(m.value(1), "ecstatic");
+        assert!(m.is_null(2));
+        // A label added to the type: the next discovery declares it, the
+        // state's schema is replaced, the output schema is the same.
+        let st = String::from_utf8(e.state()).unwrap();
+        let added = cfg(types, "'sad','ok','happy','ecstatic'");
+        let added = format!(r#"{}, "state":{st}}}"#, added.trim_end().trim_end_matches('}'));
+        let mut e2 = engine(&added);
+        let r2 = push(&mut e2, "t", &[(1, &late)]).record.unwrap();
+        assert_eq!(r2.schema(), schema, "{types}");
+        // And a state restored as it was gives the same schema too.
+        let mut e3 = engine(&format!(r#"{{"state":{st}}}"#));
+        assert_eq!(push(&mut e3, "t", &[(1, &row)]).record.unwrap().schema(), schema);
+    }
+    // Invalid UTF-8 in an enum is a type conflict, like any utf8 column.
+    let mut e = engine(&cfg("mysql", "'a'"));
+    let bad = encode(&[Some(b"1"), Some(b"\xff"), None, None]);
+    let out = push(&mut e, "t", &[(1, &bad)]);
+    assert_eq!(out.quarantined[0].reason, Reason::TypeConflict);
+}

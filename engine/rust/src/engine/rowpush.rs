@@ -196,7 +196,7 @@ impl Engine {
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(ncols + 4);
         let mut held: Vec<(u32, usize, Vec<u8>)> = Vec::new();
         for (c, col) in decl.columns.iter().enumerate() {
-            fields.push(Field::new(col.name.as_str(), col.decl.data_type(), true));
+            fields.push(col.decl.field(&col.name));
             if held_cols[c] {
                 for (&k, &r) in sc.order.iter().zip(&sc.out_rows) {
                     if let Val::Text { start, end, .. } = sc.vals[k as usize * ncols + c] {
