@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source/sourcetest"
 )
@@ -42,21 +43,25 @@ type attempt struct {
 	relOnce   sync.Once
 	done      chan struct{} // closed when the runner returned
 
-	src   *sourcetest.FakeSource
-	dst   *sinktest.FakeDestination
-	store *attemptStore
+	src     *sourcetest.FakeSource
+	dst     sink.Destination
+	killDst func()
+	store   *attemptStore
 
 	err error
 	res pipeline.Result
 }
 
-func (s *sim) newAttempt(n int, plan attemptPlan) *attempt {
+func (s *sim) newAttempt(n int, plan attemptPlan) (*attempt, error) {
 	a := &attempt{n: n, plan: plan, s: s, stalled: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
-	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.src = s.src.WithControl(a.sourceControl)
-	a.dst = s.dst.WithControl(a.destControl)
+	var err error
+	if a.dst, a.killDst, err = s.dst.view(a); err != nil {
+		return nil, err
+	}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.store = &attemptStore{s: s.store, a: a}
-	return a
+	return a, nil
 }
 
 func (a *attempt) logf(format string, args ...any) {
@@ -69,7 +74,7 @@ func (a *attempt) kill(why string) {
 		a.dead.Store(true)
 		a.logf("CRASH (%s): the attempt's process is gone", why)
 		a.src.Kill()
-		a.dst.Kill()
+		a.killDst()
 		a.cancel()
 	})
 }

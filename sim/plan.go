@@ -124,6 +124,9 @@ type workload struct {
 	epochBytes    int64
 	commitRetries int
 	attempts      []attemptPlan
+	// canDropStaged: the destination can discard staged data (the fake
+	// always can; a Target when it has DropStaged).
+	canDropStaged bool
 }
 
 func (w *workload) String() string {
@@ -146,8 +149,10 @@ func (w *workload) deliveryStreams() []delivery.Stream {
 	return out
 }
 
-// newWorkload draws the workload and the fault plan from the seed.
-func newWorkload(seed uint64, opts Options) *workload {
+// newWorkload draws the workload and the fault plan from the seed. With
+// a Target, its declared class and capabilities replace the drawn ones
+// (drawn all the same, so that the rest of the draw is the same sequence).
+func newWorkload(seed uint64, opts Options, decl *declared) *workload {
 	rng := rand.New(rand.NewPCG(seed, 0x0e7151a))
 	w := &workload{modes: map[string]delivery.Mode{}}
 	w.replay = source.ReplayExact
@@ -158,6 +163,10 @@ func newWorkload(seed uint64, opts Options) *workload {
 	w.resumeEvery = 1 + rng.IntN(4)
 	w.class = []sink.Class{sink.StageAndApply, sink.Transactional, sink.DeliverAck}[rng.IntN(3)]
 	w.caps = sink.Capabilities{Merge: rng.IntN(3) > 0, SkipByID: rng.IntN(2) == 0}
+	w.canDropStaged = true
+	if decl != nil {
+		w.class, w.caps, w.canDropStaged = decl.class, decl.caps, decl.canDrop
+	}
 	names := []string{"orders", "users", "events"}
 	for i := range 1 + rng.IntN(3) {
 		s := sourcetest.FakeStream{Name: names[i], Splits: 1 + rng.IntN(3), Rows: rng.IntN(opts.MaxRows + 1)}
@@ -207,7 +216,7 @@ func newAttemptPlan(rng *rand.Rand, w *workload, attempts int) attemptPlan {
 		p.run = true
 		p.runFor = time.Duration(2+rng.IntN(40)) * time.Millisecond
 	}
-	p.dropStaged = w.class != sink.DeliverAck && rng.IntN(8) == 0
+	p.dropStaged = w.class != sink.DeliverAck && rng.IntN(8) == 0 && w.canDropStaged
 	nf := 1 + rng.IntN(2)
 	if rng.IntN(8) == 0 {
 		nf = 0 // a fault-free attempt among faulty ones

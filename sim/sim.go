@@ -85,6 +85,13 @@ type Options struct {
 	// AttemptTimeout bounds how long one attempt may take to return
 	// before the simulation reports it hung; default 60s.
 	AttemptTimeout time.Duration
+	// Target, when set, runs the simulation against a real destination
+	// instead of a sinktest.FakeDestination: the destination's Class and
+	// Capabilities replace the ones the seed would pick (so the
+	// simulation picks only write modes it can take), its faults are
+	// injected by sinktest.WithFaults, and the checks read what it holds
+	// through Target.Read. Broken must be FakeCorrect. Default nil.
+	Target *Target
 }
 
 func (o Options) withDefaults() Options {
@@ -145,9 +152,12 @@ func (r *Report) String() string {
 
 type sim struct {
 	opts Options
+	seed uint64
 	w    *workload
 	src  *sourcetest.FakeSource
-	dst  *sinktest.FakeDestination
+	dst  destination
+	// declared is a Target's class and capabilities, learned once.
+	declared *declared
 
 	store *simStore
 
@@ -179,10 +189,17 @@ func (s *sim) violate(format string, args ...any) {
 func Run(seed uint64, opts Options) (*Report, error) {
 	start := time.Now()
 	opts = opts.withDefaults()
-	w := newWorkload(seed, opts)
-	s := &sim{opts: opts, w: w, rep: &Report{Seed: seed, Workload: w.String()}}
+	s := &sim{opts: opts, seed: seed, rep: &Report{Seed: seed}}
+	if opts.Target != nil {
+		if err := s.learnTarget(); err != nil {
+			s.rep.Elapsed = time.Since(start)
+			return s.rep, err
+		}
+	}
+	w := newWorkload(seed, opts, s.declared)
+	s.w = w
+	s.rep.Workload = w.String()
 	s.logf("workload: %s", w)
-	s.logf("destination variant: %v", opts.Broken)
 	s.src = sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{
 		Streams: w.streams, Replay: w.replay, SupersetMax: w.supersetMax, Seed: seed, ResumeEvery: w.resumeEvery,
 		Live: true,
@@ -191,12 +208,18 @@ func Run(seed uint64, opts Options) (*Report, error) {
 	for name, m := range w.modes {
 		streamModes[name] = sinktest.FakeStreamMode{Mode: m}
 	}
-	s.dst = sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{
-		Class: w.class, Capabilities: w.caps, Streams: streamModes, Broken: opts.Broken,
-	})
+	if opts.Target != nil {
+		s.dst = &targetDest{t: opts.Target, s: s, done: map[uint64]bool{}}
+		s.logf("destination: %s (%v)", s.dst.name(), w.class)
+	} else {
+		s.dst = fakeDest{sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{
+			Class: w.class, Capabilities: w.caps, Streams: streamModes, Broken: opts.Broken,
+		})}
+		s.logf("destination variant: %v", opts.Broken)
+	}
 	s.store = &simStore{inner: checkpoint.NewMem()}
 	s.store.onRewind = func(a *attempt, from *checkpoint.Ref) {
-		if from != nil && s.dst.Applied(pipelineName, from.Epoch) {
+		if from != nil && s.dst.applied(from.Epoch) {
 			s.violate("attempt %d rewinds HEAD past epoch %d, which the destination has applied", a.n, from.Epoch)
 		}
 	}
@@ -249,9 +272,16 @@ func (s *sim) run() error {
 			defer t.Stop()
 		}
 		if p.dropStaged {
-			s.logf("the destination's staged, unapplied data expires (%d lanes' worth)", s.dst.DropStaged(pipelineName))
+			k, err := s.dst.dropStaged()
+			if err != nil {
+				return fmt.Errorf("sim: dropping the destination's staged data: %w", err)
+			}
+			s.logf("the destination's staged, unapplied data expires (%d lanes' or files' worth)", k)
 		}
-		a := s.newAttempt(n, p)
+		a, err := s.newAttempt(n, p)
+		if err != nil {
+			return err
+		}
 		s.rep.Attempts++
 		a.start()
 		if p.stalls() {
@@ -282,7 +312,10 @@ func (s *sim) run() error {
 	clean := false
 	for range 4 {
 		n++
-		a := s.newAttempt(n, attemptPlan{})
+		a, err := s.newAttempt(n, attemptPlan{})
+		if err != nil {
+			return err
+		}
 		s.rep.Attempts++
 		a.start()
 		if !a.wait() {

@@ -1,0 +1,296 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/sink/sinktest"
+)
+
+// Target is a real destination the simulation drives instead of its own
+// sinktest.FakeDestination (Options.Target). The simulation wraps each
+// attempt's destination with sinktest.WithFaults to inject its faults,
+// records what each call returned, and checks the outcome through Read,
+// as a reader of the destination would see it.
+type Target struct {
+	// Name says what the destination is, in the trace (e.g. "iceberg on
+	// SQLite").
+	Name string
+
+	// Open returns a destination on the target's storage. The simulation
+	// calls it once before it draws the workload, with a Setup without
+	// streams, only to learn the destination's Class and Capabilities
+	// (it writes nothing with that one), then once per attempt with the
+	// workload's streams: each attempt stands for a process of its own,
+	// so every destination Open returns must reach the same storage
+	// (tables, staged files, fences) without sharing in-process state.
+	// Required.
+	Open func(ctx context.Context, setup Setup) (sink.Destination, error)
+
+	// Read returns the rows of stream a reader of the destination sees
+	// now (no rows and a nil error for a stream it has never written),
+	// each with its _openetl_id, _openetl_seq and _openetl_op, and Values
+	// holding the other columns by name: the source's ("id", "n", "s")
+	// and, for a merged stream with soft deletes, "_openetl_deleted"
+	// (a row whose op is "delete" or whose _openetl_deleted is true is a
+	// deleted key's tombstone). sinktest.RowsFromRecord converts Arrow
+	// batches read back. Required.
+	Read func(ctx context.Context, stream string) ([]sinktest.Row, error)
+
+	// DropStaged, when set, discards the target's staged data of every
+	// epoch not applied (as a staging area's expiry would), while no
+	// attempt runs but paused zombies, and returns how many files (or
+	// other units) it removed: the next Recover must then report such an
+	// epoch Lost. Nil: the simulation plans no expiry.
+	DropStaged func(ctx context.Context) (int, error)
+}
+
+// Setup is what a Target's Open gets: the workload's streams and how the
+// simulation writes them.
+type Setup struct {
+	Seed     uint64
+	Pipeline string // the pipeline's name, "sim"
+	// Attempt numbers the attempt from 1; 0 for the first call, which
+	// only learns the destination's Class and Capabilities.
+	Attempt int
+	// Streams lists the workload's streams; empty for the first call.
+	Streams []StreamSetup
+}
+
+// StreamSetup is one stream of a Setup: its table name (the stream's
+// name; the fake source's streams are "orders", "users", "events"), its
+// write mode (delivery.Append or delivery.Merge: the simulation picks
+// Merge only when the destination's Capabilities say it can), and for
+// Merge the key columns, always ["id"].
+type StreamSetup struct {
+	Name string
+	Mode delivery.Mode
+	Key  []string
+}
+
+// destination is what the simulation needs of the destination it drives:
+// the fake (with its internal records) or a Target (through its reader
+// and what the fault wrapper saw).
+type destination interface {
+	// name says what the destination is, for the trace.
+	name() string
+	// view returns the destination attempt a uses, and the function that
+	// kills it.
+	view(a *attempt) (sink.Destination, func(), error)
+	// applied reports whether epoch is applied.
+	applied(epoch uint64) bool
+	// applies returns the destination's log of commits that applied an
+	// epoch, when it keeps one.
+	applies() ([]sinktest.FakeApply, bool)
+	// dropStaged discards the staged data of unapplied epochs.
+	dropStaged() (int, error)
+	// canDropStaged reports whether dropStaged can.
+	canDropStaged() bool
+	// contents returns how often each _openetl_id of stream is visible
+	// (history: how often it became visible, when the destination knows)
+	// and, for a merged stream, the live row of each key (deleted keys'
+	// rows left out; several rows of one key are a violation).
+	contents(stream string, merged bool) (vis map[string]int, live []sinktest.FakeRow, err error)
+	// history reports whether contents counts every time a row became
+	// visible (true), or only the rows there now.
+	history() bool
+}
+
+// fakeDest is the simulation's own sinktest.FakeDestination.
+type fakeDest struct{ d *sinktest.FakeDestination }
+
+func (f fakeDest) name() string { return "sinktest.FakeDestination" }
+
+func (f fakeDest) view(a *attempt) (sink.Destination, func(), error) {
+	v := f.d.WithControl(a.destControl)
+	return v, v.Kill, nil
+}
+
+func (f fakeDest) applied(epoch uint64) bool { return f.d.Applied(pipelineName, epoch) }
+
+func (f fakeDest) applies() ([]sinktest.FakeApply, bool) { return f.d.Applies(pipelineName), true }
+
+func (f fakeDest) dropStaged() (int, error) { return f.d.DropStaged(pipelineName), nil }
+
+func (f fakeDest) canDropStaged() bool { return true }
+
+func (f fakeDest) contents(stream string, merged bool) (map[string]int, []sinktest.FakeRow, error) {
+	var live []sinktest.FakeRow
+	if merged {
+		live = f.d.Rows(stream)
+	}
+	return f.d.Visibility(stream), live, nil
+}
+
+func (f fakeDest) history() bool { return true }
+
+// targetDest is a Target. What it knows of applied epochs comes from the
+// fault wrapper's Observe: an epoch is applied once a Commit of it
+// returned nil from the destination, or a Recover with it as HEAD
+// reported Applied.
+type targetDest struct {
+	t    *Target
+	s    *sim
+	mu   sync.Mutex
+	done map[uint64]bool
+}
+
+func (d *targetDest) name() string {
+	if d.t.Name != "" {
+		return d.t.Name
+	}
+	return "a Target"
+}
+
+func (d *targetDest) view(a *attempt) (sink.Destination, func(), error) {
+	dst, err := d.t.Open(context.Background(), d.s.setup(a.n))
+	if err != nil {
+		return nil, nil, fmt.Errorf("sim: opening the destination for attempt %d: %w", a.n, err)
+	}
+	if err := d.s.sameDeclared(dst); err != nil {
+		return nil, nil, err
+	}
+	v := sinktest.WithFaults(dst, sinktest.FaultConfig{
+		Control: a.destControl,
+		Observe: func(c sinktest.FakeDestCall, o sink.Outcome, err error) { d.observe(a, c, o, err) },
+	})
+	return v, v.Kill, nil
+}
+
+func (d *targetDest) observe(a *attempt, c sinktest.FakeDestCall, o sink.Outcome, err error) {
+	switch c.Op {
+	case sinktest.FakeCommit:
+		if err == nil {
+			d.mu.Lock()
+			d.done[c.Epoch] = true
+			d.mu.Unlock()
+		} else if !errors.Is(err, sinktest.ErrFakeKilled) {
+			a.logf("the destination's Commit of epoch %d (gen %d) returned %v", c.Epoch, c.Gen, err)
+		}
+	case sinktest.FakeRecover:
+		if err != nil {
+			a.logf("the destination's Recover (gen %d, HEAD epoch %d) returned %v", c.Gen, c.Epoch, err)
+			return
+		}
+		a.logf("the destination's Recover (gen %d, HEAD epoch %d) reported %v", c.Gen, c.Epoch, o)
+		if o == sink.Applied && c.Epoch > 0 {
+			d.mu.Lock()
+			d.done[c.Epoch] = true
+			d.mu.Unlock()
+		}
+	}
+}
+
+func (d *targetDest) applied(epoch uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.done[epoch]
+}
+
+func (d *targetDest) applies() ([]sinktest.FakeApply, bool) { return nil, false }
+
+func (d *targetDest) dropStaged() (int, error) {
+	if d.t.DropStaged == nil {
+		return 0, nil
+	}
+	return d.t.DropStaged(context.Background())
+}
+
+func (d *targetDest) canDropStaged() bool { return d.t.DropStaged != nil }
+
+func (d *targetDest) history() bool { return false }
+
+func (d *targetDest) contents(stream string, merged bool) (map[string]int, []sinktest.FakeRow, error) {
+	rows, err := d.t.Read(context.Background(), stream)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading stream %s back: %w", stream, err)
+	}
+	vis := make(map[string]int, len(rows))
+	var live []sinktest.FakeRow
+	for _, r := range rows {
+		vis[r.ID]++
+		if !merged || isTombstone(r) {
+			continue
+		}
+		fr := sinktest.FakeRow{Stream: stream, ID: r.ID, Op: r.Op, Seq: r.Seq, Values: map[string]any{}}
+		for k, v := range r.Values {
+			if strings.HasPrefix(k, "_openetl_") {
+				continue
+			}
+			fr.Values[k] = v
+		}
+		if v, ok := r.Values["id"]; ok && v != nil {
+			fr.Key = valueStr(v)
+		}
+		live = append(live, fr)
+	}
+	return vis, live, nil
+}
+
+// isTombstone reports whether r is a deleted key's row.
+func isTombstone(r sinktest.Row) bool {
+	if r.Op == "delete" {
+		return true
+	}
+	switch v := r.Values["_openetl_deleted"].(type) {
+	case bool:
+		return v
+	case string:
+		return v == "true"
+	}
+	return false
+}
+
+// declared is what a Target's destination declares.
+type declared struct {
+	class   sink.Class
+	caps    sink.Capabilities
+	canDrop bool
+}
+
+// learnTarget opens the Target once to learn its class and capabilities.
+func (s *sim) learnTarget() error {
+	t := s.opts.Target
+	if t.Open == nil || t.Read == nil {
+		return errors.New("sim: Options.Target needs Open and Read")
+	}
+	if s.opts.Broken != sinktest.FakeCorrect {
+		return errors.New("sim: Options.Broken applies to the fake destination only, not to a Target")
+	}
+	d, err := t.Open(context.Background(), Setup{Seed: s.seed, Pipeline: pipelineName})
+	if err != nil {
+		return fmt.Errorf("sim: opening the destination to learn its capabilities: %w", err)
+	}
+	s.declared = &declared{class: d.Class(), caps: d.Capabilities(), canDrop: t.DropStaged != nil}
+	return nil
+}
+
+// setup is what Target.Open gets for attempt n.
+func (s *sim) setup(n int) Setup {
+	st := Setup{Seed: s.seed, Pipeline: pipelineName, Attempt: n}
+	for _, fs := range s.w.streams {
+		ss := StreamSetup{Name: fs.Name, Mode: s.w.modes[fs.Name]}
+		if ss.Mode == delivery.Merge {
+			ss.Key = []string{"id"}
+		}
+		st.Streams = append(st.Streams, ss)
+	}
+	return st
+}
+
+// sameDeclared checks that a Target's destination declares what the
+// first one did: the workload was drawn from it.
+func (s *sim) sameDeclared(d sink.Destination) error {
+	if c := d.Class(); c != s.declared.class {
+		return fmt.Errorf("sim: the Target's destination changed its class from %v to %v", s.declared.class, c)
+	}
+	if c := d.Capabilities(); c.Merge != s.declared.caps.Merge || c.SkipByID != s.declared.caps.SkipByID {
+		return fmt.Errorf("sim: the Target's destination changed its capabilities from %+v to %+v", s.declared.caps, c)
+	}
+	return nil
+}

@@ -1,0 +1,220 @@
+package sinktest
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/sink"
+)
+
+// FaultConfig configures WithFaults.
+type FaultConfig struct {
+	// Control, when set, is called before each writer call with the
+	// call's context, as FakeDestinationConfig.Control is: it may block,
+	// and may return an error. A *FakeFault (directly or wrapped) says
+	// how to fail: with After, the call reaches the wrapped writer and
+	// takes whatever effect it takes there before the fault's error is
+	// returned (a lost response); with Crash, the view is killed as the
+	// call fails. Any other error fails the call before it reaches the
+	// wrapped writer. For FakeCommit, Gen is the generation the writer's
+	// Recover was given (0 before one). It is called from the runner's
+	// goroutines, concurrently.
+	Control func(ctx context.Context, call FakeDestCall) error
+	// Observe, when set, is called after each call that reached the
+	// wrapped writer, with what the wrapped writer returned (before any
+	// After fault replaced it): the outcome for FakeRecover, otherwise
+	// 0. It is called even when the view was killed meanwhile, because
+	// the call took effect. It is called concurrently.
+	Observe func(call FakeDestCall, outcome sink.Outcome, err error)
+}
+
+// FaultyDestination wraps any sink.Destination with the fault hooks of a
+// FakeDestination, so a test (or package sim) can crash, fail and pause
+// a real destination's writers at every protocol step and see what each
+// call did. It adds no state of its own to the destination: what a
+// crash leaves behind is what the wrapped destination left.
+//
+// A killed view refuses every later call with ErrFakeKilled (Writer and
+// Close included, so a crashed "process" commits nothing at Close and
+// its writers' resources are abandoned, as a dead process's would be);
+// calls already past the control function when it was killed complete.
+// It implements sink.SchemaChecker by asking the wrapped destination
+// when that implements it (and accepting every schema otherwise). It is
+// safe for concurrent use.
+type FaultyDestination struct {
+	inner sink.Destination
+	cfg   FaultConfig
+	dead  atomic.Bool
+}
+
+var (
+	_ sink.Destination   = (*FaultyDestination)(nil)
+	_ sink.SchemaChecker = (*FaultyDestination)(nil)
+)
+
+// WithFaults returns a view of d whose writers call cfg's hooks around
+// each call. Make one view per attempt: Kill kills that view only.
+func WithFaults(d sink.Destination, cfg FaultConfig) *FaultyDestination {
+	return &FaultyDestination{inner: d, cfg: cfg}
+}
+
+// Kill makes this view and its writers refuse every later call with
+// ErrFakeKilled.
+func (d *FaultyDestination) Kill() { d.dead.Store(true) }
+
+// Unwrap returns the wrapped destination.
+func (d *FaultyDestination) Unwrap() sink.Destination { return d.inner }
+
+// Class returns the wrapped destination's class.
+func (d *FaultyDestination) Class() sink.Class { return d.inner.Class() }
+
+// Capabilities returns the wrapped destination's capabilities.
+func (d *FaultyDestination) Capabilities() sink.Capabilities { return d.inner.Capabilities() }
+
+// CheckSchema asks the wrapped destination when it implements
+// sink.SchemaChecker; otherwise it accepts every schema.
+func (d *FaultyDestination) CheckSchema(ctx context.Context, table string, sc *arrow.Schema) ([]sink.RejectedColumn, error) {
+	if d.dead.Load() {
+		return nil, ErrFakeKilled
+	}
+	if c, ok := d.inner.(sink.SchemaChecker); ok {
+		return c.CheckSchema(ctx, table, sc)
+	}
+	return nil, nil
+}
+
+// Writer returns the wrapped destination's writer, wrapped.
+func (d *FaultyDestination) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
+	if d.dead.Load() {
+		return nil, ErrFakeKilled
+	}
+	w, err := d.inner.Writer(ctx, pipeline, lane)
+	if err != nil {
+		return nil, err
+	}
+	return &faultyWriter{d: d, w: w, pipeline: pipeline, lane: lane}, nil
+}
+
+// before runs the control function: it returns the error to return after
+// the call took effect (an After fault), or an error to return now.
+func (d *FaultyDestination) before(ctx context.Context, c FakeDestCall) (after error, now error) {
+	if d.dead.Load() {
+		return nil, ErrFakeKilled
+	}
+	if d.cfg.Control != nil {
+		if err := d.cfg.Control(ctx, c); err != nil {
+			var f *FakeFault
+			if !errors.As(err, &f) {
+				return nil, err
+			}
+			if f.Crash {
+				d.Kill()
+			}
+			if !f.After {
+				return nil, err
+			}
+			after = err
+		}
+	}
+	// A fault on another goroutine may have killed the view while the
+	// control function ran (or blocked).
+	if d.dead.Load() && after == nil {
+		return nil, ErrFakeKilled
+	}
+	return after, nil
+}
+
+func (d *FaultyDestination) observe(c FakeDestCall, o sink.Outcome, err error) {
+	if d.cfg.Observe != nil {
+		d.cfg.Observe(c, o, err)
+	}
+}
+
+type faultyWriter struct {
+	d        *FaultyDestination
+	w        sink.Writer
+	pipeline string
+	lane     int
+	gen      atomic.Uint64
+}
+
+// finish returns what a call that reached the writer returns: its own
+// error, or the After fault's.
+func finish(after, err error) error {
+	if err != nil {
+		return err
+	}
+	return after
+}
+
+func (w *faultyWriter) Write(ctx context.Context, stream string, rec arrow.RecordBatch) error {
+	c := FakeDestCall{Op: FakeWrite, Pipeline: w.pipeline, Lane: w.lane, Stream: stream, Rows: int(rec.NumRows()),
+		Gen: checkpoint.Generation(w.gen.Load())}
+	after, err := w.d.before(ctx, c)
+	if err != nil {
+		return err
+	}
+	err = w.w.Write(ctx, stream, rec)
+	w.d.observe(c, 0, err)
+	return finish(after, err)
+}
+
+func (w *faultyWriter) PreCommit(ctx context.Context, epoch uint64) (sink.Committable, error) {
+	c := FakeDestCall{Op: FakePreCommit, Pipeline: w.pipeline, Lane: w.lane, Epoch: epoch, Gen: checkpoint.Generation(w.gen.Load())}
+	after, err := w.d.before(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	cm, err := w.w.PreCommit(ctx, epoch)
+	w.d.observe(c, 0, err)
+	if err := finish(after, err); err != nil {
+		return nil, err
+	}
+	return cm, nil
+}
+
+func (w *faultyWriter) Commit(ctx context.Context, epoch uint64, cs []sink.Committable) error {
+	c := FakeDestCall{Op: FakeCommit, Pipeline: w.pipeline, Lane: w.lane, Epoch: epoch, Gen: checkpoint.Generation(w.gen.Load())}
+	after, err := w.d.before(ctx, c)
+	if err != nil {
+		return err
+	}
+	err = w.w.Commit(ctx, epoch, cs)
+	w.d.observe(c, 0, err)
+	return finish(after, err)
+}
+
+func (w *faultyWriter) Recover(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) (sink.Outcome, error) {
+	c := FakeDestCall{Op: FakeRecover, Pipeline: w.pipeline, Lane: w.lane, Gen: gen}
+	if head != nil {
+		c.Epoch = head.Epoch
+	}
+	after, err := w.d.before(ctx, c)
+	if err != nil {
+		return 0, err
+	}
+	o, err := w.w.Recover(ctx, gen, head)
+	if err == nil {
+		w.gen.Store(uint64(gen))
+	}
+	w.d.observe(c, o, err)
+	if err := finish(after, err); err != nil {
+		return 0, err
+	}
+	return o, nil
+}
+
+func (w *faultyWriter) Close(ctx context.Context) error {
+	c := FakeDestCall{Op: FakeClose, Pipeline: w.pipeline, Lane: w.lane, Gen: checkpoint.Generation(w.gen.Load())}
+	after, err := w.d.before(ctx, c)
+	if err != nil {
+		return err
+	}
+	err = w.w.Close(ctx)
+	w.d.observe(c, 0, err)
+	return finish(after, err)
+}

@@ -1,0 +1,167 @@
+package sinktest_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/sink/sinktest"
+)
+
+// faultsFixture wraps a stage-and-apply FakeDestination with WithFaults,
+// failing the calls fail says how to, and recording what Observe saw.
+type faultsFixture struct {
+	inner *sinktest.FakeDestination
+	view  *sinktest.FaultyDestination
+	mu    sync.Mutex
+	fail  map[sinktest.FakeDestOp]error
+	calls []sinktest.FakeDestCall // what Control saw
+	seen  []string                // what Observe saw
+}
+
+func newFaultsFixture() *faultsFixture {
+	f := &faultsFixture{inner: sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply}),
+		fail: map[sinktest.FakeDestOp]error{}}
+	f.view = sinktest.WithFaults(f.inner, sinktest.FaultConfig{
+		Control: func(_ context.Context, c sinktest.FakeDestCall) error {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.calls = append(f.calls, c)
+			err := f.fail[c.Op]
+			delete(f.fail, c.Op)
+			return err
+		},
+		Observe: func(c sinktest.FakeDestCall, o sink.Outcome, err error) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			s := c.Op.String() + " " + o.String()
+			if err != nil {
+				s += " " + err.Error()
+			}
+			f.seen = append(f.seen, s)
+		},
+	})
+	return f
+}
+
+func (f *faultsFixture) failNext(op sinktest.FakeDestOp, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail[op] = err
+}
+
+func TestWithFaults(t *testing.T) {
+	ctx := context.Background()
+	f := newFaultsFixture()
+	w, err := f.view.Writer(ctx, "p", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := w.Recover(ctx, 3, nil); err != nil || out != sink.Applied {
+		t.Fatalf("recover: %v %v", out, err)
+	}
+	rec := fakeBatch(fakeRow{1, "insert", 1})
+	defer rec.Release()
+	if err := w.Write(ctx, "s", rec); err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.PreCommit(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// An error fails the call before it reaches the destination.
+	boom := errors.New("boom")
+	f.failNext(sinktest.FakeCommit, boom)
+	if err := w.Commit(ctx, 1, []sink.Committable{c}); !errors.Is(err, boom) {
+		t.Fatalf("commit with an error before: %v, want boom", err)
+	}
+	if f.inner.Applied("p", 1) {
+		t.Fatal("a Commit failed before its effect applied the epoch")
+	}
+	// An After fault lets it take effect, then fails it.
+	f.failNext(sinktest.FakeCommit, &sinktest.FakeFault{After: true, Err: boom})
+	if err := w.Commit(ctx, 1, []sink.Committable{c}); !errors.Is(err, boom) {
+		t.Fatalf("commit with a lost response: %v, want boom", err)
+	}
+	if !f.inner.Applied("p", 1) || len(f.inner.Rows("s")) != 1 {
+		t.Fatalf("a Commit whose response was lost did not apply the epoch: rows %v", f.inner.Rows("s"))
+	}
+	f.mu.Lock()
+	var commitGen []uint64
+	for _, c := range f.calls {
+		if c.Op == sinktest.FakeCommit {
+			commitGen = append(commitGen, uint64(c.Gen))
+		}
+	}
+	seen := append([]string(nil), f.seen...)
+	f.mu.Unlock()
+	if len(commitGen) != 2 || commitGen[0] != 3 || commitGen[1] != 3 {
+		t.Errorf("Control saw Commits of generations %v, want [3 3] (Recover's)", commitGen)
+	}
+	want := []string{"recover applied", "write applied", "precommit applied", "commit applied"}
+	if len(seen) != len(want) {
+		t.Fatalf("Observe saw %q, want %q", seen, want)
+	}
+	for i := range want {
+		if seen[i] != want[i] {
+			t.Fatalf("Observe saw %q, want %q", seen, want)
+		}
+	}
+
+	// A crash kills the view: this call and every later one fail
+	// without reaching the destination.
+	f.failNext(sinktest.FakeWrite, &sinktest.FakeFault{Crash: true})
+	if err := w.Write(ctx, "s", rec); err == nil {
+		t.Fatal("a crashed Write succeeded")
+	}
+	if _, err := w.PreCommit(ctx, 2); !errors.Is(err, sinktest.ErrFakeKilled) {
+		t.Fatalf("PreCommit after the crash: %v, want ErrFakeKilled", err)
+	}
+	if err := w.Close(ctx); !errors.Is(err, sinktest.ErrFakeKilled) {
+		t.Fatalf("Close after the crash: %v, want ErrFakeKilled", err)
+	}
+	if _, err := f.view.Writer(ctx, "p", 1); !errors.Is(err, sinktest.ErrFakeKilled) {
+		t.Fatalf("Writer after the crash: %v, want ErrFakeKilled", err)
+	}
+	// Another view of the same destination is alive.
+	other := sinktest.WithFaults(f.inner, sinktest.FaultConfig{})
+	w2, err := other.Writer(ctx, "p", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := w2.Recover(ctx, 4, nil); err != nil || out != sink.Applied {
+		t.Fatalf("recover through another view: %v %v", out, err)
+	}
+}
+
+// checkerDest is a destination that rejects every column named "bad".
+type checkerDest struct{ *sinktest.FakeDestination }
+
+func (checkerDest) CheckSchema(_ context.Context, _ string, sc *arrow.Schema) ([]sink.RejectedColumn, error) {
+	var out []sink.RejectedColumn
+	for _, f := range sc.Fields() {
+		if f.Name == "bad" {
+			out = append(out, sink.RejectedColumn{Column: f.Name, Reason: "bad"})
+		}
+	}
+	return out, nil
+}
+
+func TestWithFaultsCheckSchema(t *testing.T) {
+	ctx := context.Background()
+	sc := arrow.NewSchema([]arrow.Field{{Name: "bad", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	fake := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{})
+	got, err := sinktest.WithFaults(checkerDest{fake}, sinktest.FaultConfig{}).CheckSchema(ctx, "t", sc)
+	if err != nil || len(got) != 1 || got[0].Column != "bad" {
+		t.Fatalf("CheckSchema through the wrapper of a checker: %v %v, want column bad rejected", got, err)
+	}
+	got, err = sinktest.WithFaults(fake, sinktest.FaultConfig{}).CheckSchema(ctx, "t", sc)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("CheckSchema through the wrapper of a destination without one: %v %v, want none", got, err)
+	}
+}
