@@ -90,6 +90,11 @@ type Record struct {
 	Counts map[string]Counts `json:"counts,omitempty"`
 	// Totals are the rows per stream over every epoch up to this one.
 	Totals map[string]Counts `json:"totals,omitempty"`
+	// Final marks the last epoch of an attempt that read every split to
+	// its end (a Sync that completed its read): a full refresh ends here,
+	// and the next attempt's reads start a new one. Records written before
+	// this field existed read as false.
+	Final bool `json:"final,omitempty"`
 }
 
 // Ref returns the record's reference.

@@ -64,6 +64,9 @@ type runner struct {
 	// sync.Pool: the pool is emptied by every GC, and a batch that has to
 	// grow again from nothing costs a copy and a clear of its buffers.
 	freeBatches chan *engine.RawBatch
+	// completeEpoch is the epoch that ends a completed read (its record is
+	// Final), once the coordinator requested it; 0 before.
+	completeEpoch atomic.Uint64
 }
 
 type committed struct {
@@ -437,6 +440,22 @@ func (r *runner) commitDest(ctx context.Context, epoch uint64, cs [][]byte, log 
 	}
 	if err != nil {
 		return fmt.Errorf("destination: commit epoch %d: %w", epoch, err)
+	}
+	return nil
+}
+
+// finishDest calls lane 0's Finish, when the writer has one, after the
+// Final epoch's Commit.
+func (r *runner) finishDest(ctx context.Context, epoch uint64) (err error) {
+	f, ok := r.writers[0].(sink.Finisher)
+	if !ok {
+		return nil
+	}
+	ctx, span := r.mon.tracer.Start(ctx, "openetl.finish", trace.WithAttributes(
+		AttrEpoch.Int64(int64(epoch)), AttrGeneration.Int64(int64(r.gen)), AttrDestination.String(r.mon.dest)))
+	defer func() { endSpan(span, err) }()
+	if err := f.Finish(ctx, epoch); err != nil {
+		return fmt.Errorf("destination: finish epoch %d: %w", epoch, err)
 	}
 	return nil
 }

@@ -120,6 +120,9 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 	stopping := false // the attempt ends after the final barrier
 	var final uint64  // last epoch of the attempt, once known
 	finalKnown := false
+	// complete: every split was read to its end, so the final epoch's
+	// record is Final (see checkpoint.Record.Final).
+	complete := false
 	lastBarrier := int64(0) // r.progress() at the last barrier
 	interval := time.NewTicker(cfg.EpochInterval)
 	defer interval.Stop()
@@ -144,18 +147,25 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 		log.Debug("barrier requested", "epoch", next, "final", isFinal)
 		if isFinal {
 			final, finalKnown = next, true
+			if complete {
+				r.completeEpoch.Store(next)
+			}
 		}
 		r.placeIdle(errCh)
 	}
 	// beginStop asks for the final barrier, or settles for the epochs
-	// already requested when nothing was read since.
+	// already requested when nothing was read since. A completed read
+	// gets a final barrier even then (an epoch without rows) when the last
+	// record isn't Final yet: this attempt's epochs, or a head whose
+	// refresh the attempt took over.
 	beginStop := func() {
 		stopping = true
 		r.stopping()
 		if inflight {
 			return // decided when the in-flight barrier aligns
 		}
-		if r.progress() > lastBarrier {
+		unmarked := next > r.firstEpoch || (r.head != nil && !r.head.Final)
+		if r.progress() > lastBarrier || (complete && unmarked) {
 			request(true)
 		} else {
 			final, finalKnown = next-1, true
@@ -189,6 +199,7 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 		case <-splitsDone:
 			splitsDone = nil
 			if !stopping {
+				complete = true
 				beginStop()
 			}
 		case <-interval.C:
@@ -320,6 +331,7 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 				Time: r.cfg.Now().UTC(), Resume: r.resumeMap(resume, info.states),
 				Engine: info.engine, Committables: cs, Counts: info.counts,
 				Totals: addCounts(totals, info.counts),
+				Final:  next == r.completeEpoch.Load(),
 			}
 			// Quarantined records and held values are staged under names
 			// of this generation, listed in the record, and published
@@ -350,6 +362,11 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 			}
 			if err := r.publishFiles(ctx, rec, info.side); err != nil {
 				return err
+			}
+			if rec.Final {
+				if err := r.finishDest(ectx, next); err != nil {
+					return err
+				}
 			}
 			if acker != nil && len(ackStates) > 0 {
 				if err := acker.Ack(ctx, splitIDs(ackStates)); err != nil {

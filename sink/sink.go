@@ -193,6 +193,21 @@ type Writer interface {
 	Close(ctx context.Context) error
 }
 
+// Finisher is implemented by a Writer that holds data back across epochs
+// (files grouped into fewer commits, the new contents of a table a full
+// refresh replaces) and must make it visible when a refresh ends.
+type Finisher interface {
+	// Finish is called on lane 0, from the commit goroutine, right after
+	// Commit of an epoch whose checkpoint record is Final: the attempt
+	// read every split to its end (a Sync that completed). It makes
+	// visible everything the epochs up to this one wrote. An error fails
+	// the attempt (Sync returns it): the record stays HEAD, so the next
+	// attempt's Recover gets it with head.Final set and must finish the
+	// job there. Like Commit it must be idempotent and must fail with
+	// ErrFenced once a newer generation has raised the fence.
+	Finish(ctx context.Context, epoch uint64) error
+}
+
 // Errors returned by writers.
 var (
 	// ErrFenced is wrapped by Commit when a newer generation has raised
