@@ -82,22 +82,23 @@ func TestTypeMap(t *testing.T) {
 			t.Errorf("%s (nullable %v, key %v) on %s = %s, want %s", tc.typ, tc.nullable, tc.key, tc.f.Version, got.ch, tc.want)
 		}
 	}
-	// A utf8 column whose declared type (field metadata) is an enum.
+	// A utf8 column the engine marks an enum (field metadata).
 	for _, tc := range []struct {
-		declared string
-		f        Features
-		want     string
+		key, value string
+		f          Features
+		want       string
 	}{
-		{"enum('sad','ok','happy')", modern, "LowCardinality(Nullable(String))"},
-		{" ENUM('a')", old, "LowCardinality(Nullable(String))"},
-		{"enum('a')", ServerFeatures("18.10.3"), "Nullable(String)"},
-		{"mood", modern, "Nullable(String)"},
-		{"varchar(10)", modern, "Nullable(String)"},
+		{logicalTypeKey, logicalTypeEnum, modern, "LowCardinality(Nullable(String))"},
+		{logicalTypeKey, logicalTypeEnum, old, "LowCardinality(Nullable(String))"},
+		{logicalTypeKey, logicalTypeEnum, ServerFeatures("18.10.3"), "Nullable(String)"},
+		{logicalTypeKey, "enumeration", modern, "Nullable(String)"},
+		{logicalTypeKey, "", modern, "Nullable(String)"},
+		{"openetl.declared_type", "enum('a','b')", modern, "Nullable(String)"},
 	} {
-		md := arrow.NewMetadata([]string{declaredTypeKey}, []string{tc.declared})
+		md := arrow.NewMetadata([]string{tc.key}, []string{tc.value})
 		got, err := mapType(tc.f, arrow.Field{Name: "e", Type: arrow.BinaryTypes.String, Nullable: true, Metadata: md}, false)
 		if err != nil || got.ch != tc.want {
-			t.Errorf("utf8 declared %q on %s = %s (%v), want %s", tc.declared, tc.f.Version, got.ch, err, tc.want)
+			t.Errorf("utf8 with %s=%q on %s = %s (%v), want %s", tc.key, tc.value, tc.f.Version, got.ch, err, tc.want)
 		}
 	}
 	if _, err := mapType(old, arrow.Field{Name: "d", Type: arrow.FixedWidthTypes.Duration_us}, false); err == nil {

@@ -34,8 +34,8 @@
 //	float32, float64                Float32, Float64
 //	bool                            Bool (21.12+), else UInt8
 //	utf8, binary                    String (_openetl_op: LowCardinality(String) on 19.1+)
-//	dictionary<utf8> (enums)        LowCardinality(String) (19.1+; 18.12..19.0 with
-//	                                allow_experimental_low_cardinality_type, which the
+//	dictionary<utf8>, or utf8       LowCardinality(String) (19.1+; 18.12..19.0 with
+//	marked an enum (below)          allow_experimental_low_cardinality_type, which the
 //	                                destination sets on its statements), else String;
 //	                                nullable: LowCardinality(Nullable(String))
 //	fixed_size_binary(16) (uuid)    UUID (18.1+; reads back as the source's text form),
@@ -175,15 +175,19 @@
 //     table's pipeline and generation): about 1.15x the client CPU of a
 //     plain insert of the same rows.
 //
-// Declared enums: the engine gives a Postgres enum or a MySQL enum column
-// as utf8 today, with nothing in the Arrow field saying it was an enum
-// (and the Postgres source declares the enum's own type name, e.g.
-// "mood", like any other user type), so such columns are String. Two
-// shapes become LowCardinality as soon as the engine emits them: a
-// dictionary<int, utf8> field, and a utf8 field whose metadata key
-// openetl.declared_type holds an enum(...) type ("enum('a','b')", as
-// MySQL spells it). A column that already exists keeps its type when
-// only LowCardinality differs.
+// Declared enums: the engine gives a declared enum column (a MySQL
+// enum('a','b'), or a Postgres enum type, which the Postgres source
+// declares by its labels) as utf8 marked by the field metadata
+// openetl.logical_type = enum (engine.LogicalTypeKey,
+// engine.LogicalTypeEnum); such a field, like a dictionary<int, utf8>
+// one, becomes LowCardinality(String) (LowCardinality(Nullable(String))
+// when nullable; on 18.12..19.0 with
+// allow_experimental_low_cardinality_type, which the destination sets on
+// its statements; String before 18.12). The mark names no labels, so a
+// label added to the source's enum changes nothing here, and any label
+// is taken. A column that already exists keeps its type when only
+// LowCardinality differs (a table created before the engine marked
+// enums keeps its String column).
 //
 // Reading merge tables needs FINAL (or OPTIMIZE ... FINAL first): until
 // parts merge, older versions of a key are stored beside the latest.

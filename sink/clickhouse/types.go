@@ -168,19 +168,20 @@ func mapType(f Features, field arrow.Field, key bool) (colType, error) {
 	return t, nil
 }
 
-// declaredTypeKey is the Arrow field metadata key under which an engine
-// would give a column's declared type (source.Column.Type, e.g.
-// "enum('sad','ok','happy')"). The engine does not set it yet; a utf8
-// field whose declared type is an enum(...) is mapped like a dictionary.
-const declaredTypeKey = "openetl.declared_type"
+// logicalTypeKey and logicalTypeEnum are the Arrow field metadata by
+// which the engine marks an enum column (engine.LogicalTypeKey and
+// engine.LogicalTypeEnum: a declared enum('a',...) of Postgres or
+// MySQL, utf8 holding the label). Such a field is mapped like a
+// dictionary: LowCardinality(String).
+const (
+	logicalTypeKey  = "openetl.logical_type"
+	logicalTypeEnum = "enum"
+)
 
-// declaredEnum reports whether field's metadata declares it an enum.
+// declaredEnum reports whether field's metadata marks it an enum.
 func declaredEnum(field arrow.Field) bool {
-	i := field.Metadata.FindKey(declaredTypeKey)
-	if i < 0 {
-		return false
-	}
-	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(field.Metadata.Values()[i])), "enum(")
+	v, ok := field.Metadata.GetValue(logicalTypeKey)
+	return ok && v == logicalTypeEnum
 }
 
 func baseType(f Features, name string, dt arrow.DataType) (colType, error) {

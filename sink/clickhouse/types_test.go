@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/clickhouse"
 )
@@ -55,7 +56,7 @@ func TestUUIDAndEnumColumns(t *testing.T) {
 		{Name: "others", Type: arrow.ListOf(uuidType), Nullable: true},
 		{Name: "mood", Type: enumType, Nullable: true},
 		{Name: "mood_text", Type: arrow.BinaryTypes.String, Nullable: true,
-			Metadata: arrow.NewMetadata([]string{"openetl.declared_type"}, []string{"enum('sad','ok','happy')"})},
+			Metadata: arrow.NewMetadata([]string{engine.LogicalTypeKey}, []string{engine.LogicalTypeEnum})},
 		{Name: "_openetl_id", Type: arrow.BinaryTypes.String},
 		{Name: "_openetl_op", Type: arrow.BinaryTypes.String},
 		{Name: "_openetl_seq", Type: arrow.PrimitiveTypes.Int64},

@@ -111,7 +111,7 @@ func TestEnumIntoStringColumn(t *testing.T) {
 	if _, err := w.Recover(ctx, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	enum := arrow.NewMetadata([]string{declaredTypeKey}, []string{"enum('a','b')"})
+	enum := arrow.NewMetadata([]string{logicalTypeKey}, []string{logicalTypeEnum})
 	batch := func(md1, md2 arrow.Metadata, id int64) arrow.RecordBatch {
 		sc := arrow.NewSchema([]arrow.Field{
 			{Name: "id", Type: arrow.PrimitiveTypes.Int64},
