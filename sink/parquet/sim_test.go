@@ -1,0 +1,179 @@
+package parquet_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/fileblob"
+
+	"github.com/openetl/etl/sim"
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/sink/parquet"
+	"github.com/openetl/etl/sink/sinktest"
+)
+
+var flagSimSeed = flag.String("sim.seed", "", "TestSim replays this one seed and prints its trace (or OPENETL_SIM_SEED)")
+
+// simOptions are the options TestSim runs every seed with (a seed
+// replays only with the same options): the workloads of package sim's
+// own TestSeeds, with more time per attempt.
+var simOptions = sim.Options{MaxRows: 40, MaxAttempts: 8, AttemptTimeout: 2 * time.Minute}
+
+// defaultSimSeeds keeps TestSim within about 30 s on a loaded 2-core
+// machine; OPENETL_SIM_SEEDS runs more.
+const defaultSimSeeds = 40
+
+// parquetTarget is package sim's view of a Destination on bucket b: a
+// new Destination per attempt (a process of its own) on the shared
+// bucket. It reads a stream back by following its current manifest, and
+// expires staged data by deleting everything under _staging/ (staged
+// copies of applied epochs are deleted by Commit, or harmless to lose).
+func parquetTarget(b *blob.Bucket) *sim.Target {
+	return &sim.Target{
+		Name: "parquet on a file bucket",
+		Open: func(context.Context, sim.Setup) (sink.Destination, error) {
+			return parquet.New(parquet.Config{Bucket: b, RowGroupRows: 16})
+		},
+		Read: func(ctx context.Context, stream string) ([]sinktest.Row, error) {
+			return visible(ctx, b, "", stream)
+		},
+		DropStaged: func(ctx context.Context) (int, error) {
+			n := 0
+			it := b.List(&blob.ListOptions{Prefix: "_staging/"})
+			for {
+				obj, err := it.Next(ctx)
+				if err == io.EOF {
+					return n, nil
+				}
+				if err != nil {
+					return n, err
+				}
+				if obj.IsDir {
+					continue
+				}
+				if err := b.Delete(ctx, obj.Key); err != nil {
+					return n, fmt.Errorf("delete %s: %w", obj.Key, err)
+				}
+				n++
+			}
+		},
+	}
+}
+
+func simBaseSeed(t *testing.T) uint64 {
+	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Logf("git rev-parse HEAD failed (%v): using a fixed base seed", err)
+		return 0xba59e7
+	}
+	h := fnv.New64a()
+	h.Write([]byte("parquet:" + strings.TrimSpace(string(out))))
+	return h.Sum64() >> 12
+}
+
+func simReplay(seed uint64) string {
+	return fmt.Sprintf("go test ./sink/parquet -run '^TestSim$' -sim.seed=%d -v", seed)
+}
+
+func runSimSeed(t *testing.T, seed uint64) (*sim.Report, error) {
+	b, err := fileblob.OpenBucket(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	opts := simOptions
+	opts.Target = parquetTarget(b)
+	return sim.Run(seed, opts)
+}
+
+// TestSim runs package sim's seeded simulation of the whole runner
+// against the Parquet writer on a file bucket: per seed, a workload
+// (streams appended; exact or superset source; lanes, epoch sizes) and a
+// list of attempts with faults at every protocol step (crashes before
+// and after PreCommit, after the HEAD write, during Commit and Recover;
+// Commit errors and lost Commit responses; checkpoint store errors;
+// zombies paused at a call while the next attempt runs; source
+// disconnects; write errors; staged files deleted between attempts),
+// then clean syncs; and the simulation's checks, reading each stream's
+// current manifest's files back: nothing lost, no duplicates where
+// exactly once is promised, HEAD and rewinds consistent, every epoch of
+// the final log applied.
+//
+// OPENETL_SIM_SEEDS sets the number of seeds (default 40); -sim.seed=N
+// or OPENETL_SIM_SEED=N replays one seed with its trace (the plan
+// replays; goroutine interleavings may differ).
+func TestSim(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	one := *flagSimSeed
+	if one == "" {
+		one = os.Getenv("OPENETL_SIM_SEED")
+	}
+	if one != "" {
+		seed, err := strconv.ParseUint(one, 10, 64)
+		if err != nil {
+			t.Fatalf("seed %q: %v", one, err)
+		}
+		rep, err := runSimSeed(t, seed)
+		t.Log(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	n := defaultSimSeeds
+	if s := os.Getenv("OPENETL_SIM_SEEDS"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 1 {
+			t.Fatalf("OPENETL_SIM_SEEDS=%q: want a positive number", s)
+		}
+	}
+	base := simBaseSeed(t)
+	t.Logf("running %d seeds from %d against the Parquet writer", n, base)
+	start := time.Now()
+	var (
+		mu                        sync.Mutex
+		failed                    []uint64
+		attempts, faults, rewinds atomic.Int64
+		superset                  atomic.Int64
+	)
+	t.Run("seeds", func(t *testing.T) {
+		for i := range n {
+			seed := base + uint64(i)
+			t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+				t.Parallel()
+				rep, err := runSimSeed(t, seed)
+				attempts.Add(int64(rep.Attempts))
+				faults.Add(int64(rep.Faults))
+				rewinds.Add(int64(rep.Rewinds))
+				if strings.Contains(rep.Workload, "replay=superset") {
+					superset.Add(1)
+				}
+				if err != nil {
+					mu.Lock()
+					failed = append(failed, seed)
+					mu.Unlock()
+					t.Errorf("%v\nreplay: %s\n%v", err, simReplay(seed), rep)
+				}
+			})
+		}
+	})
+	t.Logf("%d seeds in %v: %d attempts, %d faults fired, %d rewinds; %d seeds with a superset source; %d failed",
+		n, time.Since(start).Round(time.Millisecond), attempts.Load(), faults.Load(), rewinds.Load(), superset.Load(), len(failed))
+	for _, s := range failed {
+		t.Logf("replay: %s", simReplay(s))
+	}
+}
