@@ -2,8 +2,46 @@
 // the spirit of TigerBeetle's VOPR: one uint64 seed picks a workload and
 // every fault, the real runner (pipeline.Sync and pipeline.Run) and by
 // default the real engine move the data from a sourcetest.FakeSource to a
-// sinktest.FakeDestination through a memory checkpoint store, and the
-// simulation then checks the promises of ARCHITECTURE.md.
+// destination through a memory checkpoint store, and the simulation then
+// checks the promises of ARCHITECTURE.md.
+//
+// The destination is by default a sinktest.FakeDestination, whose own
+// records the checks read. Options.Target runs the same simulation
+// against any real sink.Destination instead:
+//
+//	rep, err := sim.Run(seed, sim.Options{Target: &sim.Target{
+//		Open: func(ctx context.Context, s sim.Setup) (sink.Destination, error) {
+//			return mysink.New(mysink.Config{DB: db, Merge: s.Streams}) // a new "process" per attempt
+//		},
+//		Read: func(ctx context.Context, stream string) ([]sinktest.Row, error) {
+//			return readTable(ctx, db, stream) // what a reader sees
+//		},
+//		DropStaged: dropUncommitted, // optional: staged data expiring
+//	}})
+//
+// The destination's Class and Capabilities then replace the ones the
+// seed would pick, so the workload uses only write modes it declares
+// (merge when Capabilities.Merge), and each attempt's destination is
+// wrapped by sinktest.WithFaults, which injects the same faults from
+// outside the writer. The checks then read what the destination holds
+// through Target.Read, and know what the wrapper saw: an epoch counts as
+// applied once a Commit of it returned nil or a Recover with it as HEAD
+// reported Applied. What changes with a Target:
+//
+//   - a merged stream is checked by its rows now (each key's row the
+//     source's latest version, one row per key), not version by version,
+//     since a reader sees only the latest;
+//   - the destination's own log of applies (each epoch applied once,
+//     never by a generation below the fence) is not read: double applies
+//     show as duplicated rows, and a zombie's landed Commit as rows
+//     duplicated or out of date;
+//   - a zombie pauses before its call reaches the destination, not
+//     inside it (the fake pauses a Commit between reading which epochs
+//     are applied and applying), so a destination that skips its fence
+//     but is idempotent by epoch is not caught;
+//   - staged data expires only when Target.DropStaged is set.
+//
+// sink/iceberg and sink/parquet run it from their TestSim.
 //
 // The seed picks (math/rand/v2 PCG): the streams (keyed or not, CDC with
 // updates and deletes or not, splits, rows, quarantined records), the
@@ -27,9 +65,10 @@
 //     the log rewinds).
 //
 // A crash kills the attempt's "process": its context is cancelled and
-// every view it holds (the fake source's, the fake destination's and the
+// every view it holds (the fake source's, the destination's and the
 // store wrapper) refuses every later call, so nothing it does after that
-// point has an effect. A call already past its fault check when the crash
+// point has an effect (a killed writer is not even closed: a dead
+// process commits nothing at Close). A call already past its fault check when the crash
 // happens completes, as it could in a real process.
 //
 // After the planned attempts, clean Syncs run until one succeeds. Then the

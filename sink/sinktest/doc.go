@@ -79,8 +79,32 @@
 //     epoch before was committed or not.
 //
 // What the suite can't do for you: make staged data disappear, so the
-// Lost outcome is not checked; inject storage faults (run the simulation
-// in package sim for those); check destination-specific layout. The fakes
-// in this package are the other side: destinations for testing code that
-// drives writers.
+// Lost outcome is not checked; inject faults under load; check
+// destination-specific layout. For the first two, run the simulation in
+// package sim against the destination (sim.Options.Target): it drives
+// the real runner into it through crashes at every protocol step, lost
+// Commit responses, zombies and staged data expiring, and checks what a
+// reader of it sees.
+//
+// # Fakes and faults
+//
+// The fakes in this package are the other side: destinations for testing
+// code that drives writers. FakeDestination is an in-memory destination
+// of any class, with per-call fault hooks (FakeDestinationConfig.Control,
+// WithControl, Kill). WithFaults puts the same hooks around any
+// destination, yours included:
+//
+//	view := sinktest.WithFaults(dst, sinktest.FaultConfig{
+//		Control: func(ctx context.Context, c sinktest.FakeDestCall) error {
+//			if c.Op == sinktest.FakeCommit && c.Epoch == 3 {
+//				return &sinktest.FakeFault{After: true} // applied, response lost
+//			}
+//			return nil
+//		},
+//		Observe: func(c sinktest.FakeDestCall, o sink.Outcome, err error) { /* what it did */ },
+//	})
+//
+// A FakeFault fails the call before it reaches the destination, or with
+// After once it took effect; with Crash it kills the view, which then
+// refuses every call (Close included), as a dead process would.
 package sinktest
