@@ -6,24 +6,40 @@
 # failure, not a number), and writes a Markdown table between the
 # bench-compare markers at the end of BENCHMARKS.md.
 #
-#   make bench-compare                       # full size, 5 runs each
-#   RUNS=1 ROWS=small scripts/bench-compare.sh   # quick pass (a few minutes)
+#   make bench-compare                       # full size, 5 runs each, 45-minute budget
+#   RUNS=2 ROWS=small scripts/bench-compare.sh   # quick pass (a few minutes)
 #
 # Settings (environment):
-#   RUNS        runs per tool and scenario (default 5); the table shows the
-#               median and min–max
-#   PEER_RUNS   runs of each peer (default RUNS): peers are the slowest
-#               part of a full-size pass
+#   RUNS        runs per tool and scenario for OpenETL and the ceilings
+#               (default 5); the table shows the median and min–max
+#   PEER_RUNS   runs of each peer (default 1 at full size, else RUNS):
+#               peers are the slowest part of a full-size pass
 #   ROWS        full (default: 5M Postgres rows, 2M changes, 10M Kafka
 #               messages, 5M Arrow rows) or small (100k rows, 50k
 #               changes, 200k messages, 200k rows)
 #   PG_ROWS, CDC_CHANGES, KAFKA_MSGS, ARROW_ROWS   override the sizes
+#               (CDC_CHANGES is the Postgres and the MariaDB change count)
+#   PEER_PG_ROWS, PEER_CDC_CHANGES, PEER_KAFKA_MSGS   the sizes Conduit
+#               and Benthos run at (default at full size: 300k rows,
+#               200k changes, 1M messages; never more than the sizes
+#               above). Conduit moved 6–28k rows/s here, so at full size
+#               it alone would take most of the budget; its rows are
+#               labelled with their size (rows/s and CPU-s per million
+#               rows stay comparable). canal runs at the full size.
 #   SCENARIOS   default "pg-snapshot pg-cdc mariadb-cdc kafka-kfake
-#               kafka-broker ndjson arrow-parquet"
+#               kafka-broker ndjson arrow-parquet arrow-clickhouse"
 #   PEERS       default "conduit benthos canal"; "" runs OpenETL and ceilings only
+#   BUDGET_MIN  the whole run's budget in minutes (default 45). The
+#               script prints its estimate per scenario first (from the
+#               per-million-row times in est_rate, measured here); each
+#               step is killed after several times its estimate, and no
+#               run starts past the budget: both are reported as FAIL in
+#               the table and the script exits 1 (the table is still
+#               written).
 #   BENCH_OUT   the Markdown file to update (default BENCHMARKS.md)
 #
-# Servers come from scripts/servers.sh (started here, stopped on exit).
+# Servers come from scripts/servers.sh (started here, stopped on exit,
+# with every process this script started: nothing is left running).
 # When the machine has 2+ cores, the database or broker is pinned to core
 # 0 and the tool under test to core 1 (taskset), so each gets one core;
 # scenarios without a server give the tool every core. Peers are built
@@ -39,14 +55,24 @@ export OPENETL_CACHE="${OPENETL_CACHE:-$HOME/.cache/openetl}"
 source "$ROOT/bench/peers.sh"
 
 RUNS=${RUNS:-5}
-PEER_RUNS=${PEER_RUNS:-$RUNS}
 ROWS=${ROWS:-full}
 case $ROWS in
-full) PG_ROWS=${PG_ROWS:-5000000} KAFKA_MSGS=${KAFKA_MSGS:-10000000} ARROW_ROWS=${ARROW_ROWS:-5000000} CDC_CHANGES=${CDC_CHANGES:-2000000} ;;
-small) PG_ROWS=${PG_ROWS:-100000} KAFKA_MSGS=${KAFKA_MSGS:-200000} ARROW_ROWS=${ARROW_ROWS:-200000} CDC_CHANGES=${CDC_CHANGES:-50000} ;;
+full)
+  PG_ROWS=${PG_ROWS:-5000000} KAFKA_MSGS=${KAFKA_MSGS:-10000000} ARROW_ROWS=${ARROW_ROWS:-5000000} CDC_CHANGES=${CDC_CHANGES:-2000000}
+  PEER_RUNS=${PEER_RUNS:-1} PEER_PG_ROWS=${PEER_PG_ROWS:-300000} PEER_CDC_CHANGES=${PEER_CDC_CHANGES:-200000}
+  PEER_KAFKA_MSGS=${PEER_KAFKA_MSGS:-1000000}
+  ;;
+small)
+  PG_ROWS=${PG_ROWS:-100000} KAFKA_MSGS=${KAFKA_MSGS:-200000} ARROW_ROWS=${ARROW_ROWS:-200000} CDC_CHANGES=${CDC_CHANGES:-50000}
+  ;;
 *) echo "bench-compare: ROWS is full or small, not $ROWS" >&2; exit 2 ;;
 esac
-SCENARIOS=${SCENARIOS:-pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker ndjson arrow-parquet}
+PEER_RUNS=${PEER_RUNS:-$RUNS}
+PEER_PG_ROWS=$((${PEER_PG_ROWS:-$PG_ROWS} < PG_ROWS ? ${PEER_PG_ROWS:-$PG_ROWS} : PG_ROWS))
+PEER_CDC_CHANGES=$((${PEER_CDC_CHANGES:-$CDC_CHANGES} < CDC_CHANGES ? ${PEER_CDC_CHANGES:-$CDC_CHANGES} : CDC_CHANGES))
+PEER_KAFKA_MSGS=$((${PEER_KAFKA_MSGS:-$KAFKA_MSGS} < KAFKA_MSGS ? ${PEER_KAFKA_MSGS:-$KAFKA_MSGS} : KAFKA_MSGS))
+BUDGET_MIN=${BUDGET_MIN:-45}
+SCENARIOS=${SCENARIOS:-pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker ndjson arrow-parquet arrow-clickhouse}
 PEERS=${PEERS-conduit benthos canal}
 BENCH_OUT=${BENCH_OUT:-$ROOT/BENCHMARKS.md}
 WORK="$BENCH_DIR/work"
@@ -72,6 +98,129 @@ mkdir -p "$WORK"
 printf 'scenario\ttool\tsetting\trun\trows\tseconds\tcpu\trss_mb\tok\tdetail\tload\n' >"$RESULTS"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$SECONDS
+DEADLINE=$((T_START + BUDGET_MIN * 60))
+OVER=
+: >"$WORK/times.tsv"
+
+# ------------------------------------------------------------ budget
+
+# EST_RATE[KEY]: wall seconds per million rows of one step, from the
+# medium pass of 2026-11-30 on this 2-core machine (load 2–8, so on the
+# slow side of a quiet machine), a check of the output included. KEY is
+# SCENARIO/TOOL, or a preparation step. EST_STEP is each step's fixed
+# cost (process start, slots, pipeline state, the checker's start).
+declare -A EST_RATE=(
+  [pg-fill]=12 [pg-snapshot/ceiling]=3.5 [pg-snapshot/openetl]=18 [pg-snapshot/conduit]=170
+  [pg-cdc/changes]=20 [pg-cdc/ceiling]=16 [pg-cdc/openetl]=20 [pg-cdc/conduit]=180
+  [mariadb-cdc/changes]=30 [mariadb-cdc/ceiling]=7 [mariadb-cdc/openetl]=10 [mariadb-cdc/canal]=5
+  [kafka-kfake/ceiling]=3 [kafka-kfake/openetl]=11
+  [kafka-broker/produce]=6 [kafka-broker/ceiling]=1 [kafka-broker/openetl]=10 [kafka-broker/conduit]=36
+  [ndjson/produce]=1 [ndjson/benthos]=38
+  [arrow-parquet/ceiling]=3 [arrow-parquet/openetl]=3
+  [arrow-clickhouse/ceiling]=1.5 [arrow-clickhouse/openetl]=1.5
+  [arrow-clickhouse-mt/ceiling]=2 [arrow-clickhouse-mt/openetl]=4
+)
+EST_STEP=4
+
+# est KEY N [TIMES]: the estimated seconds of TIMES (default 1) steps of
+# KEY over N rows.
+est() {
+  awk -v r="${EST_RATE[$1]:-10}" -v n="$2" -v t="${3:-1}" -v f="$EST_STEP" 'BEGIN {printf "%d", t * (f + r * n / 1e6) + 0.5}'
+}
+
+# step_limit KEY N: how long one step may take before it is killed:
+# four times its estimate plus a minute, and never past the budget's end
+# (30 s at least, so a step started just in time is not killed at once).
+step_limit() {
+  local e lim left
+  e=$(est "$1" "$2")
+  lim=$((4 * e + 60))
+  left=$((DEADLINE - SECONDS))
+  ((left < 30)) && left=30
+  ((lim > left)) && lim=$left
+  echo "$lim"
+}
+
+# in_budget WHAT: false (and noted, once) when the budget is spent; the
+# scenarios ask before every run, so nothing new starts past it.
+in_budget() {
+  ((SECONDS < DEADLINE)) && return 0
+  if [ -z "$OVER" ]; then
+    note "OVER BUDGET: $1 and everything after it not run: the $BUDGET_MIN-minute budget was spent"
+  fi
+  OVER=1
+  return 1
+}
+
+# bounded KEY N WHAT CMD...: a preparation step under its step limit; one
+# that takes longer stops the script (the trap stops every server).
+bounded() {
+  local lim rc=0
+  lim=$(step_limit "$1" "$2")
+  local what=$3
+  shift 3
+  timeout -k 10 "$lim" "$@" || rc=$?
+  if ((rc == 124 || rc == 137)); then
+    log "FAIL: $what took more than its budget of $lim s; stopping"
+    exit 1
+  fi
+  return "$rc"
+}
+
+# estimate SCENARIO: its estimated seconds, preparation and peers included.
+estimate() {
+  local peers_on=0 t=0
+  case $1 in
+  pg-snapshot)
+    t=$(($(est pg-fill "$((PG_ROWS + PEER_PG_ROWS))") + $(est pg-snapshot/ceiling "$PG_ROWS" "$RUNS") + $(est pg-snapshot/openetl "$PG_ROWS" "$RUNS")))
+    peer conduit && t=$((t + $(est pg-snapshot/conduit "$PEER_PG_ROWS" $((2 * PEER_RUNS)))))
+    ;;
+  pg-cdc)
+    t=$(($(est pg-cdc/changes "$CDC_CHANGES") + $(est pg-cdc/ceiling "$CDC_CHANGES" $((2 * RUNS))) + $(est pg-cdc/openetl "$CDC_CHANGES" "$RUNS")))
+    peer conduit && t=$((t + $(est pg-cdc/changes "$PEER_CDC_CHANGES") + $(est pg-cdc/conduit "$PEER_CDC_CHANGES" $((2 * PEER_RUNS)))))
+    ;;
+  mariadb-cdc)
+    t=$(($(est mariadb-cdc/changes "$CDC_CHANGES") + $(est mariadb-cdc/ceiling "$CDC_CHANGES" "$RUNS") + $(est mariadb-cdc/openetl "$CDC_CHANGES" "$RUNS") + EST_STEP * RUNS))
+    peer canal && t=$((t + $(est mariadb-cdc/canal "$CDC_CHANGES" "$PEER_RUNS")))
+    ;;
+  kafka-kfake) t=$(($(est kafka-kfake/ceiling "$KAFKA_MSGS" "$RUNS") + $(est kafka-kfake/openetl "$KAFKA_MSGS" "$RUNS"))) ;;
+  kafka-broker)
+    t=$(($(est kafka-broker/produce "$KAFKA_MSGS") + $(est kafka-broker/ceiling "$KAFKA_MSGS" "$RUNS") + $(est kafka-broker/openetl "$KAFKA_MSGS" "$RUNS")))
+    peer conduit && t=$((t + $(est kafka-broker/produce "$PEER_KAFKA_MSGS") + $(est kafka-broker/conduit "$PEER_KAFKA_MSGS" "$PEER_RUNS")))
+    ;;
+  ndjson) peer benthos && t=$(($(est ndjson/produce "$PEER_KAFKA_MSGS") + $(est ndjson/benthos "$PEER_KAFKA_MSGS" "$PEER_RUNS"))) ;;
+  arrow-parquet) t=$(($(est arrow-parquet/ceiling "$ARROW_ROWS" "$RUNS") + $(est arrow-parquet/openetl "$ARROW_ROWS" "$RUNS"))) ;;
+  arrow-clickhouse)
+    t=$(($(est arrow-clickhouse/ceiling "$ARROW_ROWS" "$RUNS") + $(est arrow-clickhouse/openetl "$ARROW_ROWS" "$RUNS")
+      + $(est arrow-clickhouse-mt/ceiling "$ARROW_ROWS") + $(est arrow-clickhouse-mt/openetl "$ARROW_ROWS")))
+    ;;
+  esac
+  echo "$t"
+}
+
+# run_scenario NAME FUNC: FUNC, its time recorded beside its estimate.
+run_scenario() {
+  in_budget "scenario $1" || return 0
+  local t0=$SECONDS
+  log "scenario $1 (estimated $(($(estimate "$1") / 60)) min)"
+  "$2"
+  printf '%s\t%s\t%s\n' "$1" "$(estimate "$1")" "$((SECONDS - t0))" >>"$WORK/times.tsv"
+}
+
+EST_TOTAL=60
+{
+  echo "bench-compare: time budget ($BUDGET_MIN min; estimates from EST_RATE, a quiet machine is faster):"
+  for sc in $SCENARIOS; do
+    e=$(estimate "$sc")
+    EST_TOTAL=$((EST_TOTAL + e))
+    printf '  %-18s %4d s\n' "$sc" "$e"
+  done
+  printf '  %-18s %4d s\n' "builds, servers" 60
+  printf '  %-18s %4d s (%d min)\n' total "$EST_TOTAL" $(((EST_TOTAL + 59) / 60))
+} >&2
+if ((EST_TOTAL > BUDGET_MIN * 60)); then
+  log "WARNING: the estimate is over the $BUDGET_MIN-minute budget; what does not fit is stopped and reported as FAIL (set RUNS, PEER_RUNS, ROWS, SCENARIOS or BUDGET_MIN)"
+fi
 
 # ------------------------------------------------------------ build
 
@@ -95,6 +244,7 @@ services=()
 { has pg-snapshot || has pg-cdc; } && services+=(postgres)
 has kafka-broker && services+=(kafka)
 has mariadb-cdc && services+=(mariadb)
+has arrow-clickhouse && services+=(clickhouse)
 SERVERS_DIR=
 PEER_PIDS=()
 stop_servers() {
@@ -158,21 +308,41 @@ if c.get("bad_lines"): bad.append("%d lines without an id" % c["bad_lines"])
 print("ok" if not bad else "; ".join(bad))' "$1" "$2"
 }
 
-# driver SCENARIO TOOL SETTING RUN N CPUS ARGS...: one openetl-bench run.
-# Its JSON gives the timed section's wall and CPU seconds and peak RSS;
-# the Parquet files it lists are read back with pyarrow and their ids
-# checked against 1..N. Ceilings (no files) are checked by row count.
+# check_json JSON: the check object of openetl-bench's JSON, with its
+# change kinds (ops) when it has them, for check_ids and check_cdc.
+check_json() {
+  python3 -c 'import json,sys
+j=json.load(open(sys.argv[1])); c=j.get("check") or {}
+if j.get("ops"): c["ops"]=j["ops"]
+print(json.dumps(c))' "$1"
+}
+
+# driver SCENARIO TOOL SETTING RUN N CPUS ARGS...: one openetl-bench run,
+# killed after its step limit. Its JSON gives the timed section's wall
+# and CPU seconds and peak RSS; the Parquet files it lists are read back
+# with pyarrow and their ids checked against 1..N (N "cdc": check_cdc);
+# a check object it gives (the bare pglogrepl loop) is checked the same
+# way; other ceilings are checked by row count.
 driver() {
   local sc=$1 tool=$2 set=$3 run=$4 n=$5 cpus=$6
   shift 6
-  local out="$WORK/$sc-$tool-$run.json" ok detail
-  if ! taskset -c "$cpus" "$BIN" "$@" >"$out" 2>"$out.err"; then
+  local out="$WORK/$sc-$tool-$run.json" ok detail rc=0 lim
+  lim=$(step_limit "$sc/$tool" "$([ "$n" = cdc ] && echo "$CDC_CHANGES" || echo "$n")")
+  timeout -k 10 "$lim" taskset -c "$cpus" "$BIN" "$@" >"$out" 2>"$out.err" || rc=$?
+  if ((rc == 124 || rc == 137)); then
+    result "$sc" "$tool" "$set" "$run" 0 0 0 0 FAIL "over its step budget of $lim s (killed)"
+    OVER=1
+    return 0
+  elif ((rc != 0)); then
     result "$sc" "$tool" "$set" "$run" 0 0 0 0 FAIL "$(tail -1 "$out.err")"
     return 0
   fi
   local files
   files=$(python3 -c 'import json,sys; print("\n".join(json.load(open(sys.argv[1])).get("files") or []))' "$out")
-  if [ -n "$files" ] && [ "$n" = cdc ]; then
+  if [ -z "$files" ] && [ -n "$(jget "$out" check count)" ]; then
+    check_json "$out" >"$out.check"
+    if [ "$n" = cdc ]; then ok=$(check_cdc "$out.check"); else ok=$(check_ids "$out.check" "$n"); fi
+  elif [ -n "$files" ] && [ "$n" = cdc ]; then
     mapfile -t fl <<<"$files"
     "$PY" bench/check_parquet.py --ops "${fl[@]}" >"$out.check"
     ok=$(check_cdc "$out.check")
@@ -191,31 +361,34 @@ driver() {
     "$(jget "$out" cpu_seconds)" "$(jget "$out" peak_rss_mb)" "$ok" "$detail"
 }
 
-# timed OUTFILE CPUS CMD...: run CMD under /usr/bin/time; OUTFILE gets
-# "elapsed user sys maxrss_kb".
+# timed OUTFILE CPUS LIMIT CMD...: run CMD under /usr/bin/time, killed
+# after LIMIT seconds (exit status 124 or 137); OUTFILE gets "elapsed
+# user sys maxrss_kb".
 timed() {
-  local tf=$1 cpus=$2
-  shift 2
-  /usr/bin/time -f '%e %U %S %M' -o "$tf" taskset -c "$cpus" "$@"
+  local tf=$1 cpus=$2 lim=$3
+  shift 3
+  /usr/bin/time -f '%e %U %S %M' -o "$tf" timeout -k 10 "$lim" taskset -c "$cpus" "$@"
 }
 
 # ------------------------------------------------------------ pg-snapshot
 
+# pg_prepare TABLE ROWS: the 16-column table TABLE holding ids 1..ROWS.
 pg_prepare() {
-  if [ "$(pg "SELECT count(*) FROM pg_tables WHERE tablename = '$PG_TABLE'")" = 1 ] &&
-    [ "$(pg "SELECT count(*) FROM $PG_TABLE")" = "$PG_ROWS" ]; then
+  local tb=$1 rows=$2
+  if [ "$(pg "SELECT count(*) FROM pg_tables WHERE tablename = '$tb'")" = 1 ] &&
+    [ "$(pg "SELECT count(*) FROM $tb")" = "$rows" ]; then
     return 0
   fi
-  log "filling $PG_TABLE with $PG_ROWS rows"
-  pg "DROP TABLE IF EXISTS $PG_TABLE"
-  pg "CREATE TABLE $PG_TABLE (id int8 PRIMARY KEY, a int4, b int8, c float8, d numeric(12,2), e text,
+  log "filling $tb with $rows rows"
+  pg "DROP TABLE IF EXISTS $tb"
+  pg "CREATE TABLE $tb (id int8 PRIMARY KEY, a int4, b int8, c float8, d numeric(12,2), e text,
     f bool, g timestamptz, h date, i uuid, j text, k int2, l float4, m varchar(32), n int8, o timestamp)"
-  pg "INSERT INTO $PG_TABLE SELECT g, g % 100000, g::int8 * 7919, g / 7.0, (g % 1000000) / 100.0,
+  bounded pg-fill "$rows" "filling $tb" "${PSQL[@]}" "$OPENETL_TEST_POSTGRES_DSN" -c "INSERT INTO $tb SELECT g, g % 100000, g::int8 * 7919, g / 7.0, (g % 1000000) / 100.0,
     'customer ' || g, g % 3 = 0, timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second',
     date '2020-01-01' + (g % 3000), md5(g::text)::uuid, repeat('x', g % 40), (g % 30000)::int2,
     (g % 1000) / 8.0, 'status-' || (g % 7), g::int8 * 31, timestamp '2024-06-01' + g * interval '1 millisecond'
-    FROM generate_series(1, $PG_ROWS) g"
-  pg "VACUUM ANALYZE $PG_TABLE"
+    FROM generate_series(1, $rows) g"
+  pg "VACUUM ANALYZE $tb"
 }
 
 drop_slot() {
@@ -231,7 +404,8 @@ drop_slot() {
 conduit_follow() {
   local sc=$1 set=$2 run=$3 dir=$4 marker=$5 n=$6 check=$7
   shift 7
-  local t0 tpid cpid ok=FAIL detail rows=0 secs=0
+  local t0 tpid cpid ok=FAIL detail rows=0 secs=0 lim
+  lim=$(step_limit "$sc/conduit" "$n")
   t0=$(date +%s%N)
   (cd "$dir" && exec /usr/bin/time -f '%e %U %S %M' -o "$dir/time" taskset -c "$TOOL_CPU" \
     "$CONDUIT" run --pipelines.path "$dir/pipeline.yaml" --db.type inmemory --api.enabled=false \
@@ -240,14 +414,23 @@ conduit_follow() {
   sleep 0.5
   PEER_PIDS=("$tpid" $(ps -o pid= --ppid "$tpid"))
   taskset -c "$DB_CPU" "$BIN" check-jsonl -file "$dir/out.jsonl" -after "$marker" -n "$n" \
-    -wait -since "$t0" -timeout "${CONDUIT_TIMEOUT:-20m}" >"$dir/check.json" 2>"$dir/check.err" &
-  local fpid=$!
-  # A Conduit that exits (a failed pipeline) ends the wait too.
+    -wait -since "$t0" -timeout "${lim}s" >"$dir/check.json" 2>"$dir/check.err" &
+  local fpid=$! i=0
+  PEER_PIDS+=("$fpid")
+  # A Conduit that exits (a failed pipeline) ends the wait too, and so
+  # does one whose Postgres source failed three times (Conduit restarts
+  # a failed pipeline with a backoff, from its last acknowledged
+  # position, for ever).
   while kill -0 "$fpid" 2>/dev/null; do
     if ! kill -0 "$tpid" 2>/dev/null; then
       sleep 2
       kill "$fpid" 2>/dev/null || true
       echo "conduit exited before writing $n records" >>"$dir/check.err"
+      break
+    fi
+    if ((++i % 5 == 0)) && (($(grep -c '"message":"replication exited with an error"' "$dir/log") >= 3)); then
+      kill "$fpid" 2>/dev/null || true
+      echo "conduit's pipeline failed and restarted 3 times, at $(wc -l <"$dir/out.jsonl") of $n records" >>"$dir/check.err"
       break
     fi
     sleep 0.2
@@ -257,13 +440,13 @@ conduit_follow() {
     secs=$(jget "$dir/check.json" seconds)
     python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["check"]))' "$dir/check.json" >"$dir/ids.json"
     if [ "$check" = cdc ]; then
-      detail=$(check_cdc "$dir/ids.json")
+      detail=$(check_cdc "$dir/ids.json" "$n")
     else
       detail=$(check_ids "$dir/ids.json" "$n")
     fi
     [ "$detail" = ok ] && ok=ok
   else
-    detail="no complete output: $(tail -1 "$dir/check.err"); conduit: $(grep -m1 -i 'error' "$dir/log" | cut -c1-200)"
+    detail="no complete output (step budget $lim s): $(tail -1 "$dir/check.err"); conduit's first error: $(grep -m1 '"level":"error"' "$dir/log" | sed -n 's/.*"error":"\([^"]*\)".*/\1/p' | cut -c1-200)"
   fi
   # Stop Conduit (the child of time, itself the subshell's exec) by id.
   cpid=$(ps -o pid= --ppid "$tpid" | tr -d ' ' | head -1)
@@ -285,9 +468,10 @@ conduit_follow() {
 
 # conduit_run RUN SETTING: Conduit postgres → file, snapshot then CDC,
 # with its defaults or with its performance advice (pipeline
-# architecture v2, sdk.batch.size 10000, schema extraction off).
+# architecture v2, sdk.batch.size 10000, schema extraction off), on the
+# PEER_PG_ROWS table.
 conduit_run() {
-  local run=$1 set=$2 dir="$WORK/conduit-$2-$1"
+  local run=$1 set=$2 dir="$WORK/conduit-$2-$1" tb="bench16_$PEER_PG_ROWS"
   mkdir -p "$dir"
   local slot="conduit_slot_$run" pub="conduit_pub" extra=() batch=""
   if [ "$set" = advised ]; then
@@ -310,7 +494,7 @@ pipelines:
         plugin: builtin:postgres
         settings:
           url: '$OPENETL_TEST_POSTGRES_DSN'
-          tables: '$PG_TABLE'
+          tables: '$tb'
           snapshotMode: initial
           cdcMode: logrepl
           logrepl.slotName: '$slot'
@@ -325,16 +509,18 @@ pipelines:
 EOF
   local label="defaults"
   [ "$set" = advised ] && label="arch v2, batch 10000 (100 ms), no schema extraction"
-  conduit_follow pg-snapshot "$label" "$run" "$dir" '"after":' "$PG_ROWS" ids "${extra[@]}"
+  conduit_follow pg-snapshot "$label" "$run" "$dir" '"after":' "$PEER_PG_ROWS" ids "${extra[@]}"
   sleep 1
   drop_slot "$slot"
 }
 
 scenario_pg_snapshot() {
   pin postgres "$DB_CPU"
-  pg_prepare
+  pg_prepare "$PG_TABLE" "$PG_ROWS"
+  if [ -n "$CONDUIT" ]; then pg_prepare "bench16_$PEER_PG_ROWS" "$PEER_PG_ROWS"; fi
   local r
   for ((r = 1; r <= RUNS; r++)); do
+    in_budget "pg-snapshot run $r" || break
     log "pg-snapshot run $r of $RUNS"
     driver pg-snapshot ceiling "COPY binary → discard" "$r" "$PG_ROWS" "$TOOL_CPU" pg-copy -table "$PG_TABLE"
     rm -rf "$WORK/pg-out"
@@ -352,14 +538,19 @@ scenario_pg_snapshot() {
 # ------------------------------------------------------------ pg-cdc
 
 CDC_TABLE=bench_cdc CDC_PUB=bench_cdc_pub
-CDC_I=$((CDC_CHANGES / 2)) CDC_U=$((CDC_CHANGES * 3 / 10))
-CDC_D=$((CDC_CHANGES - CDC_I - CDC_U))
 
-# check_cdc JSON: "ok" when the change rows in JSON are exactly the
-# changes pg_cdc_changes made: CDC_I inserts of ids 1..CDC_I, CDC_U
-# updates of ids 1..CDC_U, CDC_D deletes of the last CDC_D ids (the ops
-# are compared when JSON has them).
+# cdc_mix N: "I U D", the inserts, updates and deletes of N changes
+# (50%, 30%, 20%).
+cdc_mix() { echo "$(($1 / 2)) $(($1 * 3 / 10)) $(($1 - $1 / 2 - $1 * 3 / 10))"; }
+read -r CDC_I CDC_U CDC_D < <(cdc_mix "$CDC_CHANGES")
+
+# check_cdc JSON [N]: "ok" when the change rows in JSON are exactly the
+# changes of N (default CDC_CHANGES) made by pg_cdc_changes or the
+# MariaDB scenario: I inserts of ids 1..I, U updates of ids 1..U, D
+# deletes of the last D ids (the ops are compared when JSON has them).
 check_cdc() {
+  local i u d
+  read -r i u d < <(cdc_mix "${2:-$CDC_CHANGES}")
   python3 -c 'import json,sys
 c=json.load(open(sys.argv[1])); i,u,d=map(int,sys.argv[2:5])
 tri=lambda n: n*(n+1)//2
@@ -369,32 +560,51 @@ if "ops" in c:
     o={k:v for k,v in {"insert":i,"update":u,"delete":d}.items() if v}
     if c["ops"]!=o: bad.append("ops %s != %s" % (c["ops"],o))
 if c.get("bad_lines"): bad.append("%d lines without an id" % c["bad_lines"])
-print("ok" if not bad else "; ".join(bad))' "$1" "$CDC_I" "$CDC_U" "$CDC_D"
+print("ok" if not bad else "; ".join(bad))' "$1" "$i" "$u" "$d"
 }
 
-# pg_cdc_changes: CDC_I inserts, then CDC_U updates, then CDC_D deletes,
-# in transactions of up to 10,000 changes.
+# pg_cdc_changes TABLE N: N changes (cdc_mix) on TABLE: inserts, then
+# updates, then deletes, in transactions of up to 10,000 changes.
 pg_cdc_changes() {
-  local f="$WORK/changes.sql" a
+  local tb=$1 n=$2 f="$WORK/changes-$1.sql" a i u d
+  read -r i u d < <(cdc_mix "$n")
   : >"$f"
-  for ((a = 1; a <= CDC_I; a += 10000)); do
-    echo "INSERT INTO $CDC_TABLE SELECT g, g % 1000, 'row ' || g, g / 3.0, timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second', (g % 100000) / 100.0 FROM generate_series($a, $((a + 9999 < CDC_I ? a + 9999 : CDC_I))) g;" >>"$f"
+  for ((a = 1; a <= i; a += 10000)); do
+    echo "INSERT INTO $tb SELECT g, g % 1000, 'row ' || g, g / 3.0, timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second', (g % 100000) / 100.0 FROM generate_series($a, $((a + 9999 < i ? a + 9999 : i))) g;" >>"$f"
   done
-  for ((a = 1; a <= CDC_U; a += 10000)); do
-    echo "UPDATE $CDC_TABLE SET a = a + 1, b = b || '!' WHERE id BETWEEN $a AND $((a + 9999 < CDC_U ? a + 9999 : CDC_U));" >>"$f"
+  for ((a = 1; a <= u; a += 10000)); do
+    echo "UPDATE $tb SET a = a + 1, b = b || '!' WHERE id BETWEEN $a AND $((a + 9999 < u ? a + 9999 : u));" >>"$f"
   done
-  for ((a = CDC_I - CDC_D + 1; a <= CDC_I; a += 10000)); do
-    echo "DELETE FROM $CDC_TABLE WHERE id BETWEEN $a AND $((a + 9999 < CDC_I ? a + 9999 : CDC_I));" >>"$f"
+  for ((a = i - d + 1; a <= i; a += 10000)); do
+    echo "DELETE FROM $tb WHERE id BETWEEN $a AND $((a + 9999 < i ? a + 9999 : i));" >>"$f"
   done
-  "${PSQL[@]}" "$OPENETL_TEST_POSTGRES_DSN" -f "$f"
+  bounded pg-cdc/changes "$n" "making $n changes in $tb" "${PSQL[@]}" "$OPENETL_TEST_POSTGRES_DSN" -f "$f"
 }
 
-# conduit_cdc_run RUN: Conduit's Postgres CDC (no snapshot), with its
-# performance advice, from a slot made before the changes, into a
-# JSON-lines file.
+# cdc_table TABLE PUB: an empty change table and its publication.
+cdc_table() {
+  pg "DROP TABLE IF EXISTS $1" 2>/dev/null
+  pg "DROP PUBLICATION IF EXISTS $2" 2>/dev/null
+  pg "CREATE TABLE $1 (id int8 PRIMARY KEY, a int4, b text, c float8, d timestamptz, e numeric(12,2))"
+  pg "CREATE PUBLICATION $2 FOR TABLE $1"
+}
+
+# conduit_cdc_run RUN SETTING: Conduit's Postgres CDC (no snapshot) on
+# the peer table, with its defaults or its performance advice, from a
+# slot made before the PEER_CDC_CHANGES changes, into a JSON-lines file.
 conduit_cdc_run() {
-  local run=$1 dir="$WORK/conduit-cdc-$1"
+  local run=$1 set=$2 dir="$WORK/conduit-cdc-$2-$1" slot="cdc_conduit_$2_$1" extra=() batch="" label=defaults
   mkdir -p "$dir"
+  if [ "$set" = advised ]; then
+    extra=(--preview.pipeline-arch-v2)
+    label="arch v2, batch 10000 (100 ms), no schema extraction"
+    batch="
+          sdk.batch.size: '10000'
+          sdk.batch.delay: 100ms
+          sdk.schema.extract.payload.enabled: 'false'
+          sdk.schema.extract.key.enabled: 'false'
+          logrepl.withAvroSchema: 'false'"
+  fi
   cat >"$dir/pipeline.yaml" <<EOF
 version: "2.2"
 pipelines:
@@ -406,73 +616,87 @@ pipelines:
         plugin: builtin:postgres
         settings:
           url: '$OPENETL_TEST_POSTGRES_DSN'
-          tables: '$CDC_TABLE'
+          tables: '${CDC_TABLE}_peer'
           snapshotMode: never
           cdcMode: logrepl
-          logrepl.slotName: 'cdc_conduit_$run'
-          logrepl.publicationName: '$CDC_PUB'
-          sdk.batch.size: '10000'
-          sdk.batch.delay: 100ms
-          sdk.schema.extract.payload.enabled: 'false'
-          sdk.schema.extract.key.enabled: 'false'
-          logrepl.withAvroSchema: 'false'
+          logrepl.slotName: '$slot'
+          logrepl.publicationName: '${CDC_PUB}_peer'$batch
       - id: file
         type: destination
         plugin: builtin:file
         settings:
-          path: '$dir/out.jsonl'
+          path: '$dir/out.jsonl'${batch:+
           sdk.batch.size: '10000'
-          sdk.batch.delay: 100ms
+          sdk.batch.delay: 100ms}
 EOF
-  conduit_follow pg-cdc "arch v2, batch 10000 (100 ms), no schema extraction" "$run" "$dir" '"key":' \
-    "$CDC_CHANGES" cdc --preview.pipeline-arch-v2
+  conduit_follow pg-cdc "$label" "$run" "$dir" '"key":' "$PEER_CDC_CHANGES" cdc "${extra[@]}"
   sleep 1
-  drop_slot "cdc_conduit_$run"
+  drop_slot "$slot"
 }
 
 scenario_pg_cdc() {
   pin postgres "$DB_CPU"
   local r
-  pg "DROP TABLE IF EXISTS $CDC_TABLE" 2>/dev/null
-  pg "DROP PUBLICATION IF EXISTS $CDC_PUB" 2>/dev/null
-  pg "CREATE TABLE $CDC_TABLE (id int8 PRIMARY KEY, a int4, b text, c float8, d timestamptz, e numeric(12,2))"
-  pg "CREATE PUBLICATION $CDC_PUB FOR TABLE $CDC_TABLE"
+  cdc_table "$CDC_TABLE" "$CDC_PUB"
   # One slot per run and tool, all made before the changes, so each
   # drains the same WAL once.
   for ((r = 1; r <= RUNS; r++)); do
     rm -rf "$WORK/cdc-$r"
     "$BIN" pg-cdc -table "$CDC_TABLE" -pub "$CDC_PUB" -slot "cdc_openetl_$r" -out "$WORK/cdc-$r" >/dev/null
     pg "SELECT pg_create_logical_replication_slot('cdc_recv_$r', 'pgoutput')" >/dev/null
-    if [ -n "$CONDUIT" ] && ((r <= PEER_RUNS)); then
-      pg "SELECT pg_create_logical_replication_slot('cdc_conduit_$r', 'pgoutput')" >/dev/null
-    fi
+    pg "SELECT pg_create_logical_replication_slot('cdc_bare_$r', 'pgoutput')" >/dev/null
   done
   log "making $CDC_CHANGES changes"
-  pg_cdc_changes
+  pg_cdc_changes "$CDC_TABLE" "$CDC_CHANGES"
   local end
   end=$(pg "SELECT pg_current_wal_lsn()")
   for ((r = 1; r <= RUNS; r++)); do
+    in_budget "pg-cdc run $r" || break
     log "pg-cdc run $r of $RUNS"
-    local d="$WORK/recv-$r" ok=FAIL detail secs=0 cpu=0 rss=0
+    local d="$WORK/recv-$r" ok=FAIL detail secs=0 cpu=0 rss=0 lim rc=0
     mkdir -p "$d"
-    if timed "$d/time" "$TOOL_CPU" pg_recvlogical -d "$OPENETL_TEST_POSTGRES_DSN" -S "cdc_recv_$r" --start \
-      -E "$end" -o proto_version=1 -o "publication_names=$CDC_PUB" -f /dev/null --no-loop >"$d/log" 2>&1; then
+    lim=$(step_limit pg-cdc/ceiling "$CDC_CHANGES")
+    timed "$d/time" "$TOOL_CPU" "$lim" pg_recvlogical -d "$OPENETL_TEST_POSTGRES_DSN" -S "cdc_recv_$r" --start \
+      -E "$end" -o proto_version=1 -o "publication_names=$CDC_PUB" -f /dev/null --no-loop >"$d/log" 2>&1 || rc=$?
+    if ((rc == 0)); then
       read -r secs u s m < <(tail -1 "$d/time")
       cpu=$(python3 -c "print($u + $s)") rss=$(python3 -c "print($m / 1024)")
       ok=ok detail="reached the end LSN (pg_recvlogical counts no rows)"
+    elif ((rc == 124 || rc == 137)); then
+      detail="over its step budget of $lim s (killed)" OVER=1
     else
       detail="pg_recvlogical failed: $(tail -1 "$d/log")"
     fi
     result pg-cdc ceiling "pg_recvlogical, pgoutput v1 → /dev/null" "$r" "$CDC_CHANGES" "$secs" "$cpu" "$rss" "$ok" "$detail"
     drop_slot "cdc_recv_$r"
+    driver pg-cdc ceiling "bare pglogrepl loop, pgoutput v1, parse + ids" "$r" cdc "$TOOL_CPU" \
+      pg-cdc-ceiling -slot "cdc_bare_$r" -pub "$CDC_PUB" -to "$end" -n "$CDC_CHANGES"
+    drop_slot "cdc_bare_$r"
     driver pg-cdc openetl "Parquet zstd, defaults" "$r" cdc "$TOOL_CPU" \
       pg-cdc -table "$CDC_TABLE" -pub "$CDC_PUB" -slot "cdc_openetl_$r" -out "$WORK/cdc-$r"
     drop_slot "cdc_openetl_$r"
     rm -rf "$WORK/cdc-$r"
-    if [ -n "$CONDUIT" ] && ((r <= PEER_RUNS)); then
-      conduit_cdc_run "$r"
-    fi
   done
+  # Slots of runs not made (over budget) would keep the WAL.
+  pg "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'cdc\_%' AND NOT active" >/dev/null || true
+  if [ -z "$CONDUIT" ] || ! in_budget "pg-cdc Conduit runs"; then
+    return 0
+  fi
+  # Conduit, on a table of its own with PEER_CDC_CHANGES changes, made
+  # once the runs above dropped their slots (so they decode none of it).
+  cdc_table "${CDC_TABLE}_peer" "${CDC_PUB}_peer"
+  for ((r = 1; r <= PEER_RUNS; r++)); do
+    pg "SELECT pg_create_logical_replication_slot('cdc_conduit_defaults_$r', 'pgoutput')" >/dev/null
+    pg "SELECT pg_create_logical_replication_slot('cdc_conduit_advised_$r', 'pgoutput')" >/dev/null
+  done
+  log "making $PEER_CDC_CHANGES changes for Conduit"
+  pg_cdc_changes "${CDC_TABLE}_peer" "$PEER_CDC_CHANGES"
+  for ((r = 1; r <= PEER_RUNS; r++)); do
+    in_budget "pg-cdc Conduit run $r" || break
+    conduit_cdc_run "$r" defaults
+    conduit_cdc_run "$r" advised
+  done
+  pg "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'cdc\_%' AND NOT active" >/dev/null || true
 }
 
 # ------------------------------------------------------------ mariadb-cdc
@@ -509,7 +733,7 @@ scenario_mariadb_cdc() {
   for ((a = CDC_I - CDC_D + 1; a <= CDC_I; a += 10000)); do
     echo "DELETE FROM $t WHERE id BETWEEN $a AND $((a + 9999 < CDC_I ? a + 9999 : CDC_I));" >>"$f"
   done
-  my "source $f"
+  bounded mariadb-cdc/changes "$CDC_CHANGES" "making $CDC_CHANGES changes in MariaDB" my "source $f"
   end=$(my "SHOW MASTER STATUS" | awk '{print $1 ":" $2}')
   local canal_bin=""
   if peer canal; then
@@ -518,6 +742,7 @@ scenario_mariadb_cdc() {
   local d=$OPENETL_TEST_MARIADB_DSN user rest
   user=${d%%@*} rest=${d#*@}
   for ((r = 1; r <= RUNS; r++)); do
+    in_budget "mariadb-cdc run $r" || break
     log "mariadb-cdc run $r of $RUNS"
     driver mariadb-cdc ceiling "bare BinlogSyncer decode loop" "$r" "$CDC_CHANGES" "$TOOL_CPU" \
       mysql-ceiling -from "$start" -to "$end"
@@ -525,15 +750,16 @@ scenario_mariadb_cdc() {
       mysql-cdc -table "$t" -out "$WORK/mcdc-$r"
     rm -rf "$WORK/mcdc-$r"
     if [ -n "$canal_bin" ] && ((r <= PEER_RUNS)); then
-      local o="$WORK/canal-$r.json" ok=FAIL detail rows=0 secs=0 cpu=0 rss=0
-      if timed "$o.time" "$TOOL_CPU" "$canal_bin" -addr "${rest%%/*}" -user "${user%%:*}" -password "${user#*:}" \
+      local o="$WORK/canal-$r.json" ok=FAIL detail rows=0 secs=0 cpu=0 rss=0 lim
+      lim=$(step_limit mariadb-cdc/canal "$CDC_CHANGES")
+      if timed "$o.time" "$TOOL_CPU" "$lim" "$canal_bin" -addr "${rest%%/*}" -user "${user%%:*}" -password "${user#*:}" \
         -table "${rest#*/}.$t" -from "$start" -to "$end" -want "$CDC_CHANGES" >"$o" 2>"$o.err"; then
         rows=$(jget "$o" changes) secs=$(jget "$o" seconds) cpu=$(jget "$o" cpu_seconds)
         read -r _ _ _ m < <(tail -1 "$o.time")
         rss=$(python3 -c "print($m / 1024)")
         if [ "$rows" = "$CDC_CHANGES" ]; then ok=ok detail=ok; else detail="changes $rows != $CDC_CHANGES"; fi
       else
-        detail="mysqlcanal failed: $(tail -1 "$o.err" | cut -c1-200)"
+        detail="mysqlcanal failed or went over its step budget of $lim s: $(tail -1 "$o.err" | cut -c1-200)"
       fi
       result mariadb-cdc canal "go-mysql v1.16.0 canal, no-op handler" "$r" "$rows" "$secs" "$cpu" "$rss" "$ok" "$detail"
     fi
@@ -545,6 +771,7 @@ scenario_mariadb_cdc() {
 scenario_kafka_kfake() {
   local r
   for ((r = 1; r <= RUNS; r++)); do
+    in_budget "kafka-kfake run $r" || break
     log "kafka-kfake run $r of $RUNS"
     driver kafka-kfake ceiling "franz-go fetch → discard" "$r" "$KAFKA_MSGS" "$ALL_CPUS" \
       kafka-ceiling -kfake -n "$KAFKA_MSGS"
@@ -556,8 +783,9 @@ scenario_kafka_kfake() {
 }
 
 # conduit_kafka_run RUN TOPIC: Conduit kafka → file, with its performance
-# advice; the file destination writes each message's value as it is
-# (the template record format), so the follower finds the ids.
+# advice, on the PEER_KAFKA_MSGS topic; the file destination writes each
+# message's value as it is (the template record format), so the follower
+# finds the ids.
 conduit_kafka_run() {
   local run=$1 topic=$2 dir="$WORK/conduit-kafka-$1"
   mkdir -p "$dir"
@@ -590,15 +818,22 @@ pipelines:
           sdk.record.format.options: '{{ printf "%s" .Payload.After }}'
 EOF
   conduit_follow kafka-broker "arch v2, batch 10000 (100 ms), no schema extraction" "$run" "$dir" '' \
-    "$KAFKA_MSGS" ids --preview.pipeline-arch-v2
+    "$PEER_KAFKA_MSGS" ids --preview.pipeline-arch-v2
 }
 
 scenario_kafka_broker() {
   pin kafka "$DB_CPU"
   local topic="bench_$KAFKA_MSGS" r
   log "producing $KAFKA_MSGS messages to the broker"
-  "$BIN" kafka-produce -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -n "$KAFKA_MSGS" >/dev/null
+  bounded kafka-broker/produce "$KAFKA_MSGS" "producing $KAFKA_MSGS messages" \
+    "$BIN" kafka-produce -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -n "$KAFKA_MSGS" >/dev/null
+  local ptopic="bench_$PEER_KAFKA_MSGS"
+  if [ -n "$CONDUIT" ] && [ "$ptopic" != "$topic" ]; then
+    bounded kafka-broker/produce "$PEER_KAFKA_MSGS" "producing $PEER_KAFKA_MSGS messages" \
+      "$BIN" kafka-produce -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$ptopic" -n "$PEER_KAFKA_MSGS" >/dev/null
+  fi
   for ((r = 1; r <= RUNS; r++)); do
+    in_budget "kafka-broker run $r" || break
     log "kafka-broker run $r of $RUNS"
     driver kafka-broker ceiling "franz-go fetch → discard" "$r" "$KAFKA_MSGS" "$TOOL_CPU" \
       kafka-ceiling -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -n "$KAFKA_MSGS"
@@ -607,7 +842,7 @@ scenario_kafka_broker() {
       kafka -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -out "$WORK/kafka-out"
     rm -rf "$WORK/kafka-out"
     if [ -n "$CONDUIT" ] && ((r <= PEER_RUNS)); then
-      conduit_kafka_run "$r" "$topic"
+      conduit_kafka_run "$r" "$ptopic"
     fi
   done
 }
@@ -616,11 +851,13 @@ scenario_kafka_broker() {
 # Benthos (content().parse_json()) and written back as JSON lines.
 scenario_ndjson() {
   local in="$WORK/messages.ndjson" r
-  "$BIN" kafka-produce -n "$KAFKA_MSGS" -ndjson "$in" >/dev/null
   if [ -z "$BENTHOS" ]; then
     return 0
   fi
+  bounded ndjson/produce "$PEER_KAFKA_MSGS" "writing $PEER_KAFKA_MSGS NDJSON messages" \
+    "$BIN" kafka-produce -n "$PEER_KAFKA_MSGS" -ndjson "$in" >/dev/null
   for ((r = 1; r <= PEER_RUNS; r++)); do
+    in_budget "ndjson run $r" || break
     log "ndjson run $r of $PEER_RUNS"
     local dir="$WORK/benthos-$r"
     mkdir -p "$dir"
@@ -643,17 +880,18 @@ output:
     path: '$dir/out.jsonl'
     codec: lines
 EOF
-    local ok=FAIL detail rows=0 secs=0 cpu=0 rss=0
-    if timed "$dir/time" "$ALL_CPUS" "$BENTHOS" -c "$dir/config.yaml" >"$dir/log" 2>&1; then
+    local ok=FAIL detail rows=0 secs=0 cpu=0 rss=0 lim
+    lim=$(step_limit ndjson/benthos "$PEER_KAFKA_MSGS")
+    if timed "$dir/time" "$ALL_CPUS" "$lim" "$BENTHOS" -c "$dir/config.yaml" >"$dir/log" 2>&1; then
       read -r secs u s m < <(tail -1 "$dir/time")
       cpu=$(python3 -c "print($u + $s)") rss=$(python3 -c "print($m / 1024)")
-      "$BIN" check-jsonl -file "$dir/out.jsonl" -n "$KAFKA_MSGS" >"$dir/check.json"
+      "$BIN" check-jsonl -file "$dir/out.jsonl" -n "$PEER_KAFKA_MSGS" >"$dir/check.json"
       rows=$(jget "$dir/check.json" rows)
       python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["check"]))' "$dir/check.json" >"$dir/ids.json"
-      detail=$(check_ids "$dir/ids.json" "$KAFKA_MSGS")
+      detail=$(check_ids "$dir/ids.json" "$PEER_KAFKA_MSGS")
       [ "$detail" = ok ] && ok=ok
     else
-      detail="benthos failed: $(tail -1 "$dir/log" | cut -c1-200)"
+      detail="benthos failed or went over its step budget of $lim s: $(tail -1 "$dir/log" | cut -c1-200)"
     fi
     result ndjson benthos "file → parse_json → file, defaults" "$r" "$rows" "$secs" "$cpu" "$rss" "$ok" "$detail"
     rm -f "$dir/out.jsonl"
@@ -667,6 +905,7 @@ EOF
 scenario_arrow_parquet() {
   local r
   for ((r = 1; r <= RUNS; r++)); do
+    in_budget "arrow-parquet run $r" || break
     log "arrow-parquet run $r of $RUNS"
     rm -rf "$WORK/arrow-out"
     driver arrow-parquet ceiling "pqarrow FileWriter → file" "$r" "$ARROW_ROWS" "$ALL_CPUS" \
@@ -678,15 +917,81 @@ scenario_arrow_parquet() {
   done
 }
 
+# ------------------------------------------------------------ arrow-clickhouse
+
+# ch_check JSON N: "ok" when the server's InsertedRows counter rose by
+# exactly N during the timed section (a Null table keeps nothing to read
+# back, but the server counts every row an INSERT handed it).
+ch_check() {
+  local got
+  got=$(jget "$1" server inserted_rows)
+  if [ "$got" = "$2" ]; then echo ok; else echo "server InsertedRows +$got != $2"; fi
+}
+
+# ch_read JSON N: the MergeTree run's table read back with
+# clickhouse-client: count, distinct ids, min, max and sum, checked
+# against 1..N.
+ch_read() {
+  local table
+  table=$(jget "$1" server table)
+  clickhouse-client --host 127.0.0.1 --port "${OPENETL_TEST_CLICKHOUSE_ADDR##*:}" --format JSONEachRow \
+    -q "SELECT count() AS count, uniqExact(id) AS distinct, min(id) AS min, max(id) AS max, sum(id) AS sum FROM $table" |
+    python3 -c 'import json,sys; print(json.dumps({k: int(v) for k, v in json.loads(sys.stdin.read()).items()}))' >"$1.read"
+  check_ids "$1.read" "$2"
+}
+
+# ch_driver SCENARIO TOOL SETTING RUN CHECK ARGS...: one arrow-clickhouse
+# run (driver's limits and figures), checked by CHECK (ch_check or
+# ch_read); the server's CPU per million rows goes to chserver.tsv.
+ch_driver() {
+  local sc=$1 tool=$2 set=$3 run=$4 check=$5 out="$WORK/$1-$2-$4.json" ok detail rc=0 lim
+  shift 5
+  lim=$(step_limit "$sc/$tool" "$ARROW_ROWS")
+  timeout -k 10 "$lim" taskset -c "$TOOL_CPU" "$BIN" arrow-clickhouse -n "$ARROW_ROWS" "$@" >"$out" 2>"$out.err" || rc=$?
+  if ((rc == 124 || rc == 137)); then
+    result "$sc" "$tool" "$set" "$run" 0 0 0 0 FAIL "over its step budget of $lim s (killed)"
+    OVER=1
+    return 0
+  elif ((rc != 0)); then
+    result "$sc" "$tool" "$set" "$run" 0 0 0 0 FAIL "$(tail -1 "$out.err")"
+    return 0
+  fi
+  detail=$("$check" "$out" "$ARROW_ROWS") ok=FAIL
+  [ "$detail" = ok ] && ok=ok
+  result "$sc" "$tool" "$set" "$run" "$(jget "$out" rows)" "$(jget "$out" seconds)" \
+    "$(jget "$out" cpu_seconds)" "$(jget "$out" peak_rss_mb)" "$ok" "$detail"
+  printf '%s\t%s\t%s\n' "$sc" "$tool" "$(python3 -c "print($(jget "$out" server cpu_seconds) / $ARROW_ROWS * 1e6)")" >>"$WORK/chserver.tsv"
+}
+
+# The ClickHouse destination's writer against clickhouse-go's columnar
+# batch insert alone, from identical Arrow batches (13 columns, metadata
+# included, 8,192 rows each; 100,000-row blocks): RUNS times into
+# Engine=Null tables (client, protocol and the server's parsing; checked
+# by the server's row counter), then once into MergeTree tables (the
+# writer's whole Write+PreCommit+Commit path; read back with
+# clickhouse-client).
+scenario_arrow_clickhouse() {
+  pin clickhouse "$DB_CPU"
+  local r
+  : >"$WORK/chserver.tsv"
+  for ((r = 1; r <= RUNS; r++)); do
+    in_budget "arrow-clickhouse run $r" || break
+    log "arrow-clickhouse run $r of $RUNS"
+    ch_driver arrow-clickhouse ceiling "clickhouse-go batch insert → Null table" "$r" ch_check -plain
+    ch_driver arrow-clickhouse openetl "sink/clickhouse Write+PreCommit → Null staging table" "$r" ch_check
+  done
+  in_budget "arrow-clickhouse MergeTree run" || return 0
+  log "arrow-clickhouse MergeTree run"
+  ch_driver arrow-clickhouse-mt ceiling "clickhouse-go batch insert → MergeTree" 1 ch_read -plain -store
+  ch_driver arrow-clickhouse-mt openetl "sink/clickhouse Write+PreCommit+Commit → MergeTree (staged, then copied)" 1 ch_read -store
+}
+
 # ------------------------------------------------------------ run
 
-has pg-snapshot && scenario_pg_snapshot
-has pg-cdc && scenario_pg_cdc
-has mariadb-cdc && scenario_mariadb_cdc
-has kafka-kfake && scenario_kafka_kfake
-has kafka-broker && scenario_kafka_broker
-has ndjson && scenario_ndjson
-has arrow-parquet && scenario_arrow_parquet
+T_SCEN=$SECONDS
+for sc in pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker ndjson arrow-parquet arrow-clickhouse; do
+  if has "$sc"; then run_scenario "$sc" "scenario_${sc//-/_}"; fi
+done
 
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -702,6 +1007,7 @@ versions() {
   has kafka-kfake && echo "- kfake: franz-go's in-process cluster (in the tool's process: flatters both sides)"
   [ -n "$CONDUIT" ] && echo "- Conduit $CONDUIT_VERSION (built from source by bench/peers.sh, with $(go version -m "$CONDUIT" | awk '$1=="dep" && $2 ~ /conduit-connector-(postgres|file|kafka)$/ {sub(/.*\//, "", $2); printf "%s%s %s", n++ ? ", " : "", $2, $3}'); records written as JSON lines by its file destination)"
   [ -n "$BENTHOS" ] && echo "- Benthos core $BENTHOS_VERSION (built from source by bench/peers.sh)"
+  has arrow-clickhouse && echo "- ClickHouse: $(clickhouse-client --host 127.0.0.1 --port "${OPENETL_TEST_CLICKHOUSE_ADDR##*:}" -q 'SELECT version()') (scripts/services/clickhouse.sh; clickhouse-go $(go list -m -f '{{.Version}}' github.com/ClickHouse/clickhouse-go/v2), native protocol)"
   true
 }
 
@@ -713,17 +1019,21 @@ machine() {
   echo "- Load average (1, 5, 15 min): $LOAD_START at the start, $LOAD_END at the end"
 }
 
+SIZES="$PG_ROWS Postgres rows, $CDC_CHANGES changes (Postgres and MariaDB), $KAFKA_MSGS Kafka messages of ~200 bytes, $ARROW_ROWS Arrow rows"
+PEER_SIZES="Conduit: $PEER_PG_ROWS rows (snapshot), $PEER_CDC_CHANGES changes, $PEER_KAFKA_MSGS messages; Benthos: $PEER_KAFKA_MSGS messages; canal: $CDC_CHANGES changes"
 {
   echo "<!-- bench-compare:start -->"
   echo "## Side by side (scripts/bench-compare.sh)"
   echo
-  echo "Written by \`make bench-compare\` on $(date -u '+%Y-%m-%d %H:%M UTC') in $(((SECONDS - T_START) / 60)) min: $RUNS run(s) per tool ($PEER_RUNS per peer), ROWS=$ROWS"
-  echo "($PG_ROWS Postgres rows, $CDC_CHANGES changes, $KAFKA_MSGS Kafka messages of ~200 bytes, $ARROW_ROWS Arrow rows). Median, with min–max over the runs;"
+  echo "Written by \`RUNS=$RUNS PEER_RUNS=$PEER_RUNS ROWS=$ROWS scripts/bench-compare.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC') in $(((SECONDS - T_START) / 60)) min"
+  echo "(budget $BUDGET_MIN min, estimated $(((EST_TOTAL + 59) / 60))${OVER:+; OVER BUDGET: see below}): $RUNS run(s) per tool and ceiling, $PEER_RUNS per peer."
+  echo "Sizes: $SIZES; peers: $PEER_SIZES (a peer row at another size says so: rows/s and CPU-s per million rows compare, totals don't)."
+  echo "Median, with min–max over the runs;"
   echo "CPU is the tool's user+sys CPU per million rows (OpenETL and ceilings: getrusage of the timed section;"
   echo "peers: /usr/bin/time of the whole process), peak RSS is VmHWM / max RSS. Every run's output is checked"
-  echo "against the source (count, distinct ids, min, max, sum over ids 1..N); a run that fails is marked FAIL"
+  echo "against the source (count, distinct ids, min, max, sum over ids 1..N; change kinds for CDC); a run that fails is marked FAIL"
   echo "and left out of the figures. With a server, the server is pinned to CPU $DB_CPU and the tool to CPU $TOOL_CPU;"
-  echo "without one (kfake, ndjson) the tool gets CPUs $ALL_CPUS."
+  echo "without one (kfake, ndjson, Arrow → Parquet) the tool gets CPUs $ALL_CPUS. \"vs ceiling\" is against the scenario's fastest ceiling."
   echo
   machine
   versions
@@ -742,6 +1052,8 @@ titles = {
     "kafka-broker": "Kafka JSON → Parquet, Apache Kafka broker (peer: → JSON-lines file)",
     "ndjson": "The same messages as NDJSON from a file, parsed (no OpenETL row: see the Kafka rows)",
     "arrow-parquet": "Arrow batches → Parquet (zstd, 10 columns), local disk",
+    "arrow-clickhouse": "Arrow batches → ClickHouse, Engine=Null (13 columns, 100k-row blocks; checked by the server's InsertedRows)",
+    "arrow-clickhouse-mt": "Arrow batches → ClickHouse, MergeTree, one run (read back with clickhouse-client)",
 }
 def fmt(v, d=0):
     return f"{v:,.{d}f}"
@@ -751,7 +1063,14 @@ ceil = {}
 for (sc, tool, st), rs in groups.items():
     good = [r for r in rs if r["ok"] == "ok" and float(r["seconds"]) > 0]
     if tool == "ceiling" and good:
-        ceil[sc] = statistics.median(int(r["rows"]) / float(r["seconds"]) for r in good)
+        ceil[sc] = max(ceil.get(sc, 0), statistics.median(int(r["rows"]) / float(r["seconds"]) for r in good))
+# The scenario's size: its OpenETL (or ceiling) rows; a group at another
+# size (peers) says so in its settings.
+size = {}
+for (sc, tool, st), rs in groups.items():
+    ok = [int(r["rows"]) for r in rs if r["ok"] == "ok"]
+    if ok and (tool == "openetl" or sc not in size):
+        size[sc] = max(ok)
 shown = set()
 for (sc, tool, st), rs in groups.items():
     good = [r for r in rs if r["ok"] == "ok" and float(r["seconds"]) > 0]
@@ -766,6 +1085,9 @@ for (sc, tool, st), rs in groups.items():
     if not good:
         print(f"| {title} | {tool} | {st} | — | — | — | — | {load} | {checks} |")
         continue
+    n = max(int(r["rows"]) for r in good)
+    if sc in size and n != size[sc]:
+        st += f"; at {n:,} rows"
     rate = [int(r["rows"]) / float(r["seconds"]) for r in good]
     cpu = [float(r["cpu"]) / int(r["rows"]) * 1e6 for r in good]
     rss = [float(r["rss_mb"]) for r in good]
@@ -779,12 +1101,26 @@ PY
   echo
   sed 's/^/- /' "$NOTES"
   echo "- Conduit on kfake or on the NDJSON file: kfake lives inside the tool's process, and Conduit's file source"
-  echo "  would not parse the JSON; Conduit runs postgres → file, Postgres CDC → file (its advice only) and kafka → file (broker)."
+  echo "  would not parse the JSON; Conduit runs postgres → file and Postgres CDC → file (defaults and its advice), kafka → file (broker, its advice)."
   echo "- Benthos core has no Kafka input or Parquet output (those are in Redpanda Connect), so it reads the same"
   echo "  messages as NDJSON from a file and writes JSON lines: compare its CPU per row with the Kafka rows, not a ratio."
-  echo "- The CDC ceiling is pg_recvlogical only (the bare pglogrepl loop is in source/postgres's benchmark);"
-  echo "  its time includes starting the process, and it is checked by reaching the end LSN, not by rows."
-  echo "- Arrow → ClickHouse (Null engine) is not in this script yet: see sink/clickhouse's benchmarks above."
+  echo "- pg_recvlogical's time includes starting the process, and it is checked by reaching the end LSN, not by rows"
+  echo "  (the bare pglogrepl loop beside it counts and checks every change)."
+  echo "- Arrow → ClickHouse into Null tables runs the writer's Write and PreCommit only (its Commit copies staged rows,"
+  echo "  which a Null staging table does not keep); the MergeTree rows run the whole path once, the writer's with its copy."
+  if [ -s "$WORK/chserver.tsv" ]; then
+    echo "- ClickHouse server CPU per million rows (median): $(python3 -c 'import sys, statistics
+g = {}
+for l in open(sys.argv[1]):
+    sc, tool, v = l.split()
+    g.setdefault((sc, tool), []).append(float(v))
+print("; ".join("%s %s %.2f" % (sc, t, statistics.median(v)) for (sc, t), v in g.items()))' "$WORK/chserver.tsv")"
+  fi
+  echo
+  echo "Time per scenario (estimate from the script's EST_RATE, actual; preparation and peers included):"
+  echo
+  awk -F'\t' '{printf "- %s: estimated %d s, took %d s\n", $1, $2, $3}' "$WORK/times.tsv"
+  echo "- builds and servers: $((T_SCEN - T_START)) s"
   echo "<!-- bench-compare:end -->"
 } >"$WORK/table.md"
 
@@ -802,3 +1138,9 @@ open(path, "w").write(text)
 PY
 cat "$WORK/table.md"
 log "done in $(((SECONDS - T_START) / 60)) min; raw results in $RESULTS"
+fails=$(awk -F'\t' 'NR > 1 && $9 != "ok"' "$RESULTS" | wc -l)
+((fails == 0)) || log "$fails run(s) FAILED their check or budget: see the table"
+if [ -n "$OVER" ]; then
+  log "FAIL: over the $BUDGET_MIN-minute budget (a step was killed or runs were not made)"
+  exit 1
+fi

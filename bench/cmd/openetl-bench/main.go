@@ -8,6 +8,7 @@
 //	openetl-bench pg-snapshot -dsn D -table T -out DIR     # Postgres → Parquet
 //	openetl-bench pg-copy -dsn D -table T                  # the ceiling: COPY binary → discard
 //	openetl-bench pg-cdc -dsn D -table T -slot S -out DIR    # run twice: slot, then catch-up → Parquet
+//	openetl-bench pg-cdc-ceiling -dsn D -slot S -pub P -to LSN # bare pglogrepl receive-and-parse loop
 //	openetl-bench mysql-cdc -dsn D -table T -out DIR       # run twice: position, then binlog catch-up → Parquet
 //	openetl-bench mysql-ceiling -dsn D -from F:P -to F:P   # bare BinlogSyncer decode loop
 //	openetl-bench kafka-produce -brokers B -topic T -n N -ndjson F
@@ -15,6 +16,7 @@
 //	openetl-bench kafka -kfake -n N -out DIR               # same, in-process kfake
 //	openetl-bench kafka-ceiling -brokers B -topic T -n N   # franz-go fetch-and-discard
 //	openetl-bench arrow-parquet -n N -out DIR [-plain]     # Arrow batches → Parquet sink (or pqarrow alone)
+//	openetl-bench arrow-clickhouse -n N [-plain] [-store]  # Arrow batches → ClickHouse sink (or clickhouse-go alone)
 //	openetl-bench check-jsonl -file F [-wait N]            # count and id checksum of JSON lines
 //
 // OPENETL_BENCH_CPUPROFILE=FILE writes a CPU profile of the whole run
@@ -35,20 +37,22 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: openetl-bench SCENARIO [flags]; scenarios: pg-snapshot pg-copy pg-cdc mysql-cdc mysql-ceiling kafka-produce kafka kafka-ceiling arrow-parquet check-jsonl")
+		fmt.Fprintln(os.Stderr, "usage: openetl-bench SCENARIO [flags]; scenarios: pg-snapshot pg-copy pg-cdc pg-cdc-ceiling mysql-cdc mysql-ceiling kafka-produce kafka kafka-ceiling arrow-parquet arrow-clickhouse check-jsonl")
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) (*result, error){
-		"pg-snapshot":   pgSnapshot,
-		"pg-copy":       pgCopy,
-		"pg-cdc":        pgCDC,
-		"mysql-cdc":     mysqlCDC,
-		"mysql-ceiling": mysqlCeiling,
-		"kafka-produce": kafkaProduce,
-		"kafka":         kafkaPipeline,
-		"kafka-ceiling": kafkaCeiling,
-		"check-jsonl":   checkJSONL,
-		"arrow-parquet": arrowParquet,
+		"pg-snapshot":      pgSnapshot,
+		"pg-copy":          pgCopy,
+		"pg-cdc":           pgCDC,
+		"mysql-cdc":        mysqlCDC,
+		"mysql-ceiling":    mysqlCeiling,
+		"kafka-produce":    kafkaProduce,
+		"kafka":            kafkaPipeline,
+		"kafka-ceiling":    kafkaCeiling,
+		"check-jsonl":      checkJSONL,
+		"arrow-parquet":    arrowParquet,
+		"arrow-clickhouse": arrowClickHouse,
+		"pg-cdc-ceiling":   pgCDCCeiling,
 	}
 	f, ok := cmds[os.Args[1]]
 	if !ok {
@@ -79,13 +83,15 @@ func main() {
 
 // result is what every scenario prints.
 type result struct {
-	Rows    int64    `json:"rows"`
-	Seconds float64  `json:"seconds"`
-	CPU     float64  `json:"cpu_seconds"`
-	RSSMB   float64  `json:"peak_rss_mb"`
-	Files   []string `json:"files,omitempty"`
-	Check   *idSum   `json:"check,omitempty"`
-	Note    string   `json:"note,omitempty"`
+	Rows    int64            `json:"rows"`
+	Seconds float64          `json:"seconds"`
+	CPU     float64          `json:"cpu_seconds"`
+	RSSMB   float64          `json:"peak_rss_mb"`
+	Files   []string         `json:"files,omitempty"`
+	Check   *idSum           `json:"check,omitempty"`
+	Note    string           `json:"note,omitempty"`
+	Ops     map[string]int64 `json:"ops,omitempty"`
+	Server  *chServer        `json:"server,omitempty"`
 }
 
 // timer measures one timed section: wall time and this process's CPU.

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/openetl/etl/source/postgres"
 )
@@ -86,4 +90,120 @@ func pgCopy(args []string) (*result, error) {
 		return nil, err
 	}
 	return t.stop(tag.RowsAffected()), nil
+}
+
+// pgCDCCeiling is the CDC catch-up's ceiling: a bare pglogrepl loop that
+// streams a slot (made before the changes) with pgoutput v1, parses every
+// message and reads each change's id (the first column, as text), until
+// it has passed the WAL position -to: the commit of a transaction ending
+// at or past it, or a keepalive saying the server has sent everything up
+// to it. It confirms nothing. The JSON's check has the count, the sum,
+// min and max of the ids and the changes per kind, in the shape
+// bench/check_parquet.py --ops gives, so the script checks it the same
+// way as OpenETL's output.
+func pgCDCCeiling(args []string) (*result, error) {
+	fs := flag.NewFlagSet("pg-cdc-ceiling", flag.ExitOnError)
+	dsn := fs.String("dsn", os.Getenv("OPENETL_TEST_POSTGRES_DSN"), "connection string")
+	slot := fs.String("slot", "bench_cdc_bare", "logical replication slot (pgoutput), made before the changes")
+	pub := fs.String("pub", "bench_cdc_pub", "publication")
+	to := fs.String("to", "", "WAL position to read up to (pg_current_wal_lsn() after the changes)")
+	want := fs.Int64("n", 0, "expected changes (sizes the check)")
+	_ = fs.Parse(args)
+	end, err := pglogrepl.ParseLSN(*to)
+	if err != nil {
+		return nil, fmt.Errorf("-to: %w", err)
+	}
+	ctx := context.Background()
+	cfg, err := pgconn.ParseConfig(*dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	t := startTimer()
+	if err := pglogrepl.StartReplication(ctx, conn, *slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + *pub + "'"},
+	}); err != nil {
+		return nil, err
+	}
+	sum := newIDSum(*want)
+	ops := map[string]int64{}
+	var bad int64
+	id := func(tup *pglogrepl.TupleData) {
+		if tup == nil || len(tup.Columns) == 0 {
+			bad++
+			return
+		}
+		v, err := strconv.ParseInt(string(tup.Columns[0].Data), 10, 64)
+		if err != nil {
+			bad++
+			return
+		}
+		sum.add(v)
+	}
+	inTx := false
+	for done := false; !done; {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cd, ok := msg.(*pgproto3.CopyData)
+		if !ok {
+			if er, ok := msg.(*pgproto3.ErrorResponse); ok {
+				return nil, pgconn.ErrorResponseToPgError(er)
+			}
+			continue
+		}
+		switch cd.Data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(cd.Data[1:])
+			if err != nil {
+				return nil, err
+			}
+			if !inTx && ka.ServerWALEnd >= end {
+				done = true
+			}
+			if ka.ReplyRequested {
+				if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: 0, ClientTime: time.Now()}); err != nil {
+					return nil, err
+				}
+			}
+		case pglogrepl.XLogDataByteID:
+			xld, err := pglogrepl.ParseXLogData(cd.Data[1:])
+			if err != nil {
+				return nil, err
+			}
+			m, err := pglogrepl.Parse(xld.WALData)
+			if err != nil {
+				return nil, err
+			}
+			switch m := m.(type) {
+			case *pglogrepl.BeginMessage:
+				inTx = true
+			case *pglogrepl.InsertMessage:
+				ops["insert"]++
+				id(m.Tuple)
+			case *pglogrepl.UpdateMessage:
+				ops["update"]++
+				id(m.NewTuple)
+			case *pglogrepl.DeleteMessage:
+				ops["delete"]++
+				id(m.OldTuple)
+			case *pglogrepl.CommitMessage:
+				inTx = false
+				if m.TransactionEndLSN >= end {
+					done = true
+				}
+			}
+		}
+	}
+	r := t.stop(sum.Count)
+	sum.Bad = bad
+	r.Check = sum
+	r.Ops = ops
+	return r, nil
 }
