@@ -21,7 +21,7 @@ import (
 // Commit applies epoch: for each table with files in committables that
 // are not in the table yet (the epoch's and, carried by the lanes, those
 // of earlier epochs Grouping left waiting), when the table's group is due
-// (see Grouping; Overwrite tables wait for Close), one Iceberg commit
+// (see Grouping; Overwrite tables wait for Finish), one Iceberg commit
 // adds the files (an append snapshot; for Merge tables a row-delta
 // snapshot per epoch with its equality deletes, in epoch order) and sets
 // the pipeline's markers in the table's properties: the epoch (every
@@ -50,25 +50,40 @@ func (w *writer) Commit(ctx context.Context, epoch uint64, committables []sink.C
 	}
 	// The epoch's record is HEAD: Close may apply its files.
 	w.last = &lastCommit{epoch: epoch, byTable: byTable}
-	if err := w.applyAll(ctx, epoch, byTable, false); err != nil {
+	if err := w.applyAll(ctx, epoch, byTable, applyDue); err != nil {
 		return err
 	}
 	w.d.log.Debug("iceberg: epoch committed", "pipeline", w.pipeline, "epoch", epoch, "tables", len(byTable))
 	return nil
 }
 
+// applyLevel says what applyAll applies.
+type applyLevel uint8
+
+const (
+	// applyDue: every table but Overwrite ones, once one table's group
+	// is due (Commit).
+	applyDue applyLevel = iota
+	// applyGroups: every table but Overwrite ones, due or not (Close
+	// after a read that did not end: a refresh goes on).
+	applyGroups
+	// applyFinal: every table (a Final epoch: Finish, or Recover of a
+	// Final head).
+	applyFinal
+)
+
 // applyAll applies the files of epoch's committables not yet in their
-// tables: every table's (Overwrite tables' only when final, i.e. from
-// Close) once one table's group is due, or final. Committing every
-// waiting table together keeps the tables' epoch markers equal (but for
-// a crash between two tables' commits): were a waiting file lost and
-// the log rewound to before it, the rewind would otherwise pass epochs
-// another table had already applied.
-func (w *writer) applyAll(ctx context.Context, epoch uint64, byTable map[string]*epochFiles, final bool) error {
+// tables, as level says. Committing every waiting table together keeps
+// the tables' epoch markers equal (but for a crash between two tables'
+// commits): were a waiting file lost and the log rewound to before it,
+// the rewind would otherwise pass epochs another table had already
+// applied.
+func (w *writer) applyAll(ctx context.Context, epoch uint64, byTable map[string]*epochFiles, level applyLevel) error {
 	gen := checkpoint.Generation(w.gen.Load())
 	now := time.Now()
 	names := slices.Sorted(maps.Keys(byTable))
-	force := final
+	final := level == applyFinal
+	force := level >= applyGroups
 	if !force {
 		waiting := 0
 		for _, name := range names {
@@ -280,7 +295,10 @@ func dataFiles(fs []fileDesc, spec ice.PartitionSpec, sc *ice.Schema) ([]ice.Dat
 // no files, or head is nil), Recoverable when every file not yet in its
 // table is still there, Lost otherwise. Files still waiting are carried
 // on by lane 0 into its next committables (see Grouping), so a group, or
-// an Overwrite table's refresh, goes on across attempts.
+// an Overwrite table's refresh, goes on across attempts — unless head is
+// Final (it ended a Sync that read everything, and the process died
+// before Finish): then Recover commits them all, as Finish would have,
+// and reports Applied, and this attempt starts a new refresh.
 //
 // Tables created after Recover start with no fence; a zombie committing
 // to such a table can still not apply an epoch twice (the epoch marker is
@@ -293,9 +311,21 @@ func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *c
 		return 0, err
 	}
 	w.gen.Store(uint64(gen))
-	out, err := w.outcome(ctx, head)
+	out, byTable, err := w.outcome(ctx, head)
 	if err != nil {
 		return 0, err
+	}
+	if out == sink.Recoverable && head.Final {
+		// The head ended a read (a Sync) and the process died before
+		// Finish: finish it here, so that this attempt's reads start a
+		// new refresh rather than adding to that one.
+		if err := w.applyAll(ctx, head.Epoch, byTable, applyFinal); err != nil {
+			return 0, err
+		}
+		w.inheritMu.Lock()
+		w.inherit = nil
+		w.inheritMu.Unlock()
+		out = sink.Applied
 	}
 	var epoch uint64
 	if head != nil {
@@ -373,12 +403,12 @@ func (w *writer) raiseFence(ctx context.Context, ident table.Identifier, gen che
 	return fmt.Errorf("iceberg: table %v: raising the fence lost the race %d times: %w", ident, w.d.maxTries, lastErr)
 }
 
-func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Outcome, error) {
+func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Outcome, map[string]*epochFiles, error) {
 	if head == nil {
-		return sink.Applied, nil
+		return sink.Applied, nil, nil
 	}
 	if head.Pipeline != "" && head.Pipeline != w.pipeline {
-		return 0, fmt.Errorf("iceberg: Recover of pipeline %q given a record of pipeline %q", w.pipeline, head.Pipeline)
+		return 0, nil, fmt.Errorf("iceberg: Recover of pipeline %q given a record of pipeline %q", w.pipeline, head.Pipeline)
 	}
 	cs := make([]sink.Committable, len(head.Committables))
 	for i, c := range head.Committables {
@@ -386,7 +416,7 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 	}
 	byTable, err := w.decodeAll(head.Epoch, cs)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	out := sink.Applied
 	waiting := map[string]pending{}
@@ -394,14 +424,14 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 		tbl, err := w.d.cat.LoadTable(ctx, w.d.ident(name))
 		if errors.Is(err, catalog.ErrNoSuchTable) {
 			w.d.log.Warn("iceberg: table of the head epoch is gone", "pipeline", w.pipeline, "epoch", head.Epoch, "table", name)
-			return sink.Lost, nil
+			return sink.Lost, nil, nil
 		}
 		if err != nil {
-			return 0, fmt.Errorf("iceberg: load table %s: %w", name, err)
+			return 0, nil, fmt.Errorf("iceberg: load table %s: %w", name, err)
 		}
 		m, err := readMarkers(tbl.Properties(), w.pipeline)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		p := byTable[name].after(m.epoch)
 		if p.empty() {
@@ -410,17 +440,17 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 		out = sink.Recoverable
 		fsys, err := tbl.FS(ctx)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		for _, f := range append(slices.Clone(p.data), p.deletes...) {
 			st, err := fsys.Open(f.Path)
 			if errors.Is(err, fs.ErrNotExist) {
 				w.d.log.Warn("iceberg: data file of the head epoch is gone", "pipeline", w.pipeline, "epoch", head.Epoch,
 					"file_epoch", f.Epoch, "path", f.Path)
-				return sink.Lost, nil
+				return sink.Lost, nil, nil
 			}
 			if err != nil {
-				return 0, fmt.Errorf("iceberg: open %s: %w", f.Path, err)
+				return 0, nil, fmt.Errorf("iceberg: open %s: %w", f.Path, err)
 			}
 			_ = st.Close()
 		}
@@ -431,5 +461,5 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 	w.inheritMu.Lock()
 	w.inherit = waiting
 	w.inheritMu.Unlock()
-	return out, nil
+	return out, byTable, nil
 }

@@ -113,29 +113,27 @@
 //
 // # Overwrite
 //
-// An Overwrite table (TableConfig.Mode) is replaced by each attempt that
-// writes it: its epochs' files wait (whatever the grouping) and lane 0's
-// Close commits one snapshot that removes every data file of the table
-// and adds the attempt's. Readers see the previous contents, whole, until
-// then, and the new contents, whole, after. A crash mid-refresh shows
-// readers the previous contents; the next attempt finds the refresh's
-// files in the HEAD record and goes on with it, reading from the same
-// record's resume states, and replaces the table when it ends. Without a
-// signal from the runner, the writer can't tell a refresh that ended
-// from one that was cut short: see Limits.
+// An Overwrite table (TableConfig.Mode) is replaced by each refresh: a
+// Sync that reads its source to the end. The refresh's files wait
+// (whatever the grouping) until the runner calls Finish after the Sync's
+// last epoch (its checkpoint record is Final), which commits one
+// snapshot that removes every data file of the table and adds the
+// refresh's. Readers see the previous contents, whole, until then, and
+// the new contents, whole, after. A crash mid-refresh (or a Run stopped,
+// or a Sync cancelled) shows readers the previous contents; the next
+// attempt finds the refresh's files in the HEAD record and goes on with
+// it, reading from the same record's resume states, and replaces the
+// table when that read ends. A crash after the Final record and before
+// Finish is finished by the next attempt's Recover, so its reads start a
+// new refresh.
 //
 // # Limits
 //
 //   - Partition specs (TableConfig.Partition) apply when the destination
 //     creates a table; a Merge table may only be partitioned by key
 //     columns; a spec changed under a running pipeline fails the commit.
-//   - Overwrite takes "a refresh" to be an attempt plus the attempts that
-//     recover its waiting files. If a process dies after the last epoch
-//     of a refresh was recorded but before lane 0's Close committed it,
-//     the next attempt goes on with that refresh: a source that then
-//     starts a new full read adds it to the old one (duplicates). A
-//     refresh that writes no rows leaves the table as it was. Closing
-//     this needs the runner to say which epoch ends a refresh.
+//   - A refresh that writes no rows leaves an Overwrite table as it was
+//     (there is no snapshot to replace it with).
 //   - Grouped files wait up to Grouping.Interval (plus an epoch) before
 //     readers see them, and are listed in every checkpoint record until
 //     then (about 0.7 KB per file of an 8-column table, more with more

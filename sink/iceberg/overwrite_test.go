@@ -12,16 +12,22 @@ import (
 	"github.com/openetl/etl/sink/iceberg"
 )
 
-// TestOverwrite runs two full refreshes of an Overwrite table, each on
+// TestOverwrite runs three full refreshes of an Overwrite table, each on
 // two lanes, and reads the table with pyiceberg in between:
 //   - refresh 1 (generation 1, epochs 1-3): nothing is visible after each
-//     Commit; after lane 0's Close the table holds refresh 1's rows;
+//     Commit; after Finish(3) the table holds refresh 1's rows;
 //   - refresh 2 starts (generation 2, epochs 4-5) and its process dies
 //     after epoch 5's record is HEAD, before Commit(5): readers still see
 //     refresh 1, whole;
 //   - generation 3 recovers (Recoverable), carries epochs 4-5 on, writes
-//     epoch 6 and closes: the table holds exactly refresh 2's rows (epochs
-//     4-6), none of refresh 1's, replaced in one snapshot.
+//     epoch 6 and closes without Finish (a stopped Run, a cancelled
+//     Sync): still refresh 1;
+//   - generation 4 recovers (Recoverable), writes epoch 7, whose record
+//     is Final, commits it and dies before Finish: still refresh 1;
+//   - generation 5's Recover, given that Final record, finishes refresh 2
+//     (Applied): the table holds exactly epochs 4-7, none of refresh 1;
+//     then refresh 3 (epoch 8) and Finish replace it with refresh 3 only,
+//     not added to refresh 2.
 func TestOverwrite(t *testing.T) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
@@ -96,6 +102,27 @@ func TestOverwrite(t *testing.T) {
 		}
 	}
 
+	finish := func(w sink.Writer, e uint64) {
+		t.Helper()
+		f, ok := w.(sink.Finisher)
+		if !ok {
+			t.Fatal("the Iceberg writer is not a sink.Finisher")
+		}
+		if err := f.Finish(ctx, e); err != nil {
+			t.Fatalf("Finish(%d): %v", e, err)
+		}
+	}
+	recommit := func(ws []sink.Writer, head *checkpoint.Record) {
+		t.Helper()
+		cs := make([]sink.Committable, len(head.Committables))
+		for i, c := range head.Committables {
+			cs[i] = c
+		}
+		if err := ws[0].Commit(ctx, head.Epoch, cs); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// Refresh 1.
 	ws := attempt(1, nil, sink.Applied)
 	var first []op
@@ -108,6 +135,8 @@ func TestOverwrite(t *testing.T) {
 			t.Fatalf("refresh 1, after Commit(%d): %d rows visible (err %v), want none before the refresh ends", e, len(rows), err)
 		}
 	}
+	head.Final = true
+	finish(ws[0], 3)
 	closeAll(ws)
 	checkAppend(t, read(), first)
 
@@ -122,25 +151,42 @@ func TestOverwrite(t *testing.T) {
 	// No Close: the process died. Readers see refresh 1, whole.
 	checkAppend(t, read(), first)
 
-	// Generation 3 goes on with refresh 2.
+	// Generation 3 goes on with refresh 2 and stops without finishing.
 	ws = attempt(3, head, sink.Recoverable)
-	cs := make([]sink.Committable, len(head.Committables))
-	for i, c := range head.Committables {
-		cs[i] = c
-	}
-	if err := ws[0].Commit(ctx, 5, cs); err != nil {
-		t.Fatal(err)
-	}
-	ops, _ := epoch(ws, 3, 6, false)
+	recommit(ws, head)
+	ops, head := epoch(ws, 3, 6, false)
+	second = append(second, ops...)
+	closeAll(ws)
+	checkAppend(t, read(), first)
+
+	// Generation 4 reads refresh 2 to its end (epoch 7, Final) and dies
+	// before Finish.
+	ws = attempt(4, head, sink.Recoverable)
+	recommit(ws, head)
+	ops, head = epoch(ws, 4, 7, false)
+	head.Final = true
 	second = append(second, ops...)
 	checkAppend(t, read(), first)
-	closeAll(ws)
+
+	// Generation 5: Recover finishes refresh 2.
+	ws = attempt(5, head, sink.Applied)
 	tb := read()
 	checkAppend(t, tb, second)
-	if tb.Properties["openetl.ow.epoch"] != "6" || tb.Properties["openetl.ow.generation"] != "3" {
-		t.Errorf("markers %v, want epoch 6 of generation 3", tb.Properties)
+	if tb.Properties["openetl.ow.epoch"] != "7" || tb.Properties["openetl.ow.generation"] != "5" {
+		t.Errorf("markers %v, want epoch 7 of generation 5", tb.Properties)
 	}
-	if tb.Snapshots != 2 {
-		t.Errorf("%d snapshots, want 2 (one per refresh)", tb.Snapshots)
+	// Refresh 3 replaces refresh 2.
+	third, _ := epoch(ws, 5, 8, false)
+	checkAppend(t, read(), second)
+	finish(ws[0], 8)
+	finish(ws[0], 8) // again: nothing changes
+	closeAll(ws)
+	tb = read()
+	checkAppend(t, tb, third)
+	if tb.Properties["openetl.ow.epoch"] != "8" || tb.Properties["openetl.ow.generation"] != "5" {
+		t.Errorf("markers %v, want epoch 8 of generation 5", tb.Properties)
+	}
+	if tb.Snapshots != 3 {
+		t.Errorf("%d snapshots, want 3 (one per refresh)", tb.Snapshots)
 	}
 }

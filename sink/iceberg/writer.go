@@ -350,14 +350,13 @@ func (w *writer) removeFiles(ctx context.Context, tfs []tableFiles) {
 // effort; cancelling ctx leaves them as orphans for Maintain). Files of
 // committables, applied or not, are kept.
 //
-// On lane 0, after at least one Commit, Close then commits every file
-// the last Commit was given that is not in its table yet: the files
-// Grouping left waiting, and the rows of Overwrite tables, which replace
-// the tables' contents. That epoch's checkpoint record is HEAD (or
-// older than HEAD), so applying its files is what the next attempt's
-// recovery would do; the fence keeps a zombie's Close from applying
-// anything. An error (e.g. ctx ends, or fenced) leaves them to the next
-// attempt.
+// On lane 0, after at least one Commit and no Finish, Close then
+// commits the files Grouping left waiting (not an Overwrite table's: its
+// refresh did not end, and goes on in the next attempt). That epoch's
+// checkpoint record is HEAD (or older than HEAD), so applying its files
+// is what the next attempt's recovery would do; the fence keeps a
+// zombie's Close from applying anything. An error (e.g. ctx ends, or
+// fenced) leaves them to the next attempt.
 func (w *writer) Close(ctx context.Context) error {
 	if w.closed {
 		return nil
@@ -372,7 +371,28 @@ func (w *writer) Close(ctx context.Context) error {
 	}
 	last := w.last
 	w.last = nil
-	return w.applyAll(ctx, last.epoch, last.byTable, true)
+	return w.applyAll(ctx, last.epoch, last.byTable, applyGroups)
+}
+
+// Finish commits, on lane 0, every file up to epoch not yet in its table:
+// the files Grouping left waiting, and the new contents of Overwrite
+// tables, each replacing its table's rows in one snapshot. The runner
+// calls it after Commit of a Final epoch (a Sync that read everything);
+// its error fails the Sync, and the next attempt's Recover, given that
+// Final record, commits them instead. Calling it again changes nothing.
+func (w *writer) Finish(ctx context.Context, epoch uint64) error {
+	last := w.last
+	if last == nil {
+		return nil // no Commit in this attempt: Recover finished the head
+	}
+	if last.epoch != epoch {
+		return fmt.Errorf("iceberg: Finish of epoch %d after Commit of epoch %d", epoch, last.epoch)
+	}
+	if err := w.applyAll(ctx, epoch, last.byTable, applyFinal); err != nil {
+		return err
+	}
+	w.last = nil
+	return nil
 }
 
 // snapshotProps are recorded in the summary of the epoch's snapshot, for
