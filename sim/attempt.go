@@ -37,6 +37,11 @@ type attempt struct {
 
 	counts [numPoints]atomic.Int64
 
+	// onRecover, when set, is called once before the attempt's first
+	// destination Recover.
+	onRecover     func()
+	onRecoverOnce sync.Once
+
 	stalled   chan struct{} // closed when a stall fault fires
 	stallOnce sync.Once
 	release   chan struct{} // closed to let a stalled attempt go on
@@ -88,6 +93,9 @@ func (a *attempt) letGo() { a.relOnce.Do(func() { close(a.release) }) }
 func (a *attempt) hook(ctx context.Context, p point, detail string) (action, error) {
 	if a.dead.Load() {
 		return none, errCrashed
+	}
+	if p == pDstRecover && a.onRecover != nil {
+		a.onRecoverOnce.Do(a.onRecover)
 	}
 	n := int(a.counts[p].Add(1))
 	after := none
@@ -193,6 +201,9 @@ func (a *attempt) start() {
 	kind := "sync"
 	if a.plan.run {
 		kind = fmt.Sprintf("run for %v", a.plan.runFor)
+	}
+	if a.plan.earlyRelease && a.plan.stalls() {
+		kind += "; if it stalls, it goes on as the next attempt recovers"
 	}
 	a.logf("starting (%s), faults %v", kind, a.plan.faults)
 	go func() {

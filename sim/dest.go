@@ -138,6 +138,16 @@ type targetDest struct {
 	s    *sim
 	mu   sync.Mutex
 	done map[uint64]bool
+	// fence is the highest generation whose Recover returned; started
+	// holds it as each attempt's Commit of an epoch went to the
+	// destination.
+	fence   uint64
+	started map[commitKey]uint64
+}
+
+type commitKey struct {
+	attempt int
+	epoch   uint64
 }
 
 func (d *targetDest) name() string {
@@ -156,7 +166,15 @@ func (d *targetDest) view(a *attempt) (sink.Destination, func(), error) {
 		return nil, nil, err
 	}
 	v := sinktest.WithFaults(dst, sinktest.FaultConfig{
-		Control: a.destControl,
+		Control: func(ctx context.Context, c sinktest.FakeDestCall) error {
+			err := a.destControl(ctx, c) // may pause: a zombie
+			if c.Op == sinktest.FakeCommit {
+				d.mu.Lock()
+				d.started[commitKey{a.n, c.Epoch}] = d.fence
+				d.mu.Unlock()
+			}
+			return err
+		},
 		Observe: func(c sinktest.FakeDestCall, o sink.Outcome, err error) { d.observe(a, c, o, err) },
 	})
 	return v, v.Kill, nil
@@ -168,7 +186,12 @@ func (d *targetDest) observe(a *attempt, c sinktest.FakeDestCall, o sink.Outcome
 		if err == nil {
 			d.mu.Lock()
 			d.done[c.Epoch] = true
+			fence := d.started[commitKey{a.n, c.Epoch}]
 			d.mu.Unlock()
+			if fence > uint64(c.Gen) {
+				d.s.note("attempt %d: Commit of epoch %d by generation %d returned nil, although generation %d had recovered before it started (package sink: it returns an error wrapping ErrFenced)",
+					a.n, c.Epoch, c.Gen, fence)
+			}
 		} else if !errors.Is(err, sinktest.ErrFakeKilled) {
 			a.logf("the destination's Commit of epoch %d (gen %d) returned %v", c.Epoch, c.Gen, err)
 		}
@@ -178,11 +201,12 @@ func (d *targetDest) observe(a *attempt, c sinktest.FakeDestCall, o sink.Outcome
 			return
 		}
 		a.logf("the destination's Recover (gen %d, HEAD epoch %d) reported %v", c.Gen, c.Epoch, o)
+		d.mu.Lock()
+		d.fence = max(d.fence, uint64(c.Gen))
 		if o == sink.Applied && c.Epoch > 0 {
-			d.mu.Lock()
 			d.done[c.Epoch] = true
-			d.mu.Unlock()
 		}
+		d.mu.Unlock()
 	}
 }
 

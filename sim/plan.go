@@ -97,6 +97,9 @@ type attemptPlan struct {
 	runFor     time.Duration // for Run
 	faults     []fault
 	dropStaged bool // the destination's unapplied staged data expires before the attempt
+	// earlyRelease: when the attempt stalls, the zombie goes on as the
+	// next attempt calls Recover, not once it returned (Targets only).
+	earlyRelease bool
 }
 
 func (p attemptPlan) stalls() bool {
@@ -206,6 +209,16 @@ func newWorkload(seed uint64, opts Options, decl *declared) *workload {
 	n := rng.IntN(opts.MaxAttempts + 1)
 	for range n {
 		w.attempts = append(w.attempts, newAttemptPlan(rng, w, n))
+	}
+	if decl != nil {
+		// Drawn from a stream of its own, so that the fake's plans stay
+		// what they were. A zombie let go while the next attempt
+		// recovers races it from outside the destination, which is the
+		// closest a wrapper gets to the fake's pause inside Commit.
+		rng2 := rand.New(rand.NewPCG(seed, 0x2e1ea5e))
+		for i := range w.attempts {
+			w.attempts[i].earlyRelease = rng2.IntN(2) == 0
+		}
 	}
 	return w
 }

@@ -38,7 +38,11 @@
 //   - a zombie pauses before its call reaches the destination, not
 //     inside it (the fake pauses a Commit between reading which epochs
 //     are applied and applying), so a destination that skips its fence
-//     but is idempotent by epoch is not caught;
+//     but is idempotent by epoch changes no row: the simulation reports
+//     a Commit that returned nil after a newer generation recovered as
+//     a Report.Note (a contract breach no promise depends on). Half the
+//     zombies (picked by the seed) go on as the next attempt calls
+//     Recover, racing it, instead of once it returned;
 //   - staged data expires only when Target.DropStaged is set.
 //
 // sink/iceberg and sink/parquet run it from their TestSim.
@@ -162,6 +166,10 @@ type Report struct {
 	Trace []string
 	// Violations lists every broken promise; empty when the run passed.
 	Violations []string
+	// Notes lists what a Target did that its contract (package sink)
+	// does not allow but no promise depends on, e.g. a fenced Commit
+	// that returned nil without applying anything.
+	Notes []string
 	// Attempts counts the attempts run, clean ones included.
 	Attempts int
 	// Faults counts the faults that fired.
@@ -181,6 +189,9 @@ func (r *Report) String() string {
 		r.Seed, r.Attempts, r.Faults, r.Rewinds, r.Elapsed.Round(time.Millisecond), len(r.Violations))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "NOTE: %s\n", n)
 	}
 	b.WriteString("trace:\n")
 	for _, l := range r.Trace {
@@ -211,6 +222,14 @@ func (s *sim) logf(format string, args ...any) {
 	if strings.Contains(line, "fault fired") {
 		s.rep.Faults++
 	}
+	s.mu.Unlock()
+}
+
+func (s *sim) note(format string, args ...any) {
+	v := fmt.Sprintf(format, args...)
+	s.mu.Lock()
+	s.rep.Notes = append(s.rep.Notes, v)
+	s.rep.Trace = append(s.rep.Trace, "NOTE: "+v)
 	s.mu.Unlock()
 }
 
@@ -248,7 +267,7 @@ func Run(seed uint64, opts Options) (*Report, error) {
 		streamModes[name] = sinktest.FakeStreamMode{Mode: m}
 	}
 	if opts.Target != nil {
-		s.dst = &targetDest{t: opts.Target, s: s, done: map[uint64]bool{}}
+		s.dst = &targetDest{t: opts.Target, s: s, done: map[uint64]bool{}, started: map[commitKey]uint64{}}
 		s.logf("destination: %s (%v)", s.dst.name(), w.class)
 	} else {
 		s.dst = fakeDest{sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{
@@ -271,6 +290,22 @@ func Run(seed uint64, opts Options) (*Report, error) {
 		return s.rep, fmt.Errorf("%w: seed %d: %s", ErrViolation, seed, strings.Join(s.rep.Violations, "; "))
 	}
 	return s.rep, nil
+}
+
+// releaseOnRecover makes attempt a let the zombies early go on when it
+// calls the destination's Recover, so their calls race its recovery, and
+// returns the zombies still to release that way (none).
+func releaseOnRecover(a *attempt, early []*attempt) []*attempt {
+	if len(early) == 0 {
+		return nil
+	}
+	a.onRecover = func() {
+		for _, z := range early {
+			a.logf("letting the zombie (attempt %d) go on as this attempt recovers", z.n)
+			z.letGo()
+		}
+	}
+	return nil
 }
 
 func (s *sim) run() error {
@@ -301,6 +336,8 @@ func (s *sim) run() error {
 	steps := len(s.w.attempts) + 1
 	horizon := func(i int) int { return (maxRows*i + steps - 1) / steps }
 	n := 0
+	// early are zombies to let go as the next attempt recovers.
+	var early []*attempt
 	for _, p := range s.w.attempts {
 		n++
 		s.src.SetHorizon(horizon(n))
@@ -321,6 +358,7 @@ func (s *sim) run() error {
 		if err != nil {
 			return err
 		}
+		early = releaseOnRecover(a, early)
 		s.rep.Attempts++
 		a.start()
 		if p.stalls() {
@@ -328,6 +366,9 @@ func (s *sim) run() error {
 			case <-a.stalled:
 				s.logf("attempt %d: stalled; the next attempt runs while it waits", n)
 				zombies = append(zombies, a)
+				if p.earlyRelease {
+					early = append(early, a)
+				}
 				continue
 			case <-a.done:
 			case <-time.After(s.opts.AttemptTimeout):
@@ -355,6 +396,7 @@ func (s *sim) run() error {
 		if err != nil {
 			return err
 		}
+		early = releaseOnRecover(a, early)
 		s.rep.Attempts++
 		a.start()
 		if !a.wait() {

@@ -242,7 +242,8 @@ func fakeTarget(seed uint64, broken sinktest.FakeBroken) *sim.Target {
 }
 
 // The simulation drives a destination it knows only as a sim.Target
-// (here the fake, seen from outside) and finds no violation.
+// (here the fake, seen from outside) and finds no violation, and no
+// note.
 func TestSeedsTarget(t *testing.T) {
 	base := baseSeed(t) + 1_000_000
 	n := max(*flagSeeds/3, 1)
@@ -255,9 +256,9 @@ func TestSeedsTarget(t *testing.T) {
 				opts := ciOptions
 				opts.Target = fakeTarget(seed, sinktest.FakeCorrect)
 				rep, err := sim.Run(seed, opts)
-				if err != nil {
+				if err != nil || len(rep.Notes) > 0 {
 					failed.Add(1)
-					t.Errorf("%v\n%v", err, rep)
+					t.Errorf("%v (notes: %v)\n%v", err, rep.Notes, rep)
 				}
 			})
 		}
@@ -266,31 +267,35 @@ func TestSeedsTarget(t *testing.T) {
 }
 
 // Through a Target too, the simulation catches a destination whose
-// Commit is not idempotent, in the rows it reads back. (A destination
-// that skips the fence is not caught this way: the wrapper pauses a
-// zombie before its Commit reaches the destination, not inside it, so
-// the zombie's Commit starts after the newer attempt applied the epoch
-// and the fake skips it as applied; TestCatchesSkipFence covers the
-// fence through the fake's own hooks.)
+// Commit is not idempotent, in the rows it reads back, and one whose
+// Commit skips the fence, as a note: a Commit that returned nil after a
+// newer generation recovered. (The rows don't show the latter: the
+// wrapper pauses a zombie before its Commit reaches the destination, not
+// inside it, so the zombie's Commit starts after the newer attempt
+// applied the epoch and the fake skips it as applied; TestCatchesSkipFence
+// shows the effect on the data through the fake's own hooks.)
 func TestTargetCatchesBroken(t *testing.T) {
-	for _, broken := range []sinktest.FakeBroken{sinktest.FakeDoubleApply} {
-		t.Run(broken.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		broken sinktest.FakeBroken
+		found  func(*sim.Report) bool
+	}{
+		{sinktest.FakeDoubleApply, func(r *sim.Report) bool { return containsAny(r.Violations, "duplicated", "differ") }},
+		{sinktest.FakeSkipFence, func(r *sim.Report) bool { return containsAny(r.Notes, "returned nil, although generation") }},
+	} {
+		t.Run(c.broken.String(), func(t *testing.T) {
 			for seed := uint64(1); seed <= 1000; seed++ {
 				opts := ciOptions
-				opts.Target = fakeTarget(seed, broken)
+				opts.Target = fakeTarget(seed, c.broken)
 				rep, err := sim.Run(seed, opts)
-				if err == nil {
-					continue
-				}
-				if !errors.Is(err, sim.ErrViolation) {
+				if err != nil && !errors.Is(err, sim.ErrViolation) {
 					t.Fatalf("seed %d: %v", seed, err)
 				}
-				if containsAny(rep.Violations, "duplicated", "differ") {
-					t.Logf("seed %d caught the %v destination: %v", seed, broken, rep.Violations)
+				if c.found(rep) {
+					t.Logf("seed %d caught the %v destination: %v %v", seed, c.broken, rep.Violations, rep.Notes)
 					return
 				}
 			}
-			t.Fatalf("no seed of 1000 caught the %v destination in the rows read back", broken)
+			t.Fatalf("no seed of 1000 caught the %v destination", c.broken)
 		})
 	}
 }

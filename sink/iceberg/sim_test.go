@@ -182,6 +182,7 @@ func TestSim(t *testing.T) {
 	var (
 		mu                         sync.Mutex
 		failed                     []uint64
+		notes                      []string
 		attempts, faults, rewinds  atomic.Int64
 		merged, appended, superset atomic.Int64
 	)
@@ -194,6 +195,11 @@ func TestSim(t *testing.T) {
 				attempts.Add(int64(rep.Attempts))
 				faults.Add(int64(rep.Faults))
 				rewinds.Add(int64(rep.Rewinds))
+				if len(rep.Notes) > 0 {
+					mu.Lock()
+					notes = append(notes, fmt.Sprintf("seed %d: %s", seed, rep.Notes[0]))
+					mu.Unlock()
+				}
 				merged.Add(int64(strings.Count(rep.Workload, "mode=merge")))
 				appended.Add(int64(strings.Count(rep.Workload, "mode=append")))
 				if strings.Contains(rep.Workload, "replay=superset") {
@@ -213,5 +219,14 @@ func TestSim(t *testing.T) {
 		merged.Load(), appended.Load(), superset.Load(), len(failed))
 	for _, s := range failed {
 		t.Logf("replay: %s", simReplay(s))
+	}
+	// Notes are contract deviations no promise depends on: reported, not
+	// failed.
+	t.Logf("%d seeds with notes", len(notes))
+	for i, n := range notes {
+		if i == 5 {
+			break
+		}
+		t.Logf("note: %s", n)
 	}
 }

@@ -147,6 +147,7 @@ func TestSim(t *testing.T) {
 	var (
 		mu                        sync.Mutex
 		failed                    []uint64
+		notes                     []string
 		attempts, faults, rewinds atomic.Int64
 		superset                  atomic.Int64
 	)
@@ -159,6 +160,11 @@ func TestSim(t *testing.T) {
 				attempts.Add(int64(rep.Attempts))
 				faults.Add(int64(rep.Faults))
 				rewinds.Add(int64(rep.Rewinds))
+				if len(rep.Notes) > 0 {
+					mu.Lock()
+					notes = append(notes, fmt.Sprintf("seed %d: %s", seed, rep.Notes[0]))
+					mu.Unlock()
+				}
 				if strings.Contains(rep.Workload, "replay=superset") {
 					superset.Add(1)
 				}
@@ -175,5 +181,14 @@ func TestSim(t *testing.T) {
 		n, time.Since(start).Round(time.Millisecond), attempts.Load(), faults.Load(), rewinds.Load(), superset.Load(), len(failed))
 	for _, s := range failed {
 		t.Logf("replay: %s", simReplay(s))
+	}
+	// Notes are contract deviations no promise depends on: reported, not
+	// failed.
+	t.Logf("%d seeds with notes", len(notes))
+	for i, n := range notes {
+		if i == 5 {
+			break
+		}
+		t.Logf("note: %s", n)
 	}
 }
