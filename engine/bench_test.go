@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -118,6 +119,26 @@ func BenchmarkPushWide(b *testing.B) {
 // BenchmarkArrowGoJSONReaderWide is arrow-go's JSON reader on the same
 // 50-column documents, given the engine's schema.
 func BenchmarkArrowGoJSONReaderWide(b *testing.B) { benchArrowGo(b, benchWideDocs()) }
+
+// benchKafkaDocs returns benchRows documents shaped like source/kafka's
+// benchmark messages (about 200 bytes: an int, a short string, a float,
+// a bool and a 120-byte string).
+func benchKafkaDocs() [][]byte {
+	pad := strings.Repeat("x", 120)
+	docs := make([][]byte, benchRows)
+	for i := range docs {
+		docs[i] = fmt.Appendf(nil, `{"id":%d,"name":"customer %d","amount":%d.25,"ok":true,"pad":%q}`, i, i, i%1000, pad)
+	}
+	return docs
+}
+
+// BenchmarkPushKafkaDocs pushes the Kafka benchmark's documents (ns/op is
+// per batch of benchRows documents).
+func BenchmarkPushKafkaDocs(b *testing.B) {
+	e := newEngine(b, engine.Config{})
+	batch, size := benchBatch(benchKafkaDocs())
+	benchPush(b, e, batch, size)
+}
 
 // benchPgRows returns benchRows declared Postgres rows of 10 mixed columns
 // in text form (about 150 bytes each) and their spec.

@@ -81,12 +81,16 @@ impl ColumnBuilder {
     }
 
     /// Appends nulls up to (not including) `row`.
-    #[inline]
+    #[inline(always)]
     fn pad(&mut self, row: usize) {
-        let n = row - self.len;
-        if n == 0 {
-            return;
+        if row > self.len {
+            self.pad_nulls(row);
         }
+    }
+
+    #[inline(never)]
+    fn pad_nulls(&mut self, row: usize) {
+        let n = row - self.len;
         self.nulls.append_n_nulls(n);
         match &mut self.values {
             Values::Null => {}

@@ -304,6 +304,7 @@ impl Engine {
         let opts = schema.opts;
         let keyed = opts.keyed;
         sc.tape.clear();
+        sc.proposals.clear();
         sc.before_trees.clear();
         sc.before_trees
             .extend(schema.columns.iter().map(|c| c.tree.clone()));
@@ -350,6 +351,7 @@ impl Engine {
             let ncols = schema.len();
             // A delete may come without a document (a Kafka tombstone, a
             // key-only CDC delete): its row has only the metadata.
+            let mut classify = false;
             let result = if payload.is_empty() && op == OP_DELETE {
                 Ok(())
             } else {
@@ -363,15 +365,24 @@ impl Engine {
                     policy,
                     blocked: &mut blocked,
                     discarded: &mut discarded,
+                    col_bytes: &mut sc.col_bytes,
+                    opts,
+                    classify: false,
                 };
-                json::scan_object(payload, &mut sc.key_buf, &mut sc.arena, &mut sink)
+                let r = json::scan_object(payload, &mut sc.key_buf, &mut sc.arena, &mut sink);
+                classify = sink.classify;
+                r
             };
             // Classify the document's values against its columns: the
             // type each column would widen to and, for nested values,
             // the shape; under freeze any change blocks the document.
+            // Skipped when every value fits its column as it is (the
+            // steady state), which RowSink saw.
             let nested_mark = sc.tape.mark();
-            sc.proposals.clear();
             let result = result.and_then(|()| {
+                if !classify {
+                    return Ok(());
+                }
                 for ci in cells_mark..sc.cells.len() {
                     let mut c = sc.cells[ci];
                     if opts.timestamps && c.kind == Kind::Text {
@@ -445,18 +456,16 @@ impl Engine {
             });
             match result {
                 Ok(()) => {
-                    sc.col_bytes.resize(schema.len(), 0);
-                    for (col, to, tree) in sc.proposals.drain(..) {
-                        let col = &mut schema.columns[col as usize];
-                        col.ty = to;
-                        if to != ColumnType::Nested {
-                            col.tree = None;
-                        } else if tree.is_some() {
-                            col.tree = tree;
+                    if !sc.proposals.is_empty() {
+                        for (col, to, tree) in sc.proposals.drain(..) {
+                            let col = &mut schema.columns[col as usize];
+                            col.ty = to;
+                            if to != ColumnType::Nested {
+                                col.tree = None;
+                            } else if tree.is_some() {
+                                col.tree = tree;
+                            }
                         }
-                    }
-                    for c in &sc.cells[cells_mark..] {
-                        sc.col_bytes[c.col as usize] += (c.end - c.start) as usize;
                     }
                     sc.accepted.push(i as u32);
                     sc.bounds.push(sc.cells.len() as u32);
@@ -468,8 +477,10 @@ impl Engine {
                     sc.tape.truncate(nested_mark);
                     sc.cells.truncate(cells_mark);
                     sc.arena.truncate(arena_mark);
+                    sc.proposals.clear();
                     schema.truncate(ncols);
                     sc.seen.truncate(ncols);
+                    sc.col_bytes.truncate(ncols);
                     quarantined.push(Quarantined {
                         row: i as u32,
                         reason: rej.reason,
@@ -664,6 +675,18 @@ impl Engine {
     }
 }
 
+/// `a == b`, without a library call for short keys (most field names).
+#[inline(always)]
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    if a.len() <= 16 {
+        return a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0;
+    }
+    a == b
+}
+
 /// Records one document's fields as cells, adding columns as needed.
 struct RowSink<'a> {
     schema: &'a mut StreamSchema,
@@ -680,13 +703,20 @@ struct RowSink<'a> {
     blocked: &'a mut Vec<(String, &'static str)>,
     /// New fields the discard policy dropped this push.
     discarded: &'a mut Vec<String>,
+    /// Per column: an upper bound of its text bytes in this push.
+    col_bytes: &'a mut Vec<usize>,
+    /// The stream's options, for the fast-path check below.
+    opts: state::JsonOpts,
+    /// Set when some value may not fit its column as it is (or may be a
+    /// timestamp): the document's cells then need classifying.
+    classify: bool,
 }
 
 impl FieldSink for RowSink<'_> {
     #[inline]
     fn field(&mut self, key: &str, v: json::Value) -> Result<(), Reject> {
         let col = match self.schema.columns.get(self.next) {
-            Some(c) if c.name == key => self.next,
+            Some(c) if same_key(c.name.as_bytes(), key.as_bytes()) => self.next,
             _ => match self.schema.lookup(key) {
                 Some(c) => c,
                 None => {
@@ -715,6 +745,7 @@ impl FieldSink for RowSink<'_> {
                         }
                     }
                     self.seen.push(0);
+                    self.col_bytes.push(0);
                     self.schema.add(key, ColumnType::Null)
                 }
             },
@@ -729,6 +760,18 @@ impl FieldSink for RowSink<'_> {
         } else {
             (v.start + self.base, v.end + self.base)
         };
+        // The classification's fast path, decided here while the column
+        // is at hand: a value that fits its column as it is needs nothing
+        // more.
+        let kt = v.kind.column_type_with(v.num, self.opts.nested_text);
+        let ty = self.schema.columns[col].ty;
+        if !(kt == ColumnType::Null || (kt == ty && kt != ColumnType::Nested))
+            || (self.opts.timestamps && v.kind == Kind::Text)
+        {
+            self.classify = true;
+        }
+        // An upper bound: a rejected document's bytes stay counted.
+        self.col_bytes[col] += v.end - v.start;
         self.cells.push(Cell {
             col: col as u32,
             kind: v.kind,

@@ -199,6 +199,111 @@ static STRING_STOP: [bool; 256] = {
     t
 };
 
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of each byte of `w` that is a stop byte of
+/// [`STRING_STOP`] (a control, '"', '\\', and a non-ASCII byte when
+/// `HIGH`); other bits may be set only above the lowest stop byte (a
+/// borrow runs upward), so the lowest set bit is exact.
+#[inline(always)]
+fn stop_bits<const HIGH: bool>(w: u64) -> u64 {
+    let zero = |x: u64| x.wrapping_sub(LO) & !x & HI;
+    let below_space = w.wrapping_sub(LO * 0x20) & !w & HI;
+    let high = if HIGH { w & HI } else { 0 };
+    below_space | high | zero(w ^ (LO * u64::from(b'"'))) | zero(w ^ (LO * u64::from(b'\\')))
+}
+
+/// One bit per byte of `chunk` (16 bytes), set for the stop bytes of
+/// [`skip_plain`], computed with SSE2 (part of every x86-64 CPU).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn stop_mask16<const HIGH: bool>(chunk: &[u8]) -> u32 {
+    use core::arch::x86_64::{
+        _mm_and_si128, _mm_cmpeq_epi8, _mm_cmpgt_epi8, _mm_cmplt_epi8, _mm_movemask_epi8,
+        _mm_or_si128, _mm_set_epi64x, _mm_set1_epi8,
+    };
+    let (mut lo, mut hi) = ([0u8; 8], [0u8; 8]);
+    lo.copy_from_slice(&chunk[..8]);
+    hi.copy_from_slice(&chunk[8..16]);
+    // SAFETY: these intrinsics only need SSE2, which this function is
+    // compiled with (the cfg above); they read no memory.
+    let m = unsafe {
+        let v = _mm_set_epi64x(i64::from_le_bytes(hi), i64::from_le_bytes(lo));
+        let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+        let backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+        // As signed bytes, non-ASCII bytes are negative: below 0x20 are
+        // the controls and (unless excluded) the non-ASCII bytes.
+        let mut low = _mm_cmplt_epi8(v, _mm_set1_epi8(0x20));
+        if !HIGH {
+            low = _mm_and_si128(low, _mm_cmpgt_epi8(v, _mm_set1_epi8(-1)));
+        }
+        _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), low))
+    };
+    m as u32 & 0xffff
+}
+
+/// The first stop byte of the (up to) 16 bytes of `doc` from `i`, or
+/// some index past them that is not a stop byte's: one step of
+/// [`skip_plain`].
+#[inline(always)]
+fn skip_plain_first<const HIGH: bool>(doc: &[u8], i: usize) -> usize {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    if let Some(chunk) = doc.get(i..i + 16) {
+        let m = stop_mask16::<HIGH>(chunk);
+        return i + if m != 0 {
+            m.trailing_zeros() as usize
+        } else {
+            16
+        };
+    }
+    if let Some(chunk) = doc.get(i..i + 8) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        let m = stop_bits::<HIGH>(u64::from_le_bytes(b));
+        return i + if m != 0 {
+            (m.trailing_zeros() / 8) as usize
+        } else {
+            8
+        };
+    }
+    i
+}
+
+/// The index of the first stop byte of `doc` at or after `i`, or
+/// `doc.len()`: sixteen bytes at a time, then eight, then one. Without
+/// `HIGH`, non-ASCII bytes are not stop bytes (a string already known to
+/// need UTF-8 validation).
+#[inline(always)]
+fn skip_plain<const HIGH: bool>(doc: &[u8], mut i: usize) -> usize {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    while let Some(chunk) = doc.get(i..i + 16) {
+        let m = stop_mask16::<HIGH>(chunk);
+        if m != 0 {
+            return i + m.trailing_zeros() as usize;
+        }
+        i += 16;
+    }
+    while let Some(chunk) = doc.get(i..i + 8) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        let m = stop_bits::<HIGH>(u64::from_le_bytes(b));
+        if m != 0 {
+            return i + (m.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < doc.len() && (!STRING_STOP[doc[i] as usize] || (!HIGH && doc[i] >= 0x80)) {
+        i += 1;
+    }
+    i
+}
+
+/// 10^0 to 10^15, each exact in an f64.
+const POW10: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
 struct Scanner<'a> {
     doc: &'a [u8],
     pos: usize,
@@ -235,17 +340,33 @@ impl<'a> Scanner<'a> {
     /// span and whether it has escapes; the closing quote is consumed.
     /// Validates UTF-8; escapes are only skipped here and [`unescape`]
     /// validates them.
-    #[inline]
+    #[inline(always)]
     fn string(&mut self) -> Result<(usize, usize, bool), Reject> {
+        // Fast path, inlined: a plain ASCII string (most keys and short
+        // values) ends at the first stop byte of its first bytes.
+        let start = self.pos;
+        let j = skip_plain_first::<true>(self.doc, start);
+        if self.doc.get(j) == Some(&b'"') {
+            self.pos = j + 1;
+            return Ok((start, j, false));
+        }
+        self.string_rest()
+    }
+
+    /// [`Scanner::string`] past its fast path.
+    #[inline(never)]
+    fn string_rest(&mut self) -> Result<(usize, usize, bool), Reject> {
         let start = self.pos;
         let doc = self.doc;
         let mut escaped = false;
         let mut non_ascii = false;
         let mut i = self.pos;
         loop {
-            while i < doc.len() && !STRING_STOP[doc[i] as usize] {
-                i += 1;
-            }
+            i = if non_ascii {
+                skip_plain::<false>(doc, i)
+            } else {
+                skip_plain::<true>(doc, i)
+            };
             match doc.get(i) {
                 None => {
                     self.pos = i;
@@ -476,6 +597,17 @@ impl<'a> Scanner<'a> {
             };
             return Ok((Kind::Int, v as u64));
         }
+        if parsed.is_none() && !exp && (int_end - int_start) + (frac.1 - frac.0) <= 15 {
+            // At most 15 digits: the digits as an integer (below 2^53) and
+            // the power of ten are exact doubles, so their quotient is the
+            // correctly rounded value, as parsing gives it.
+            let mut m = mag;
+            for &d in &doc[frac.0..frac.1] {
+                m = m * 10 + u64::from(d - b'0');
+            }
+            let f = m as f64 / POW10[frac.1 - frac.0];
+            return Ok((Kind::Float, if neg { -f } else { f }.to_bits()));
+        }
         let raw = &doc[start..i];
         debug_assert!(raw.is_ascii());
         // SAFETY: the span holds only ASCII digits, signs, '.' and 'e'/'E',
@@ -634,6 +766,94 @@ pub fn unescape(src: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn short_floats_parse_like_the_standard_library() {
+        struct Sink(Vec<u64>);
+        impl FieldSink for Sink {
+            fn field(&mut self, _: &str, v: Value) -> Result<(), Reject> {
+                assert_eq!(v.kind, Kind::Float);
+                self.0.push(v.num);
+                Ok(())
+            }
+        }
+        let mut texts: Vec<String> = [
+            "0.0",
+            "-0.0",
+            "0.1",
+            "0.2",
+            "0.3",
+            "-1.5",
+            "123456789.012345",
+            "0.000000000000001",
+            "99999999999999.9",
+            "1.7976931348623",
+            "900719925474.099",
+            "0.5e1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // Pseudo-random numbers of 2 to 15 digits (more are decimals),
+        // split anywhere.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let digits = format!("{:02}", x % 10u64.pow(2 + (x % 14) as u32));
+            let split = 1 + (x >> 40) as usize % digits.len().max(1);
+            let (a, b) = digits.split_at(split.min(digits.len() - 1).max(1));
+            texts.push(format!("{}{a}.{b}", if x & 1 == 1 { "-" } else { "" }));
+        }
+        for t in texts {
+            let doc = format!(r#"{{"f":{t}}}"#);
+            let mut sink = Sink(Vec::new());
+            scan_object(doc.as_bytes(), &mut Vec::new(), &mut Vec::new(), &mut sink).unwrap();
+            let want = t.parse::<f64>().unwrap().to_bits();
+            assert_eq!(sink.0, [want], "{t}");
+        }
+    }
+
+    #[test]
+    fn skip_plain_finds_the_first_stop_byte() {
+        // Every byte value at every position of a 0..=19-byte run of plain
+        // bytes, with plain bytes after it: the SWAR scan agrees with the
+        // table.
+        for len in 0..40 {
+            for b in 0..=255u8 {
+                for tail in [0usize, 1, 9] {
+                    let mut doc = vec![b'a'; len];
+                    doc.push(b);
+                    doc.extend(std::iter::repeat_n(b'z', tail));
+                    let want = doc
+                        .iter()
+                        .position(|&c| STRING_STOP[c as usize])
+                        .unwrap_or(doc.len());
+                    assert_eq!(
+                        skip_plain::<true>(&doc, 0),
+                        want,
+                        "len {len} byte {b:#x} tail {tail}"
+                    );
+                    let want = doc
+                        .iter()
+                        .position(|&c| STRING_STOP[c as usize] && c < 0x80)
+                        .unwrap_or(doc.len());
+                    assert_eq!(
+                        skip_plain::<false>(&doc, 0),
+                        want,
+                        "len {len} byte {b:#x} tail {tail}"
+                    );
+                }
+            }
+        }
+        // Two stop bytes in one word: the first wins.
+        assert_eq!(skip_plain::<true>(b"ab\\\x01\"cdefgh", 0), 2);
+        assert_eq!(skip_plain::<true>(b"ab\x01\x00\"\\cdefgh", 0), 2);
+        assert_eq!(skip_plain::<true>(b"abcdefghij\"", 3), 10);
+        assert_eq!(skip_plain::<true>("aé\"".as_bytes(), 0), 1);
+        assert_eq!(skip_plain::<false>("aéééé\"".as_bytes(), 0), 9);
+    }
+
     use super::*;
 
     #[derive(Default)]

@@ -54,15 +54,28 @@ pub fn record_id(
     seq: i64,
     scratch: &mut Vec<u8>,
 ) -> u128 {
+    stream_prefix(stream, scratch);
+    record_id_after_prefix(key, payload, seq, scratch)
+}
+
+/// Writes the stream's part of the hashed bytes, `u32le(len) ‖ stream`,
+/// into `scratch`, which [`record_id_after_prefix`] then reuses.
+fn stream_prefix(stream: &[u8], scratch: &mut Vec<u8>) {
+    scratch.clear();
+    scratch.extend_from_slice(&(stream.len() as u32).to_le_bytes());
+    scratch.extend_from_slice(stream);
+}
+
+/// [`record_id`] with `scratch` holding exactly [`stream_prefix`]'s
+/// bytes; it appends the rest of the hashed bytes.
+#[inline]
+fn record_id_after_prefix(key: &[u8], payload: &[u8], seq: i64, scratch: &mut Vec<u8>) -> u128 {
     let (tag, body) = if key.is_empty() {
         (2u8, payload)
     } else {
         (1u8, key)
     };
-    scratch.clear();
-    scratch.reserve(4 + stream.len() + 1 + 4 + body.len() + 8);
-    scratch.extend_from_slice(&(stream.len() as u32).to_le_bytes());
-    scratch.extend_from_slice(stream);
+    scratch.reserve(1 + 4 + body.len() + 8);
     scratch.push(tag);
     scratch.extend_from_slice(&(body.len() as u32).to_le_bytes());
     scratch.extend_from_slice(body);
@@ -70,12 +83,23 @@ pub fn record_id(
     xxh3_128(scratch)
 }
 
-/// Writes `v` as 32 lowercase hex digits, most significant first.
-pub fn hex128(v: u128, out: &mut [u8; 32]) {
+/// Each byte's two lowercase hex digits.
+static HEX_PAIRS: [[u8; 2]; 256] = {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    for (i, b) in v.to_be_bytes().iter().enumerate() {
-        out[2 * i] = HEX[usize::from(b >> 4)];
-        out[2 * i + 1] = HEX[usize::from(b & 0xf)];
+    let mut t = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = [HEX[i >> 4], HEX[i & 0xf]];
+        i += 1;
+    }
+    t
+};
+
+/// Writes `v` as 32 lowercase hex digits, most significant first.
+#[inline]
+pub fn hex128(v: u128, out: &mut [u8; 32]) {
+    for (pair, b) in out.chunks_exact_mut(2).zip(v.to_be_bytes()) {
+        pair.copy_from_slice(&HEX_PAIRS[usize::from(b)]);
     }
 }
 
@@ -112,20 +136,24 @@ pub fn columns(
     scratch: &mut Vec<u8>,
 ) -> Result<[ArrayRef; 4], Error> {
     let n = order.len();
-    let mut ids = Vec::with_capacity(n * 32);
+    let mut ids = vec![0u8; n * 32];
     let mut ops_data = Vec::with_capacity(n * 6);
     let mut ops_offs = Vec::with_capacity(n + 1);
     let mut seqs = Vec::with_capacity(n);
     ops_offs.push(0i32);
-    let mut hex = [0u8; 32];
-    for &r in order {
+    stream_prefix(stream, scratch);
+    let prefix = scratch.len();
+    for (&r, id) in order.iter().zip(ids.chunks_exact_mut(32)) {
+        scratch.truncate(prefix);
         let r = r as usize;
         let seq = rows.seq(r);
+        let id: &mut [u8; 32] = id
+            .try_into()
+            .map_err(|_| Error::internal("an id slot that is not 32 bytes"))?;
         hex128(
-            record_id(stream, rows.key(r), rows.payload(r), seq, scratch),
-            &mut hex,
+            record_id_after_prefix(rows.key(r), rows.payload(r), seq, scratch),
+            id,
         );
-        ids.extend_from_slice(&hex);
         let op = op_name(rows.op(r))
             .ok_or_else(|| Error::internal("an unknown op reached the output"))?;
         ops_data.extend_from_slice(op.as_bytes());
