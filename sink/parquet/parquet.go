@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -64,6 +65,25 @@ func (c Compression) codec() (compress.Compression, bool) {
 	return 0, false
 }
 
+// Dictionary says which columns get Parquet dictionary encoding.
+type Dictionary uint8
+
+const (
+	// DictionaryAuto is the default: a text or binary column gets a
+	// dictionary when a sample of the first batch of each file (up to
+	// 4096 values) has at most one distinct value in four (statuses,
+	// countries, enum-like text); an Arrow dictionary column always does;
+	// others are written plain. Hashing every value of a unique column
+	// into a dictionary that is then abandoned cost about half the
+	// writer's CPU, and zstd compresses plain pages as small or smaller.
+	DictionaryAuto Dictionary = iota
+	// DictionaryAll tries a dictionary on every column (arrow-go's
+	// default), but the metadata columns _openetl_id and _openetl_seq.
+	DictionaryAll
+	// DictionaryNone writes every column plain.
+	DictionaryNone
+)
+
 // Defaults of Config.
 const (
 	DefaultRowGroupRows    = 131072
@@ -85,6 +105,10 @@ type Config struct {
 	// Compression is the column chunks' codec. Default Zstd (the zero
 	// value).
 	Compression Compression
+
+	// Dictionary chooses the columns with dictionary encoding. Default
+	// DictionaryAuto (the zero value).
+	Dictionary Dictionary
 
 	// RowGroupRows is the most rows in one row group. Each open file
 	// (one per stream per lane) buffers a whole row group in memory
@@ -110,7 +134,9 @@ type Config struct {
 type Destination struct {
 	bucket      *blob.Bucket
 	prefix      string
-	props       *pq.WriterProperties
+	props       *pq.WriterProperties // DictionaryAll and DictionaryNone
+	baseProps   []pq.WriterProperty  // DictionaryAuto: per file, with its columns
+	dict        Dictionary
 	arrowProps  pqarrow.ArrowWriterProperties
 	targetBytes int64
 	log         *slog.Logger
@@ -129,6 +155,9 @@ func New(cfg Config) (*Destination, error) {
 	if !ok {
 		return nil, fmt.Errorf("parquet: Config.Compression: unknown codec %d", uint8(cfg.Compression))
 	}
+	if cfg.Dictionary > DictionaryNone {
+		return nil, fmt.Errorf("parquet: Config.Dictionary: unknown mode %d", uint8(cfg.Dictionary))
+	}
 	if cfg.RowGroupRows < 0 {
 		return nil, fmt.Errorf("parquet: Config.RowGroupRows is negative (%d)", cfg.RowGroupRows)
 	}
@@ -144,18 +173,25 @@ func New(cfg Config) (*Destination, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	base := []pq.WriterProperty{
+		pq.WithCompression(codec),
+		pq.WithMaxRowGroupLength(cfg.RowGroupRows),
+		pq.WithCreatedBy("openetl sink/parquet"),
+	}
+	props := append(slices.Clip(base),
+		// Unique per row: a dictionary only costs hashing and is
+		// thrown away at the first page.
+		pq.WithDictionaryFor("_openetl_id", false),
+		pq.WithDictionaryFor("_openetl_seq", false))
+	if cfg.Dictionary == DictionaryNone {
+		props = append(props, pq.WithDictionaryDefault(false))
+	}
 	return &Destination{
-		bucket: cfg.Bucket,
-		prefix: normPrefix(cfg.Prefix),
-		props: pq.NewWriterProperties(
-			pq.WithCompression(codec),
-			pq.WithMaxRowGroupLength(cfg.RowGroupRows),
-			pq.WithCreatedBy("openetl sink/parquet"),
-			// Unique per row: a dictionary only costs hashing and is
-			// thrown away at the first page.
-			pq.WithDictionaryFor("_openetl_id", false),
-			pq.WithDictionaryFor("_openetl_seq", false),
-		),
+		bucket:      cfg.Bucket,
+		prefix:      normPrefix(cfg.Prefix),
+		props:       pq.NewWriterProperties(props...),
+		baseProps:   base,
+		dict:        cfg.Dictionary,
 		arrowProps:  pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()),
 		targetBytes: cfg.TargetFileBytes,
 		log:         cfg.Logger,

@@ -142,7 +142,7 @@ func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch
 	}
 	if f == nil {
 		var err error
-		if f, err = w.start(ctx, stream, rec.Schema()); err != nil {
+		if f, err = w.start(ctx, stream, rec); err != nil {
 			return w.fail(err)
 		}
 	}
@@ -169,7 +169,8 @@ func (w *writer) fail(err error) error {
 	return err
 }
 
-func (w *writer) start(ctx context.Context, stream string, schema *arrow.Schema) (*openFile, error) {
+func (w *writer) start(ctx context.Context, stream string, first arrow.RecordBatch) (*openFile, error) {
+	schema := first.Schema()
 	n := w.seq
 	w.seq++
 	key := w.d.stagingKey(w.pipeline, stream, w.nonce, w.lane, n)
@@ -183,7 +184,7 @@ func (w *writer) start(ctx context.Context, stream string, schema *arrow.Schema)
 		return nil, fmt.Errorf("parquet: create %s: %w", key, err)
 	}
 	cw := &countingWriter{w: bw}
-	fw, err := pqarrow.NewFileWriter(schema, cw, w.d.props, w.d.arrowProps)
+	fw, err := pqarrow.NewFileWriter(schema, cw, w.d.fileProps(first), w.d.arrowProps)
 	if err != nil {
 		cancel()
 		_ = bw.Close()
