@@ -492,14 +492,25 @@ impl<'a> Scanner<'a> {
             Some(b'0') => i += 1,
             Some(b'1'..=b'9') => {
                 while let Some(&d @ b'0'..=b'9') = doc.get(i) {
-                    match mag
-                        .checked_mul(10)
-                        .and_then(|m| m.checked_add(u64::from(d - b'0')))
-                    {
-                        Some(m) => mag = m,
-                        None => overflow = true,
-                    }
+                    mag = mag.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
                     i += 1;
+                }
+                // Up to 19 digits fit u64; 20 may not: redo them checked.
+                if i - int_start > 19 {
+                    let mut m: u64 = 0;
+                    for &d in &doc[int_start..i] {
+                        match m
+                            .checked_mul(10)
+                            .and_then(|m| m.checked_add(u64::from(d - b'0')))
+                        {
+                            Some(v) => m = v,
+                            None => {
+                                overflow = true;
+                                break;
+                            }
+                        }
+                    }
+                    mag = m;
                 }
             }
             _ => {
@@ -541,6 +552,26 @@ impl<'a> Scanner<'a> {
             }
         }
         self.pos = i;
+        // Fast paths: an integer that fits i64, and a float of at most 15
+        // digits without exponent (its digits as an integer, below 2^53,
+        // and the power of ten are exact doubles, so their quotient is the
+        // correctly rounded value, as parsing gives it).
+        if !float && !overflow {
+            if !neg && mag <= i64::MAX as u64 {
+                return Ok((Kind::Int, mag));
+            }
+            if neg && mag <= 1 << 63 {
+                return Ok((Kind::Int, (mag as i64).wrapping_neg() as u64));
+            }
+        }
+        if float && !exp && (int_end - int_start) + (frac.1 - frac.0) <= 15 {
+            let mut m = mag;
+            for &d in &doc[frac.0..frac.1] {
+                m = m * 10 + u64::from(d - b'0');
+            }
+            let f = m as f64 / POW10[frac.1 - frac.0];
+            return Ok((Kind::Float, if neg { -f } else { f }.to_bits()));
+        }
         let mut parsed = None;
         if !exp {
             // A number float64 can't be trusted to hold exactly (integers
@@ -596,17 +627,6 @@ impl<'a> Scanner<'a> {
                 }
             };
             return Ok((Kind::Int, v as u64));
-        }
-        if parsed.is_none() && !exp && (int_end - int_start) + (frac.1 - frac.0) <= 15 {
-            // At most 15 digits: the digits as an integer (below 2^53) and
-            // the power of ten are exact doubles, so their quotient is the
-            // correctly rounded value, as parsing gives it.
-            let mut m = mag;
-            for &d in &doc[frac.0..frac.1] {
-                m = m * 10 + u64::from(d - b'0');
-            }
-            let f = m as f64 / POW10[frac.1 - frac.0];
-            return Ok((Kind::Float, if neg { -f } else { f }.to_bits()));
         }
         let raw = &doc[start..i];
         debug_assert!(raw.is_ascii());
@@ -920,6 +940,14 @@ mod tests {
         assert_eq!(f[2].1.num, decimal_shape(0, 19));
         assert_eq!(f[3].1.kind, Kind::Decimal);
         assert_eq!(f[4].1.kind, Kind::Int);
+        // Twenty digits and more: past u64 or not, decimals.
+        let (f, _) = scan(r#"{"a":18446744073709551615,"b":18446744073709551616,"c":-99999999999999999999,"d":1000000000000000000,"e":12345678901234567890123}"#).unwrap();
+        let k: Vec<(Kind, u64)> = f.iter().map(|(_, v)| (v.kind, v.num)).collect();
+        assert_eq!(k[0], (Kind::Decimal, decimal_shape(0, 20)));
+        assert_eq!(k[1], (Kind::Decimal, decimal_shape(0, 20)));
+        assert_eq!(k[2], (Kind::Decimal, decimal_shape(0, 20)));
+        assert_eq!(k[3], (Kind::Int, 1_000_000_000_000_000_000));
+        assert_eq!(k[4], (Kind::Decimal, decimal_shape(0, 23)));
     }
 
     #[test]

@@ -546,13 +546,19 @@ fn enums_are_marked_in_field_metadata() {
         // state's schema is replaced, the output schema is the same.
         let st = String::from_utf8(e.state()).unwrap();
         let added = cfg(types, "'sad','ok','happy','ecstatic'");
-        let added = format!(r#"{}, "state":{st}}}"#, added.trim_end().trim_end_matches('}'));
+        let added = format!(
+            r#"{}, "state":{st}}}"#,
+            added.trim_end().trim_end_matches('}')
+        );
         let mut e2 = engine(&added);
         let r2 = push(&mut e2, "t", &[(1, &late)]).record.unwrap();
         assert_eq!(r2.schema(), schema, "{types}");
         // And a state restored as it was gives the same schema too.
         let mut e3 = engine(&format!(r#"{{"state":{st}}}"#));
-        assert_eq!(push(&mut e3, "t", &[(1, &row)]).record.unwrap().schema(), schema);
+        assert_eq!(
+            push(&mut e3, "t", &[(1, &row)]).record.unwrap().schema(),
+            schema
+        );
     }
     // Invalid UTF-8 in an enum is a type conflict, like any utf8 column.
     let mut e = engine(&cfg("mysql", "'a'"));
