@@ -99,6 +99,10 @@ type destination interface {
 	// history reports whether contents counts every time a row became
 	// visible (true), or only the rows there now.
 	history() bool
+	// keyed returns the rows of a merged stream a reader sees now with
+	// their Key and Seq, deleted keys' rows (when the destination keeps
+	// them) with Op "delete".
+	keyed(stream string) ([]sinktest.FakeRow, error)
 }
 
 // fakeDest is the simulation's own sinktest.FakeDestination.
@@ -128,6 +132,8 @@ func (f fakeDest) contents(stream string, merged bool) (map[string]int, []sinkte
 }
 
 func (f fakeDest) history() bool { return true }
+
+func (f fakeDest) keyed(stream string) ([]sinktest.FakeRow, error) { return f.d.Rows(stream), nil }
 
 // targetDest is a Target. What it knows of applied epochs comes from the
 // fault wrapper's Observe: an epoch is applied once a Commit of it
@@ -228,6 +234,25 @@ func (d *targetDest) dropStaged() (int, error) {
 func (d *targetDest) canDropStaged() bool { return d.t.DropStaged != nil }
 
 func (d *targetDest) history() bool { return false }
+
+func (d *targetDest) keyed(stream string) ([]sinktest.FakeRow, error) {
+	rows, err := d.t.Read(context.Background(), stream)
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %s back: %w", stream, err)
+	}
+	out := make([]sinktest.FakeRow, 0, len(rows))
+	for _, r := range rows {
+		fr := sinktest.FakeRow{Stream: stream, ID: r.ID, Op: r.Op, Seq: r.Seq}
+		if isTombstone(r) {
+			fr.Op = "delete"
+		}
+		if v, ok := r.Values["id"]; ok && v != nil {
+			fr.Key = valueStr(v)
+		}
+		out = append(out, fr)
+	}
+	return out, nil
+}
 
 func (d *targetDest) contents(stream string, merged bool) (map[string]int, []sinktest.FakeRow, error) {
 	rows, err := d.t.Read(context.Background(), stream)

@@ -79,8 +79,11 @@
 // simulation checks, per stream and by the guarantee package delivery
 // promises it: nothing lost; no duplicates where exactly once is
 // promised; final rows equal to the source's latest rows where
-// effectively once is promised (and for merged exactly-once streams);
-// every record visible at least once where at least once is promised; no
+// effectively once is promised (and for merged exactly-once streams),
+// and, read after every attempt, no merged key's row gone back to an
+// older version than one visible before (the seq guard; the fake
+// source's splits have keys of their own and replay in order, so only a
+// destination that reorders rows can trip it today); every record visible at least once where at least once is promised; no
 // row the source never had; HEAD never moved backwards except by a rewind
 // (every HEAD transition is recorded), a rewind never passed an epoch the
 // destination applied, and every epoch of the final log is applied; the
@@ -210,6 +213,10 @@ type sim struct {
 	declared *declared
 
 	store *simStore
+
+	// seen holds, per merged stream and key, the highest seq a read
+	// between attempts saw (checkProgress).
+	seen map[string]map[string]int64
 
 	mu  sync.Mutex
 	rep *Report
@@ -384,6 +391,7 @@ func (s *sim) run() error {
 		if !releaseZombies() {
 			return nil
 		}
+		s.checkProgress(fmt.Sprintf("after attempt %d", n))
 	}
 	s.src.SetHorizon(-1)
 	s.logf("the source's log holds every record")
@@ -403,6 +411,7 @@ func (s *sim) run() error {
 			s.violate("clean attempt %d did not return within %v", n, s.opts.AttemptTimeout)
 			return nil
 		}
+		s.checkProgress(fmt.Sprintf("after clean attempt %d", n))
 		if len(zombies) > 0 {
 			if !releaseZombies() {
 				return nil
