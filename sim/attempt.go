@@ -35,7 +35,7 @@ type attempt struct {
 	dead   atomic.Bool
 	once   sync.Once
 
-	counts [numPoints]atomic.Int64
+	counts [numAllPoints]atomic.Int64
 
 	// onRecover, when set, is called once before the attempt's first
 	// destination Recover.
@@ -158,7 +158,7 @@ func (a *attempt) sourceControl(ctx context.Context, c sourcetest.FakeSourceCall
 
 var dstPoints = map[sinktest.FakeDestOp]point{
 	sinktest.FakeWrite: pDstWrite, sinktest.FakePreCommit: pDstPreCommit, sinktest.FakeCommit: pDstCommit,
-	sinktest.FakeRecover: pDstRecover, sinktest.FakeClose: pDstClose,
+	sinktest.FakeRecover: pDstRecover, sinktest.FakeClose: pDstClose, sinktest.FakeFinish: pDstFinish,
 }
 
 func (a *attempt) destControl(ctx context.Context, c sinktest.FakeDestCall) error {
@@ -172,6 +172,8 @@ func (a *attempt) destControl(ctx context.Context, c sinktest.FakeDestCall) erro
 		detail = fmt.Sprintf("epoch %d gen %d", c.Epoch, c.Gen)
 	case sinktest.FakeRecover:
 		detail = fmt.Sprintf("gen %d, HEAD epoch %d", c.Gen, c.Epoch)
+	case sinktest.FakeFinish:
+		detail = fmt.Sprintf("epoch %d gen %d", c.Epoch, c.Gen)
 	}
 	after, err := a.hook(ctx, dstPoints[c.Op], detail)
 	if err != nil {

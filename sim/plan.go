@@ -33,13 +33,19 @@ const (
 	pStoreGet
 	pStoreWriteFile
 	pStoreReadFile
+	// numPoints bounds the points newFault draws from (the fake's plans).
 	numPoints
+	// pDstFinish (sink.Finisher's Finish) is drawn only for Targets, from
+	// a stream of their own, so that the fake's plans stay what they were.
+	pDstFinish   = numPoints
+	numAllPoints = numPoints + 1
 )
 
-var pointNames = [numPoints]string{
+var pointNames = [numAllPoints]string{
 	"source.discover", "source.open", "source.read", "source.resume-point", "source.ack",
 	"dest.write", "dest.precommit", "dest.commit", "dest.recover", "dest.close",
 	"store.claim", "store.commit", "store.rewind", "store.get", "store.writefile", "store.readfile",
+	"dest.finish",
 }
 
 func (p point) String() string { return pointNames[p] }
@@ -218,6 +224,12 @@ func newWorkload(seed uint64, opts Options, decl *declared) *workload {
 		rng2 := rand.New(rand.NewPCG(seed, 0x2e1ea5e))
 		for i := range w.attempts {
 			w.attempts[i].earlyRelease = rng2.IntN(2) == 0
+			// A fault at Finish, the end of a Sync: what a destination
+			// holding data back across epochs makes visible there.
+			if rng2.IntN(4) == 0 {
+				act := []action{crashBefore, crashAfter, errBefore, errAfter, stall}[rng2.IntN(5)]
+				w.attempts[i].faults = append(w.attempts[i].faults, fault{at: pDstFinish, nth: 1, act: act, times: 1, reason: "fault at Finish"})
+			}
 		}
 	}
 	return w

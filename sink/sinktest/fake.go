@@ -59,6 +59,9 @@ const (
 	FakeCommit
 	FakeRecover
 	FakeClose
+	// FakeFinish is sink.Finisher's Finish: only WithFaults's writers
+	// see it, when the destination they wrap has one.
+	FakeFinish
 )
 
 // String returns the operation's name.
@@ -74,6 +77,8 @@ func (o FakeDestOp) String() string {
 		return "recover"
 	case FakeClose:
 		return "close"
+	case FakeFinish:
+		return "finish"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -85,7 +90,7 @@ type FakeDestCall struct {
 	Lane     int
 	Stream   string // FakeWrite
 	Rows     int    // FakeWrite
-	Epoch    uint64 // FakePreCommit, FakeCommit; HEAD's epoch for FakeRecover (0: none)
+	Epoch    uint64 // FakePreCommit, FakeCommit, FakeFinish; HEAD's epoch for FakeRecover (0: none)
 	Gen      checkpoint.Generation
 }
 

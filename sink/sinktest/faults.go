@@ -43,8 +43,10 @@ type FaultConfig struct {
 // its writers' resources are abandoned, as a dead process's would be);
 // calls already past the control function when it was killed complete.
 // It implements sink.SchemaChecker by asking the wrapped destination
-// when that implements it (and accepting every schema otherwise). It is
-// safe for concurrent use.
+// when that implements it (and accepting every schema otherwise), and
+// its writers implement sink.Finisher, calling the hooks (FakeFinish)
+// and the wrapped writer's Finish when it has one (and doing nothing
+// otherwise). It is safe for concurrent use.
 type FaultyDestination struct {
 	inner sink.Destination
 	cfg   FaultConfig
@@ -54,6 +56,7 @@ type FaultyDestination struct {
 var (
 	_ sink.Destination   = (*FaultyDestination)(nil)
 	_ sink.SchemaChecker = (*FaultyDestination)(nil)
+	_ sink.Finisher      = (*faultyWriter)(nil)
 )
 
 // WithFaults returns a view of d whose writers call cfg's hooks around
@@ -215,6 +218,26 @@ func (w *faultyWriter) Close(ctx context.Context) error {
 		return err
 	}
 	err = w.w.Close(ctx)
+	w.d.observe(c, 0, err)
+	return finish(after, err)
+}
+
+// Finish calls the wrapped writer's Finish, with the hooks, when it is a
+// sink.Finisher; otherwise it does nothing, as the runner would.
+func (w *faultyWriter) Finish(ctx context.Context, epoch uint64) error {
+	f, ok := w.w.(sink.Finisher)
+	if !ok {
+		if w.d.dead.Load() {
+			return ErrFakeKilled
+		}
+		return nil
+	}
+	c := FakeDestCall{Op: FakeFinish, Pipeline: w.pipeline, Lane: w.lane, Epoch: epoch, Gen: checkpoint.Generation(w.gen.Load())}
+	after, err := w.d.before(ctx, c)
+	if err != nil {
+		return err
+	}
+	err = f.Finish(ctx, epoch)
 	w.d.observe(c, 0, err)
 	return finish(after, err)
 }

@@ -165,3 +165,64 @@ func TestWithFaultsCheckSchema(t *testing.T) {
 		t.Fatalf("CheckSchema through the wrapper of a destination without one: %v %v, want none", got, err)
 	}
 }
+
+// finisherDest's writers implement sink.Finisher, counting calls.
+type finisherDest struct {
+	*sinktest.FakeDestination
+	finished *[]uint64
+}
+
+type finisherWriter struct {
+	sink.Writer
+	finished *[]uint64
+}
+
+func (w finisherWriter) Finish(_ context.Context, epoch uint64) error {
+	*w.finished = append(*w.finished, epoch)
+	return nil
+}
+
+func (d finisherDest) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
+	w, err := d.FakeDestination.Writer(ctx, pipeline, lane)
+	return finisherWriter{w, d.finished}, err
+}
+
+func TestWithFaultsFinish(t *testing.T) {
+	ctx := context.Background()
+	var finished []uint64
+	var ops []sinktest.FakeDestOp
+	control := func(_ context.Context, c sinktest.FakeDestCall) error {
+		ops = append(ops, c.Op)
+		if c.Op == sinktest.FakeFinish && c.Epoch == 2 {
+			return &sinktest.FakeFault{After: true}
+		}
+		return nil
+	}
+	fake := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply})
+	w, err := sinktest.WithFaults(finisherDest{fake, &finished}, sinktest.FaultConfig{Control: control}).Writer(ctx, "p", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := w.(sink.Finisher)
+	if !ok {
+		t.Fatal("the wrapper's writer is not a sink.Finisher")
+	}
+	if err := f.Finish(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Finish(ctx, 2); !errors.Is(err, sinktest.ErrFakeFault) {
+		t.Fatalf("Finish with a lost response: %v, want ErrFakeFault", err)
+	}
+	if len(finished) != 2 || finished[0] != 1 || finished[1] != 2 || len(ops) != 2 || ops[0] != sinktest.FakeFinish {
+		t.Fatalf("wrapped Finish saw epochs %v, Control saw %v; want [1 2] and two finish calls", finished, ops)
+	}
+	// Without a Finisher underneath, Finish does nothing.
+	ops = nil
+	w, err = sinktest.WithFaults(fake, sinktest.FaultConfig{Control: control}).Writer(ctx, "p", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.(sink.Finisher).Finish(ctx, 2); err != nil || len(ops) != 0 {
+		t.Fatalf("Finish over a writer without one: %v, Control saw %v; want nil and nothing", err, ops)
+	}
+}
