@@ -169,7 +169,8 @@ func runSimSeed(t *testing.T, seed uint64) (*sim.Report, error) {
 // row the source's latest version, HEAD and rewinds consistent, every
 // epoch of the final log applied.
 //
-// OPENETL_SIM_SEEDS sets the number of seeds (default 12); -sim.seed=N
+// OPENETL_SIM_SEEDS sets the number of seeds (default 40), from
+// OPENETL_SIM_BASE (default derived from the commit); -sim.seed=N
 // or OPENETL_SIM_SEED=N replays one seed with its trace (the plan
 // replays; goroutine interleavings may differ).
 func TestSim(t *testing.T) {
@@ -200,6 +201,12 @@ func TestSim(t *testing.T) {
 		}
 	}
 	base := simBaseSeed(t)
+	if s := os.Getenv("OPENETL_SIM_BASE"); s != "" {
+		var err error
+		if base, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("OPENETL_SIM_BASE=%q: %v", s, err)
+		}
+	}
 	t.Logf("running %d seeds from %d against the Iceberg writer (staged files expire: %v)", n, base, simExpiry())
 	start := time.Now()
 	var (
@@ -208,6 +215,7 @@ func TestSim(t *testing.T) {
 		notes                      []string
 		attempts, faults, rewinds  atomic.Int64
 		merged, appended, superset atomic.Int64
+		finishFaults               atomic.Int64
 	)
 	t.Run("seeds", func(t *testing.T) {
 		for i := range n {
@@ -228,6 +236,11 @@ func TestSim(t *testing.T) {
 				if strings.Contains(rep.Workload, "replay=superset") {
 					superset.Add(1)
 				}
+				for _, l := range rep.Trace {
+					if strings.Contains(l, "fault fired") && strings.Contains(l, "dest.finish") {
+						finishFaults.Add(1)
+					}
+				}
 				if err != nil {
 					mu.Lock()
 					failed = append(failed, seed)
@@ -237,8 +250,8 @@ func TestSim(t *testing.T) {
 			})
 		}
 	})
-	t.Logf("%d seeds in %v: %d attempts, %d faults fired, %d rewinds; streams merged %d, appended %d; %d seeds with a superset source; %d failed",
-		n, time.Since(start).Round(time.Millisecond), attempts.Load(), faults.Load(), rewinds.Load(),
+	t.Logf("%d seeds in %v: %d attempts, %d faults fired (%d at Finish), %d rewinds; streams merged %d, appended %d; %d seeds with a superset source; %d failed",
+		n, time.Since(start).Round(time.Millisecond), attempts.Load(), faults.Load(), finishFaults.Load(), rewinds.Load(),
 		merged.Load(), appended.Load(), superset.Load(), len(failed))
 	for _, s := range failed {
 		t.Logf("replay: %s", simReplay(s))

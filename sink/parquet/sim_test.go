@@ -111,7 +111,8 @@ func runSimSeed(t *testing.T, seed uint64) (*sim.Report, error) {
 // exactly once is promised, HEAD and rewinds consistent, every epoch of
 // the final log applied.
 //
-// OPENETL_SIM_SEEDS sets the number of seeds (default 40); -sim.seed=N
+// OPENETL_SIM_SEEDS sets the number of seeds (default 40), from
+// OPENETL_SIM_BASE (default derived from the commit); -sim.seed=N
 // or OPENETL_SIM_SEED=N replays one seed with its trace (the plan
 // replays; goroutine interleavings may differ).
 func TestSim(t *testing.T) {
@@ -142,6 +143,12 @@ func TestSim(t *testing.T) {
 		}
 	}
 	base := simBaseSeed(t)
+	if s := os.Getenv("OPENETL_SIM_BASE"); s != "" {
+		var err error
+		if base, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("OPENETL_SIM_BASE=%q: %v", s, err)
+		}
+	}
 	t.Logf("running %d seeds from %d against the Parquet writer", n, base)
 	start := time.Now()
 	var (
