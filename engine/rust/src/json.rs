@@ -53,26 +53,31 @@ pub fn roundtrips(int: &[u8], frac: &[u8], f: f64) -> bool {
 /// A number's significant digits (into `out`) and the decimal exponent of
 /// the first; `None` when there are more digits than `out` holds.
 fn normal(int: &[u8], frac: &[u8], exp: i64, out: &mut [u8; 24]) -> Option<(usize, i64)> {
-    let all = || int.iter().chain(frac);
-    let total = int.len() + frac.len();
-    let lead = all().take_while(|&&d| d == b'0').count();
+    let il = int.len();
+    let total = il + frac.len();
+    // The k-th digit of int ‖ frac (plain indexing: this runs for every
+    // number of more than 15 digits).
+    let at = |k: usize| if k < il { int[k] } else { frac[k - il] };
+    let mut lead = 0;
+    while lead < total && at(lead) == b'0' {
+        lead += 1;
+    }
     if lead == total {
         return Some((0, 0));
     }
-    let trail = frac
-        .iter()
-        .rev()
-        .chain(int.iter().rev())
-        .take_while(|&&d| d == b'0')
-        .count();
-    let n = total - lead - trail;
+    // A nonzero digit at `lead` stops this loop above it.
+    let mut end = total;
+    while at(end - 1) == b'0' {
+        end -= 1;
+    }
+    let n = end - lead;
     if n > out.len() {
         return None;
     }
-    for (o, &d) in out.iter_mut().zip(all().skip(lead).take(n)) {
-        *o = d;
+    for (o, k) in out.iter_mut().zip(lead..end) {
+        *o = at(k);
     }
-    Some((n, int.len() as i64 - 1 - lead as i64 + exp))
+    Some((n, il as i64 - 1 - lead as i64 + exp))
 }
 
 /// [`normal`] of a float's text: `[-]int[.frac][e[+-]exp]`.
@@ -243,9 +248,10 @@ fn stop_mask16<const HIGH: bool>(chunk: &[u8]) -> u32 {
     m as u32 & 0xffff
 }
 
-/// The first stop byte of the (up to) 16 bytes of `doc` from `i`, or
-/// some index past them that is not a stop byte's: one step of
-/// [`skip_plain`].
+/// One step of [`skip_plain`]: the index of the first stop byte among the
+/// 16 (or 8) bytes of `doc` from `i`, or when there is none the index
+/// after them (`i` itself when fewer than 8 bytes remain). No byte from
+/// `i` to the index returned is a stop byte.
 #[inline(always)]
 fn skip_plain_first<const HIGH: bool>(doc: &[u8], i: usize) -> usize {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
@@ -350,17 +356,18 @@ impl<'a> Scanner<'a> {
             self.pos = j + 1;
             return Ok((start, j, false));
         }
-        self.string_rest()
+        self.string_rest(j)
     }
 
-    /// [`Scanner::string`] past its fast path.
+    /// [`Scanner::string`] past its fast path, which found the bytes from
+    /// the string's start to `from` plain.
     #[inline(never)]
-    fn string_rest(&mut self) -> Result<(usize, usize, bool), Reject> {
+    fn string_rest(&mut self, from: usize) -> Result<(usize, usize, bool), Reject> {
         let start = self.pos;
         let doc = self.doc;
         let mut escaped = false;
         let mut non_ascii = false;
-        let mut i = self.pos;
+        let mut i = from;
         loop {
             i = if non_ascii {
                 skip_plain::<false>(doc, i)
@@ -787,6 +794,44 @@ pub fn unescape(src: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn normal_agrees_with_its_definition() {
+        // The definition: strip leading and trailing zeros of int ‖ frac.
+        fn reference(int: &[u8], frac: &[u8], exp: i64) -> Option<(Vec<u8>, i64)> {
+            let all: Vec<u8> = int.iter().chain(frac).copied().collect();
+            let lead = all.iter().take_while(|&&d| d == b'0').count();
+            if lead == all.len() {
+                return Some((Vec::new(), 0));
+            }
+            let trail = all.iter().rev().take_while(|&&d| d == b'0').count();
+            let digits = all[lead..all.len() - trail].to_vec();
+            (digits.len() <= 24).then(|| (digits, int.len() as i64 - 1 - lead as i64 + exp))
+        }
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..50_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 30) as usize;
+            // Mostly zeros, so runs of them lead and trail.
+            let digits: Vec<u8> = (0..len)
+                .map(|k| match (x >> (k % 60)) & 7 {
+                    0..=4 => b'0',
+                    d => b'0' + d as u8,
+                })
+                .collect();
+            let split = if len == 0 {
+                0
+            } else {
+                (x >> 32) as usize % (len + 1)
+            };
+            let (int, frac) = digits.split_at(split);
+            let mut out = [0u8; 24];
+            let got = normal(int, frac, 3, &mut out).map(|(n, e)| (out[..n].to_vec(), e));
+            assert_eq!(got, reference(int, frac, 3), "{int:?} {frac:?}");
+        }
+    }
+
+    #[test]
     fn short_floats_parse_like_the_standard_library() {
         struct Sink(Vec<u64>);
         impl FieldSink for Sink {
@@ -1045,6 +1090,55 @@ mod tests {
                 scan_object(doc, &mut Vec::new(), &mut Vec::new(), &mut c).is_err(),
                 "{doc:?}"
             );
+        }
+        // A bad or special byte at every position of a string, in a key
+        // and in a value, across the 16- and 8-byte steps of the scan.
+        for pos in 0..40 {
+            let plain = "p".repeat(pos);
+            for (mid, ok, want) in [
+                (&b"\n"[..], false, "control character"),
+                (b"\xff", false, "invalid UTF-8"),
+                (b"\xc3", false, "invalid UTF-8"),
+                (b"\x7f", true, "\x7f"),
+                ("é".as_bytes(), true, "é"),
+                (b"\\n", true, "\n"),
+                (b"\\\"", true, "\""),
+            ] {
+                let mut text = plain.clone().into_bytes();
+                text.extend_from_slice(mid);
+                text.extend_from_slice(b"tail");
+                for in_key in [false, true] {
+                    let mut doc = b"{\"".to_vec();
+                    if in_key {
+                        doc.extend_from_slice(&text);
+                        doc.extend_from_slice(b"\":1}");
+                    } else {
+                        doc.extend_from_slice(b"k\":\"");
+                        doc.extend_from_slice(&text);
+                        doc.extend_from_slice(b"\"}");
+                    }
+                    let mut c = Collect::default();
+                    let mut arena = Vec::new();
+                    let r = scan_object(&doc, &mut Vec::new(), &mut arena, &mut c);
+                    match r {
+                        Ok(()) => {
+                            assert!(ok, "{doc:?} accepted");
+                            let (k, v) = &c.0[0];
+                            let got = if in_key {
+                                k.clone()
+                            } else {
+                                let src = if v.in_arena { &arena[..] } else { &doc[..] };
+                                String::from_utf8(src[v.start..v.end].to_vec()).unwrap()
+                            };
+                            assert_eq!(got, format!("{plain}{want}tail"), "{doc:?}");
+                        }
+                        Err(e) => {
+                            assert!(!ok, "{doc:?}: {}", e.detail);
+                            assert!(e.detail.contains(want), "{doc:?}: {}", e.detail);
+                        }
+                    }
+                }
+            }
         }
         let (f, _) = scan("{\"é\":\"ü😀\"}").unwrap();
         assert_eq!(f[0].0, "é");
