@@ -230,6 +230,12 @@ func newWorkload(seed uint64, opts Options, decl *declared) *workload {
 				act := []action{crashBefore, crashAfter, errBefore, errAfter, stall}[rng2.IntN(5)]
 				w.attempts[i].faults = append(w.attempts[i].faults, fault{at: pDstFinish, nth: 1, act: act, times: 1, reason: "fault at Finish"})
 			}
+			// Recover failing, or raising the fence and losing its
+			// response (the fake's plans have only crashes there).
+			if rng2.IntN(8) == 0 {
+				act := []action{errBefore, errAfter}[rng2.IntN(2)]
+				w.attempts[i].faults = append(w.attempts[i].faults, fault{at: pDstRecover, nth: 1, act: act, times: 1, reason: "Recover error"})
+			}
 		}
 	}
 	return w

@@ -43,7 +43,11 @@
 //     a Report.Note (a contract breach no promise depends on). Half the
 //     zombies (picked by the seed) go on as the next attempt calls
 //     Recover, racing it, instead of once it returned;
-//   - staged data expires only when Target.DropStaged is set.
+//   - staged data expires only when Target.DropStaged is set;
+//   - faults are drawn at sink.Finisher's Finish too (crashes, errors,
+//     lost responses, zombies), and errors at Recover (before it took
+//     effect, or after it raised the fence), from a random stream of
+//     their own, so that the fake's plans are the same as without.
 //
 // sink/iceberg and sink/parquet run it from their TestSim.
 //
