@@ -36,6 +36,7 @@
 #               run starts past the budget: both are reported as FAIL in
 #               the table and the script exits 1 (the table is still
 #               written).
+#   BUDGET_ONLY set: print the estimate and exit (1 when it is over the budget)
 #   BENCH_OUT   the Markdown file to update (default BENCHMARKS.md)
 #
 # Servers come from scripts/servers.sh (started here, stopped on exit,
@@ -92,15 +93,10 @@ else
   DB_CPU=0 TOOL_CPU=0 ALL_CPUS=0
 fi
 
-rm -rf "$WORK"
-mkdir -p "$WORK"
-: >"$NOTES"
-printf 'scenario\ttool\tsetting\trun\trows\tseconds\tcpu\trss_mb\tok\tdetail\tload\n' >"$RESULTS"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$SECONDS
 DEADLINE=$((T_START + BUDGET_MIN * 60))
-OVER=
-: >"$WORK/times.tsv"
+OVER= SPENT=
 
 # ------------------------------------------------------------ budget
 
@@ -145,10 +141,10 @@ step_limit() {
 # scenarios ask before every run, so nothing new starts past it.
 in_budget() {
   ((SECONDS < DEADLINE)) && return 0
-  if [ -z "$OVER" ]; then
+  if [ -z "$SPENT" ]; then
     note "OVER BUDGET: $1 and everything after it not run: the $BUDGET_MIN-minute budget was spent"
   fi
-  OVER=1
+  OVER=1 SPENT=1
   return 1
 }
 
@@ -221,6 +217,16 @@ EST_TOTAL=60
 if ((EST_TOTAL > BUDGET_MIN * 60)); then
   log "WARNING: the estimate is over the $BUDGET_MIN-minute budget; what does not fit is stopped and reported as FAIL (set RUNS, PEER_RUNS, ROWS, SCENARIOS or BUDGET_MIN)"
 fi
+if [ -n "${BUDGET_ONLY:-}" ]; then
+  ((EST_TOTAL <= BUDGET_MIN * 60))
+  exit
+fi
+
+rm -rf "$WORK"
+mkdir -p "$WORK"
+: >"$NOTES"
+: >"$WORK/times.tsv"
+printf 'scenario\ttool\tsetting\trun\trows\tseconds\tcpu\trss_mb\tok\tdetail\tload\n' >"$RESULTS"
 
 # ------------------------------------------------------------ build
 
@@ -247,16 +253,22 @@ has mariadb-cdc && services+=(mariadb)
 has arrow-clickhouse && services+=(clickhouse)
 SERVERS_DIR=
 PEER_PIDS=()
+# stop_servers: on any exit, the step running (its timeout, which passes
+# the signal on to the tool), the peer's processes and the servers, each
+# by its id.
 stop_servers() {
-  local p
-  for p in "${PEER_PIDS[@]}"; do
-    kill "$p" 2>/dev/null || true
+  local p kids
+  kids=$(ps -o pid= --ppid $$ 2>/dev/null || true)
+  for p in $kids "${PEER_PIDS[@]}"; do
+    [ "$p" = "$BASHPID" ] || kill "$p" 2>/dev/null || true
   done
   if [ -n "$SERVERS_DIR" ]; then
     scripts/servers.sh stop "$SERVERS_DIR" >/dev/null 2>&1 || true
   fi
 }
 trap stop_servers EXIT
+trap 'log "interrupted"; exit 130' INT
+trap 'log "terminated"; exit 143' TERM
 if [ ${#services[@]} -gt 0 ]; then
   unset OPENETL_SERVERS_DIR
   log "starting ${services[*]}"
@@ -701,12 +713,19 @@ scenario_pg_cdc() {
 
 # ------------------------------------------------------------ mariadb-cdc
 
-# my SQL: runs SQL on the MariaDB database of OPENETL_TEST_MARIADB_DSN.
-my() {
+# my_client: the mariadb client command for the database of
+# OPENETL_TEST_MARIADB_DSN, in the array MY.
+my_client() {
   local d=$OPENETL_TEST_MARIADB_DSN user rest
   user=${d%%@*} rest=${d#*@}
   local hp=${rest%%/*}
-  mariadb --protocol=tcp -h "${hp%%:*}" -P "${hp##*:}" -u "${user%%:*}" -p"${user#*:}" -N -B "${rest#*/}" -e "$1"
+  MY=(mariadb --protocol=tcp -h "${hp%%:*}" -P "${hp##*:}" -u "${user%%:*}" -p"${user#*:}" -N -B "${rest#*/}")
+}
+
+# my SQL: runs SQL on the MariaDB database of OPENETL_TEST_MARIADB_DSN.
+my() {
+  my_client
+  "${MY[@]}" -e "$1"
 }
 
 # The same mix as pg-cdc (CDC_I inserts, CDC_U updates, CDC_D deletes) on
@@ -733,7 +752,8 @@ scenario_mariadb_cdc() {
   for ((a = CDC_I - CDC_D + 1; a <= CDC_I; a += 10000)); do
     echo "DELETE FROM $t WHERE id BETWEEN $a AND $((a + 9999 < CDC_I ? a + 9999 : CDC_I));" >>"$f"
   done
-  bounded mariadb-cdc/changes "$CDC_CHANGES" "making $CDC_CHANGES changes in MariaDB" my "source $f"
+  my_client
+  bounded mariadb-cdc/changes "$CDC_CHANGES" "making $CDC_CHANGES changes in MariaDB" "${MY[@]}" -e "source $f"
   end=$(my "SHOW MASTER STATUS" | awk '{print $1 ":" $2}')
   local canal_bin=""
   if peer canal; then
@@ -1026,7 +1046,7 @@ PEER_SIZES="Conduit: $PEER_PG_ROWS rows (snapshot), $PEER_CDC_CHANGES changes, $
   echo "## Side by side (scripts/bench-compare.sh)"
   echo
   echo "Written by \`RUNS=$RUNS PEER_RUNS=$PEER_RUNS ROWS=$ROWS scripts/bench-compare.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC') in $(((SECONDS - T_START) / 60)) min"
-  echo "(budget $BUDGET_MIN min, estimated $(((EST_TOTAL + 59) / 60))${OVER:+; OVER BUDGET: see below}): $RUNS run(s) per tool and ceiling, $PEER_RUNS per peer."
+  echo "(budget $BUDGET_MIN min, estimated $(((EST_TOTAL + 59) / 60))${OVER:+; OVER BUDGET: a step was killed or runs were not made, see the FAIL rows and notes}): $RUNS run(s) per tool and ceiling, $PEER_RUNS per peer."
   echo "Sizes: $SIZES; peers: $PEER_SIZES (a peer row at another size says so: rows/s and CPU-s per million rows compare, totals don't)."
   echo "Median, with min–max over the runs;"
   echo "CPU is the tool's user+sys CPU per million rows (OpenETL and ceilings: getrusage of the timed section;"
@@ -1127,7 +1147,10 @@ print("; ".join("%s %s %.2f" % (sc, t, statistics.median(v)) for (sc, t), v in g
 python3 - "$BENCH_OUT" "$WORK/table.md" <<'PY'
 import sys
 path, table = sys.argv[1], open(sys.argv[2]).read().rstrip("\n")
-text = open(path).read()
+try:
+    text = open(path).read()
+except FileNotFoundError:
+    text = ""
 start, end = "<!-- bench-compare:start -->", "<!-- bench-compare:end -->"
 if start in text and end in text:
     a, b = text.index(start), text.index(end) + len(end)
