@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,18 +114,34 @@ func benchRatio(b *testing.B, brokers []string) {
 	ceiling(b, brokers, topic) // warm up both
 	viaPipeline(b, brokers, topic)
 	var tc, tp time.Duration
+	var cc, cp float64
 	b.ResetTimer()
 	for range b.N {
-		t0 := time.Now()
+		c0, t0 := cpuSeconds(), time.Now()
 		ceiling(b, brokers, topic)
-		t1 := time.Now()
+		c1, t1 := cpuSeconds(), time.Now()
 		viaPipeline(b, brokers, topic)
 		tc, tp = tc+t1.Sub(t0), tp+time.Since(t1)
+		cc, cp = cc+c1-c0, cp+cpuSeconds()-c1
 	}
 	msgs := float64(benchMessages * b.N)
 	b.ReportMetric(msgs/tc.Seconds(), "ceiling-msgs/s")
 	b.ReportMetric(msgs/tp.Seconds(), "pipeline-msgs/s")
 	b.ReportMetric(tc.Seconds()/tp.Seconds(), "ratio")
+	// CPU of this process per message (with kfake, the broker's too),
+	// steadier than wall time on a shared machine.
+	b.ReportMetric(cc/msgs*1e6, "ceiling-cpu-us/msg")
+	b.ReportMetric(cp/msgs*1e6, "pipeline-cpu-us/msg")
+	b.ReportMetric(cc/cp, "cpu-ratio")
+}
+
+// cpuSeconds is the CPU time (user + system) this process used so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // BenchmarkVsCeilingKfake: on kfake (in memory: flatters both sides).
