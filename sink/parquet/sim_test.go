@@ -129,9 +129,8 @@ func runSimSeed(t *testing.T, seed uint64) (*sim.Report, error) {
 // disconnects; write errors; with OPENETL_SIM_EXPIRY=1, staged files
 // deleted between attempts), then clean syncs; and the simulation's
 // checks, reading each stream's current manifest's files back: nothing
-// lost, no duplicates where
-// exactly once is promised, HEAD and rewinds consistent, every epoch of
-// the final log applied.
+// lost, no duplicates where exactly once is promised, HEAD and rewinds
+// consistent, every epoch of the final log applied.
 //
 // OPENETL_SIM_SEEDS sets the number of seeds (default 40), from
 // OPENETL_SIM_BASE (default derived from the commit); -sim.seed=N
