@@ -22,7 +22,9 @@
 // named after the table ("orders"; "billing.invoices" outside schema
 // public). Its columns are the table's, in attribute order, typed with
 // pg_type names (int4, numeric(12,2), timestamptz, _text ...: package
-// engine maps them to Arrow), and its primary key is the table's.
+// engine maps them to Arrow) — except enum types, declared
+// enum('label',...) in label order, which the engine marks as enums —
+// and its primary key is the table's.
 // Values travel in Postgres's text form, with DateStyle ISO, TimeZone
 // UTC, extra_float_digits 3 and bytea_output hex set on both connections,
 // so a value reads the same in the snapshot and in the stream.
