@@ -5,4 +5,4 @@ package engine
 // libSourceHash is the source hash of the engine library in lib/ (see
 // build.sh). It is here so that a rebuilt library changes this package's
 // Go sources: Go's build cache does not notice the library file itself.
-const libSourceHash = "d49648b7610f8818b3aa5dd80e83c6e18e0546948ff4f31db7382824b3273d39"
+const libSourceHash = "f8db4b76a5a6d459cb2c34700e1c8e1370d168608be338085c48abba4cceeb58"
