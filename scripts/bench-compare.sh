@@ -15,12 +15,16 @@
 #   PEER_RUNS   runs of each peer (default 1 at full size, else RUNS):
 #               peers are the slowest part of a full-size pass
 #   ROWS        full (default: 5M Postgres rows, 2M changes, 10M Kafka
-#               messages, 5M Arrow rows) or small (100k rows, 50k
-#               changes, 200k messages, 200k rows)
-#   PG_ROWS, CDC_CHANGES, KAFKA_MSGS, ARROW_ROWS   override the sizes
-#               (CDC_CHANGES is the Postgres and the MariaDB change count)
+#               messages on the broker, 2M on kfake, 5M Arrow rows) or
+#               small (100k rows, 50k changes, 200k messages, 200k rows)
+#   PG_ROWS, CDC_CHANGES, KAFKA_MSGS, KFAKE_MSGS, ARROW_ROWS   override
+#               the sizes (CDC_CHANGES is the Postgres and the MariaDB
+#               change count). KFAKE_MSGS is 2M at full size so that the
+#               default fits its budget: 5 runs of 10M on kfake would
+#               take 9 minutes of it (each run fills kfake twice); the
+#               real broker gets the full 10M.
 #   PEER_PG_ROWS, PEER_CDC_CHANGES, PEER_KAFKA_MSGS   the sizes Conduit
-#               and Benthos run at (default at full size: 300k rows,
+#               and Benthos run at (default at full size: 200k rows,
 #               200k changes, 1M messages; never more than the sizes
 #               above). Conduit moved 6–28k rows/s here, so at full size
 #               it alone would take most of the budget; its rows are
@@ -60,7 +64,8 @@ ROWS=${ROWS:-full}
 case $ROWS in
 full)
   PG_ROWS=${PG_ROWS:-5000000} KAFKA_MSGS=${KAFKA_MSGS:-10000000} ARROW_ROWS=${ARROW_ROWS:-5000000} CDC_CHANGES=${CDC_CHANGES:-2000000}
-  PEER_RUNS=${PEER_RUNS:-1} PEER_PG_ROWS=${PEER_PG_ROWS:-300000} PEER_CDC_CHANGES=${PEER_CDC_CHANGES:-200000}
+  KFAKE_MSGS=${KFAKE_MSGS:-2000000}
+  PEER_RUNS=${PEER_RUNS:-1} PEER_PG_ROWS=${PEER_PG_ROWS:-200000} PEER_CDC_CHANGES=${PEER_CDC_CHANGES:-200000}
   PEER_KAFKA_MSGS=${PEER_KAFKA_MSGS:-1000000}
   ;;
 small)
@@ -69,6 +74,7 @@ small)
 *) echo "bench-compare: ROWS is full or small, not $ROWS" >&2; exit 2 ;;
 esac
 PEER_RUNS=${PEER_RUNS:-$RUNS}
+KFAKE_MSGS=${KFAKE_MSGS:-$KAFKA_MSGS}
 PEER_PG_ROWS=$((${PEER_PG_ROWS:-$PG_ROWS} < PG_ROWS ? ${PEER_PG_ROWS:-$PG_ROWS} : PG_ROWS))
 PEER_CDC_CHANGES=$((${PEER_CDC_CHANGES:-$CDC_CHANGES} < CDC_CHANGES ? ${PEER_CDC_CHANGES:-$CDC_CHANGES} : CDC_CHANGES))
 PEER_KAFKA_MSGS=$((${PEER_KAFKA_MSGS:-$KAFKA_MSGS} < KAFKA_MSGS ? ${PEER_KAFKA_MSGS:-$KAFKA_MSGS} : KAFKA_MSGS))
@@ -100,21 +106,24 @@ OVER= SPENT=
 
 # ------------------------------------------------------------ budget
 
-# EST_RATE[KEY]: wall seconds per million rows of one step, from the
-# medium pass of 2026-11-30 on this 2-core machine (load 2–8, so on the
-# slow side of a quiet machine), a check of the output included. KEY is
-# SCENARIO/TOOL, or a preparation step. EST_STEP is each step's fixed
-# cost (process start, slots, pipeline state, the checker's start).
+# EST_RATE[KEY]: wall seconds per million rows of one step (its check
+# included) on this 2-core machine when nothing else runs: from the
+# full-size pass of 2026-11-30 21:00 UTC (1 run each, at load 5–8, when
+# steps took 1.3–2x these) and the medium pass before it (load 2–4),
+# taking the tool's CPU-s per million rows on its own core as the floor
+# of a quiet machine's wall time. KEY is SCENARIO/TOOL, or a
+# preparation step. EST_STEP is each step's fixed cost (process start,
+# slots, pipeline state, the checker's start).
 declare -A EST_RATE=(
-  [pg-fill]=12 [pg-snapshot/ceiling]=3.5 [pg-snapshot/openetl]=18 [pg-snapshot/conduit]=170
-  [pg-cdc/changes]=20 [pg-cdc/ceiling]=16 [pg-cdc/openetl]=20 [pg-cdc/conduit]=180
-  [mariadb-cdc/changes]=30 [mariadb-cdc/ceiling]=7 [mariadb-cdc/openetl]=10 [mariadb-cdc/canal]=5
-  [kafka-kfake/ceiling]=3 [kafka-kfake/openetl]=11
-  [kafka-broker/produce]=6 [kafka-broker/ceiling]=1 [kafka-broker/openetl]=10 [kafka-broker/conduit]=36
-  [ndjson/produce]=1 [ndjson/benthos]=38
+  [pg-fill]=12 [pg-snapshot/ceiling]=3.5 [pg-snapshot/openetl]=15 [pg-snapshot/conduit]=130
+  [pg-cdc/changes]=20 [pg-cdc/ceiling]=12 [pg-cdc/openetl]=14 [pg-cdc/conduit]=100
+  [mariadb-cdc/changes]=20 [mariadb-cdc/ceiling]=6 [mariadb-cdc/openetl]=9 [mariadb-cdc/canal]=5
+  [kafka-kfake/ceiling]=2.5 [kafka-kfake/openetl]=8
+  [kafka-broker/produce]=7 [kafka-broker/ceiling]=1 [kafka-broker/openetl]=7 [kafka-broker/conduit]=28
+  [ndjson/produce]=1 [ndjson/benthos]=40
   [arrow-parquet/ceiling]=3 [arrow-parquet/openetl]=3
-  [arrow-clickhouse/ceiling]=1.5 [arrow-clickhouse/openetl]=1.5
-  [arrow-clickhouse-mt/ceiling]=2 [arrow-clickhouse-mt/openetl]=4
+  [arrow-clickhouse/ceiling]=1.5 [arrow-clickhouse/openetl]=1.8
+  [arrow-clickhouse-mt/ceiling]=2.5 [arrow-clickhouse-mt/openetl]=4.5
 )
 EST_STEP=4
 
@@ -179,7 +188,7 @@ estimate() {
     t=$(($(est mariadb-cdc/changes "$CDC_CHANGES") + $(est mariadb-cdc/ceiling "$CDC_CHANGES" "$RUNS") + $(est mariadb-cdc/openetl "$CDC_CHANGES" "$RUNS") + EST_STEP * RUNS))
     peer canal && t=$((t + $(est mariadb-cdc/canal "$CDC_CHANGES" "$PEER_RUNS")))
     ;;
-  kafka-kfake) t=$(($(est kafka-kfake/ceiling "$KAFKA_MSGS" "$RUNS") + $(est kafka-kfake/openetl "$KAFKA_MSGS" "$RUNS"))) ;;
+  kafka-kfake) t=$(($(est kafka-kfake/ceiling "$KFAKE_MSGS" "$RUNS") + $(est kafka-kfake/openetl "$KFAKE_MSGS" "$RUNS"))) ;;
   kafka-broker)
     t=$(($(est kafka-broker/produce "$KAFKA_MSGS") + $(est kafka-broker/ceiling "$KAFKA_MSGS" "$RUNS") + $(est kafka-broker/openetl "$KAFKA_MSGS" "$RUNS")))
     peer conduit && t=$((t + $(est kafka-broker/produce "$PEER_KAFKA_MSGS") + $(est kafka-broker/conduit "$PEER_KAFKA_MSGS" "$PEER_RUNS")))
@@ -205,7 +214,7 @@ run_scenario() {
 
 EST_TOTAL=60
 {
-  echo "bench-compare: time budget ($BUDGET_MIN min; estimates from EST_RATE, a quiet machine is faster):"
+  echo "bench-compare: time budget ($BUDGET_MIN min; estimates from EST_RATE for a quiet machine: a loaded one is slower, and the budget stops it):"
   for sc in $SCENARIOS; do
     e=$(estimate "$sc")
     EST_TOTAL=$((EST_TOTAL + e))
@@ -231,6 +240,11 @@ printf 'scenario\ttool\tsetting\trun\trows\tseconds\tcpu\trss_mb\tok\tdetail\tlo
 # ------------------------------------------------------------ build
 
 log "building openetl-bench"
+# What it is built from, taken now (HEAD may move during a long run):
+# the commit, and the files changed since outside the benchmark's own.
+BUILT_FROM=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+BUILT_DIRTY=$(git status --porcelain -- . ':!bench' ':!scripts/bench-compare.sh' ':!BENCHMARKS.md' 2>/dev/null |
+  awk '{print $2}' | head -5 | paste -sd, - || true)
 go build -o "$BIN" ./bench/cmd/openetl-bench
 PY=$(scripts/test-tools.sh)
 
@@ -793,11 +807,11 @@ scenario_kafka_kfake() {
   for ((r = 1; r <= RUNS; r++)); do
     in_budget "kafka-kfake run $r" || break
     log "kafka-kfake run $r of $RUNS"
-    driver kafka-kfake ceiling "franz-go fetch → discard" "$r" "$KAFKA_MSGS" "$ALL_CPUS" \
-      kafka-ceiling -kfake -n "$KAFKA_MSGS"
+    driver kafka-kfake ceiling "franz-go fetch → discard" "$r" "$KFAKE_MSGS" "$ALL_CPUS" \
+      kafka-ceiling -kfake -n "$KFAKE_MSGS"
     rm -rf "$WORK/kafka-out"
-    driver kafka-kfake openetl "Parquet zstd, defaults" "$r" "$KAFKA_MSGS" "$ALL_CPUS" \
-      kafka -kfake -n "$KAFKA_MSGS" -out "$WORK/kafka-out"
+    driver kafka-kfake openetl "Parquet zstd, defaults" "$r" "$KFAKE_MSGS" "$ALL_CPUS" \
+      kafka -kfake -n "$KFAKE_MSGS" -out "$WORK/kafka-out"
     rm -rf "$WORK/kafka-out"
   done
 }
@@ -1018,7 +1032,7 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 # ------------------------------------------------------------ report
 
 versions() {
-  echo "- Go: $(go version | cut -d' ' -f3); OpenETL: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "- Go: $(go version | cut -d' ' -f3); OpenETL: built from $BUILT_FROM at the start$([ -z "$BUILT_DIRTY" ] || echo " with uncommitted changes to $BUILT_DIRTY")"
   if [ -n "${OPENETL_TEST_POSTGRES_DSN:-}" ]; then
     echo "- PostgreSQL: $(pg 'SHOW server_version') (scripts/servers.sh: fsync=off, wal_level=logical)"
   fi
@@ -1039,7 +1053,7 @@ machine() {
   echo "- Load average (1, 5, 15 min): $LOAD_START at the start, $LOAD_END at the end"
 }
 
-SIZES="$PG_ROWS Postgres rows, $CDC_CHANGES changes (Postgres and MariaDB), $KAFKA_MSGS Kafka messages of ~200 bytes, $ARROW_ROWS Arrow rows"
+SIZES="$PG_ROWS Postgres rows, $CDC_CHANGES changes (Postgres and MariaDB), $KAFKA_MSGS Kafka messages of ~200 bytes ($KFAKE_MSGS on kfake), $ARROW_ROWS Arrow rows"
 PEER_SIZES="Conduit: $PEER_PG_ROWS rows (snapshot), $PEER_CDC_CHANGES changes, $PEER_KAFKA_MSGS messages; Benthos: $PEER_KAFKA_MSGS messages; canal: $CDC_CHANGES changes"
 {
   echo "<!-- bench-compare:start -->"
@@ -1071,7 +1085,7 @@ titles = {
     "kafka-kfake": "Kafka JSON → Parquet, kfake",
     "kafka-broker": "Kafka JSON → Parquet, Apache Kafka broker (peer: → JSON-lines file)",
     "ndjson": "The same messages as NDJSON from a file, parsed (no OpenETL row: see the Kafka rows)",
-    "arrow-parquet": "Arrow batches → Parquet (zstd, 10 columns), local disk",
+    "arrow-parquet": "Arrow batches → Parquet (zstd, 10 columns, sink/parquet's default dictionary choice on both sides), local disk",
     "arrow-clickhouse": "Arrow batches → ClickHouse, Engine=Null (13 columns, 100k-row blocks; checked by the server's InsertedRows)",
     "arrow-clickhouse-mt": "Arrow batches → ClickHouse, MergeTree, one run (read back with clickhouse-client)",
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"gocloud.dev/blob/fileblob"
 
+	"github.com/openetl/etl/internal/pqdict"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/parquet"
 )
@@ -94,7 +95,9 @@ func (a *arrowBatches) batch() arrow.RecordBatch {
 // arrowParquet writes n rows of identical Arrow batches as Parquet,
 // through sink/parquet's writer (Write, PreCommit, Commit: one epoch) or,
 // with -plain, through pqarrow's FileWriter alone with the same
-// properties (zstd, 131,072-row groups): the ceiling.
+// properties (zstd, 131,072-row groups, and sink/parquet's default
+// DictionaryAuto: dictionaries only for the columns internal/pqdict picks
+// from the first batch): the ceiling.
 func arrowParquet(args []string) (*result, error) {
 	fs := flag.NewFlagSet("arrow-parquet", flag.ExitOnError)
 	n := fs.Int64("n", 1_000_000, "rows")
@@ -118,13 +121,19 @@ func arrowParquet(args []string) (*result, error) {
 		if err != nil {
 			return nil, err
 		}
-		w, err := pqarrow.NewFileWriter(arrowSchema, f,
-			pq.NewWriterProperties(pq.WithCompression(compress.Codecs.Zstd), pq.WithMaxRowGroupLength(parquet.DefaultRowGroupRows)),
+		first := in.batch()
+		props := []pq.WriterProperty{pq.WithCompression(compress.Codecs.Zstd),
+			pq.WithMaxRowGroupLength(parquet.DefaultRowGroupRows), pq.WithDictionaryDefault(false)}
+		for _, name := range pqdict.Columns(first) {
+			props = append(props, pq.WithDictionaryFor(name, true))
+		}
+		w, err := pqarrow.NewFileWriter(arrowSchema, f, pq.NewWriterProperties(props...),
 			pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 		if err != nil {
+			first.Release()
 			return nil, err
 		}
-		for rec := in.batch(); rec != nil; rec = in.batch() {
+		for rec := first; rec != nil; rec = in.batch() {
 			err := w.WriteBuffered(rec)
 			rec.Release()
 			if err != nil {
