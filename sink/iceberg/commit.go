@@ -168,6 +168,14 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 			}
 			return err
 		}
+		// A file that is gone (removed by a newer attempt's cleanup, or
+		// by a lifecycle rule) must not be added: readers would fail on
+		// it. The commit fails; the next Recover reports the epoch Lost.
+		if missing, err := firstMissing(ctx, tbl, p); err != nil {
+			return err
+		} else if missing != "" {
+			return fmt.Errorf("iceberg: table %v: epoch %d: data file %s is gone: not committing it", ident, epoch, missing)
+		}
 		tx := tbl.NewTransaction()
 		if err := w.stage(ctx, tbl, tx, mode, epoch, uint64(gen), p); err != nil {
 			return fmt.Errorf("iceberg: table %v: stage epoch %d: %w", ident, epoch, err)
@@ -438,21 +446,13 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 			continue
 		}
 		out = sink.Recoverable
-		fsys, err := tbl.FS(ctx)
+		missing, err := firstMissing(ctx, tbl, p)
 		if err != nil {
 			return 0, nil, err
 		}
-		for _, f := range append(slices.Clone(p.data), p.deletes...) {
-			st, err := fsys.Open(f.Path)
-			if errors.Is(err, fs.ErrNotExist) {
-				w.d.log.Warn("iceberg: data file of the head epoch is gone", "pipeline", w.pipeline, "epoch", head.Epoch,
-					"file_epoch", f.Epoch, "path", f.Path)
-				return sink.Lost, nil, nil
-			}
-			if err != nil {
-				return 0, nil, fmt.Errorf("iceberg: open %s: %w", f.Path, err)
-			}
-			_ = st.Close()
+		if missing != "" {
+			w.d.log.Warn("iceberg: data file of the head epoch is gone", "pipeline", w.pipeline, "epoch", head.Epoch, "path", missing)
+			return sink.Lost, nil, nil
 		}
 		waiting[name] = p
 	}
@@ -462,4 +462,24 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 	w.inherit = waiting
 	w.inheritMu.Unlock()
 	return out, byTable, nil
+}
+
+// firstMissing returns the path of the first of p's files that does not
+// exist, or "".
+func firstMissing(ctx context.Context, tbl *table.Table, p pending) (string, error) {
+	fsys, err := tbl.FS(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, f := range append(slices.Clone(p.data), p.deletes...) {
+		st, err := fsys.Open(f.Path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return f.Path, nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("iceberg: open %s: %w", f.Path, err)
+		}
+		_ = st.Close()
+	}
+	return "", nil
 }
