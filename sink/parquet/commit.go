@@ -236,7 +236,11 @@ func (w *writer) checkFence(ctx context.Context, gen checkpoint.Generation) erro
 // epoch or later (or it had no files, or head is nil), Recoverable when
 // every file not yet applied is still there (staged, or already copied to
 // its final key), Lost otherwise. It fails with an error wrapping
-// sink.ErrFenced when a newer generation has recovered.
+// sink.ErrFenced when a newer generation has recovered. When it reports
+// Lost after a Commit cut short between streams, the streams that had
+// the epoch give it back (a new manifest version without its files): the
+// runner writes that epoch's number again from the record before, and
+// the new epoch must not be skipped as applied.
 //
 // The fence is the highest marker under _openetl/{pipeline}/fence/: a
 // marker per generation rather than one object overwritten, so that two
@@ -250,7 +254,7 @@ func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *c
 		return 0, err
 	}
 	w.gen.Store(uint64(gen))
-	out, err := w.outcome(ctx, head)
+	out, err := w.outcome(ctx, gen, head)
 	if err != nil {
 		return 0, err
 	}
@@ -292,7 +296,7 @@ func (w *writer) raiseFence(ctx context.Context, gen checkpoint.Generation) erro
 	return nil
 }
 
-func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Outcome, error) {
+func (w *writer) outcome(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) (sink.Outcome, error) {
 	if head == nil {
 		return sink.Applied, nil
 	}
@@ -308,12 +312,17 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 		return 0, err
 	}
 	out := sink.Applied
+	var applied []string // streams that have the head epoch
 	for _, s := range slices.Sorted(maps.Keys(byStream)) {
 		m, err := w.current(ctx, s)
 		if err != nil {
 			return 0, err
 		}
 		if m != nil && m.Epoch >= head.Epoch {
+			applied = append(applied, s)
+			continue
+		}
+		if out == sink.Lost {
 			continue
 		}
 		out = sink.Recoverable
@@ -324,11 +333,76 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 			}
 			if !ok {
 				w.d.log.Warn("parquet: staged file of the head epoch is gone", "pipeline", w.pipeline, "epoch", head.Epoch, "key", f.Staged)
-				return sink.Lost, nil
+				out = sink.Lost
+				break
+			}
+		}
+	}
+	if out == sink.Lost {
+		// The runner rewinds and writes this epoch's number again, from
+		// the previous record's positions: streams that had it (a Commit
+		// cut short between streams) give it back, or the new epoch of
+		// the same number would be skipped as applied and its records
+		// lost.
+		for _, s := range applied {
+			if err := w.rollback(ctx, gen, s, head.Epoch); err != nil {
+				return 0, err
 			}
 		}
 	}
 	return out, nil
+}
+
+// rollback removes epoch's files from stream's manifest (a new version,
+// Epoch set to the one before), when the manifest's last epoch is epoch.
+// The files stay in the bucket (a reader of the older manifest version
+// may be reading them), unlisted.
+func (w *writer) rollback(ctx context.Context, gen checkpoint.Generation, stream string, epoch uint64) error {
+	for range maxRaces {
+		prev, err := w.current(ctx, stream)
+		if err != nil {
+			return err
+		}
+		if prev == nil || prev.Epoch < epoch {
+			return nil
+		}
+		if prev.Epoch > epoch {
+			return fmt.Errorf("parquet: stream %q has epoch %d, past the lost head epoch %d", stream, prev.Epoch, epoch)
+		}
+		if err := w.checkFence(ctx, gen); err != nil {
+			return err
+		}
+		next := *prev
+		next.Version, next.Epoch, next.Generation = prev.Version+1, epoch-1, gen
+		next.Files = nil
+		var removed []File
+		for _, f := range prev.Files {
+			if f.Epoch == epoch {
+				removed = append(removed, f)
+			} else {
+				next.Files = append(next.Files, f)
+			}
+		}
+		data, err := json.Marshal(next)
+		if err != nil {
+			return fmt.Errorf("parquet: encode manifest: %w", err)
+		}
+		created, err := w.d.versions.create(ctx, manifestDir(w.d.prefix, stream), next.Version, data)
+		if err != nil {
+			return err
+		}
+		if created {
+			w.setHint(stream, next.Version)
+			keys := make([]string, len(removed))
+			for i, f := range removed {
+				keys[i] = f.Key
+			}
+			w.d.log.Warn("parquet: epoch lost after some streams had it: taken back from them (files left unlisted)", "pipeline", w.pipeline,
+				"stream", stream, "epoch", epoch, "files", keys)
+			return nil
+		}
+	}
+	return fmt.Errorf("parquet: stream %q: lost the race for the next manifest version %d times while taking back epoch %d", stream, maxRaces, epoch)
 }
 
 // exists reports whether any of keys exists.
