@@ -428,11 +428,14 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 	}
 	out := sink.Applied
 	waiting := map[string]pending{}
+	var had []string // tables whose marker is at head's epoch
+	lost := false
 	for _, name := range slices.Sorted(maps.Keys(byTable)) {
 		tbl, err := w.d.cat.LoadTable(ctx, w.d.ident(name))
 		if errors.Is(err, catalog.ErrNoSuchTable) {
 			w.d.log.Warn("iceberg: table of the head epoch is gone", "pipeline", w.pipeline, "epoch", head.Epoch, "table", name)
-			return sink.Lost, nil, nil
+			lost = true
+			continue
 		}
 		if err != nil {
 			return 0, nil, fmt.Errorf("iceberg: load table %s: %w", name, err)
@@ -441,8 +444,11 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 		if err != nil {
 			return 0, nil, err
 		}
+		if m.epoch >= head.Epoch {
+			had = append(had, name)
+		}
 		p := byTable[name].after(m.epoch)
-		if p.empty() {
+		if p.empty() || lost {
 			continue
 		}
 		out = sink.Recoverable
@@ -452,9 +458,22 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 		}
 		if missing != "" {
 			w.d.log.Warn("iceberg: data file of the head epoch is gone", "pipeline", w.pipeline, "epoch", head.Epoch, "path", missing)
-			return sink.Lost, nil, nil
+			lost = true
+			continue
 		}
 		waiting[name] = p
+	}
+	if lost {
+		// The runner rewinds and writes this epoch's number again, from
+		// the previous record's positions: tables that have it (a Commit
+		// cut short between tables) give it back, or the new epoch of the
+		// same number would be skipped as applied and its rows lost.
+		for _, name := range had {
+			if err := w.takeBack(ctx, name, head.Epoch); err != nil {
+				return 0, nil, err
+			}
+		}
+		return sink.Lost, nil, nil
 	}
 	// Lane 0 carries the files still waiting into its committables, so
 	// the group (or the refresh) goes on across the attempts.
@@ -482,4 +501,101 @@ func firstMissing(ctx context.Context, tbl *table.Table, p pending) (string, err
 		_ = st.Close()
 	}
 	return "", nil
+}
+
+// takeBack rolls table name back to the snapshot before the ones that
+// applied epoch (a commit adds one snapshot, or one per epoch with
+// equality deletes, all marked with its epoch), and its epoch marker to
+// the epoch of the newest snapshot of the pipeline before them, fenced
+// like a commit. A table whose first snapshots applied epoch is emptied
+// instead. Nothing happens when the table's marker is below epoch.
+func (w *writer) takeBack(ctx context.Context, name string, epoch uint64) error {
+	ident := w.d.ident(name)
+	gen := w.gen.Load()
+	mark := strconv.FormatUint(epoch, 10)
+	ours := func(s *table.Snapshot) (string, bool) {
+		if s == nil || s.Summary == nil || s.Summary.Properties["openetl.pipeline"] != w.pipeline {
+			return "", false
+		}
+		return s.Summary.Properties["openetl.epoch"], true
+	}
+	var lastErr error
+	for try := 0; try < w.d.maxTries; try++ {
+		req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: gen}
+		tbl, err := w.d.fenced(ctx, ident, req)
+		if err != nil {
+			return fmt.Errorf("iceberg: load table %v: %w", ident, err)
+		}
+		m, err := readMarkers(tbl.Properties(), w.pipeline)
+		if err != nil {
+			return err
+		}
+		if m.epoch < epoch {
+			return nil
+		}
+		// Walk back from the current snapshot past other writers' (e.g.
+		// compaction) to the epoch's, then past them.
+		parent := func(s *table.Snapshot) *table.Snapshot {
+			if s.ParentSnapshotID == nil {
+				return nil
+			}
+			return tbl.SnapshotByID(*s.ParentSnapshotID)
+		}
+		s := tbl.CurrentSnapshot()
+		for s != nil {
+			if e, ok := ours(s); ok && e == mark {
+				break
+			}
+			s = parent(s)
+		}
+		if s == nil {
+			return fmt.Errorf("iceberg: table %v records epoch %d but no snapshot applied it: can't take it back", ident, epoch)
+		}
+		for s != nil {
+			if e, ok := ours(s); !ok || e != mark {
+				break
+			}
+			s = parent(s)
+		}
+		var prev uint64
+		for p := s; p != nil; p = parent(p) {
+			if e, ok := ours(p); ok {
+				if prev, err = strconv.ParseUint(e, 10, 64); err != nil {
+					return fmt.Errorf("iceberg: table %v: snapshot %d's openetl.epoch %q: %w", ident, p.SnapshotID, e, err)
+				}
+				break
+			}
+		}
+		tx := tbl.NewTransaction()
+		if s != nil {
+			err = tx.RollbackToSnapshot(s.SnapshotID)
+		} else {
+			err = tx.Delete(ctx, ice.AlwaysTrue{}, w.snapshotProps(prev, gen))
+		}
+		if err != nil {
+			return fmt.Errorf("iceberg: table %v: take back epoch %d: %w", ident, epoch, err)
+		}
+		if err := tx.SetProperties(ice.Properties{
+			epochKey(w.pipeline): strconv.FormatUint(prev, 10),
+			genKey(w.pipeline):   strconv.FormatUint(gen, 10),
+		}); err != nil {
+			return err
+		}
+		_, err = tx.Commit(ctx)
+		switch {
+		case err == nil:
+			w.d.resetApplied(w.pipeline, name, prev)
+			w.d.log.Warn("iceberg: epoch lost after some tables had it: taken back", "pipeline", w.pipeline,
+				"table", name, "epoch", epoch, "marker", prev)
+			return nil
+		case errors.Is(err, sink.ErrFenced):
+			return err
+		case isConflict(err):
+			lastErr = err
+			continue
+		default:
+			return fmt.Errorf("iceberg: table %v: take back epoch %d: %w", ident, epoch, err)
+		}
+	}
+	return fmt.Errorf("iceberg: table %v: taking back epoch %d lost the race %d times: %w", ident, epoch, w.d.maxTries, lastErr)
 }

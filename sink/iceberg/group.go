@@ -132,6 +132,14 @@ func (d *Destination) noteApplied(pipeline, table string, epoch uint64) {
 	}
 }
 
+// resetApplied records that table's markers went back to epoch (an
+// epoch taken back by Recover).
+func (d *Destination) resetApplied(pipeline, table string, epoch uint64) {
+	d.appliedMu.Lock()
+	defer d.appliedMu.Unlock()
+	d.applied[appliedKey(pipeline, table)] = epoch
+}
+
 func (d *Destination) appliedEpoch(pipeline, table string) uint64 {
 	d.appliedMu.Lock()
 	defer d.appliedMu.Unlock()
