@@ -15,14 +15,13 @@
 #   PEER_RUNS   runs of each peer (default 1 at full size, else RUNS):
 #               peers are the slowest part of a full-size pass
 #   ROWS        full (default: 5M Postgres rows, 2M changes, 10M Kafka
-#               messages on the broker, 2M on kfake, 5M Arrow rows) or
-#               small (100k rows, 50k changes, 200k messages, 200k rows)
-#   PG_ROWS, CDC_CHANGES, KAFKA_MSGS, KFAKE_MSGS, ARROW_ROWS   override
-#               the sizes (CDC_CHANGES is the Postgres and the MariaDB
-#               change count). KFAKE_MSGS is 2M at full size so that the
-#               default fits its budget: 5 runs of 10M on kfake would
-#               take 9 minutes of it (each run fills kfake twice); the
-#               real broker gets the full 10M.
+#               messages, 5M Arrow rows) or small (100k rows, 50k
+#               changes, 200k messages, 200k rows)
+#   PG_ROWS, CDC_CHANGES, KAFKA_MSGS, ARROW_ROWS   override the sizes
+#               (CDC_CHANGES is the Postgres and the MariaDB change count)
+#   KFAKE_MSGS  the messages on kfake (default KAFKA_MSGS): each kfake
+#               run fills kfake twice (the ceiling's process and
+#               OpenETL's), so a tight budget may want fewer
 #   PEER_PG_ROWS, PEER_CDC_CHANGES, PEER_KAFKA_MSGS   the sizes Conduit
 #               and Benthos run at (default at full size: 200k rows,
 #               200k changes, 1M messages; never more than the sizes
@@ -64,7 +63,6 @@ ROWS=${ROWS:-full}
 case $ROWS in
 full)
   PG_ROWS=${PG_ROWS:-5000000} KAFKA_MSGS=${KAFKA_MSGS:-10000000} ARROW_ROWS=${ARROW_ROWS:-5000000} CDC_CHANGES=${CDC_CHANGES:-2000000}
-  KFAKE_MSGS=${KFAKE_MSGS:-2000000}
   PEER_RUNS=${PEER_RUNS:-1} PEER_PG_ROWS=${PEER_PG_ROWS:-200000} PEER_CDC_CHANGES=${PEER_CDC_CHANGES:-200000}
   PEER_KAFKA_MSGS=${PEER_KAFKA_MSGS:-1000000}
   ;;
@@ -107,23 +105,23 @@ OVER= SPENT=
 # ------------------------------------------------------------ budget
 
 # EST_RATE[KEY]: wall seconds per million rows of one step (its check
-# included) on this 2-core machine when nothing else runs: from the
-# full-size pass of 2026-11-30 21:00 UTC (1 run each, at load 5–8, when
-# steps took 1.3–2x these) and the medium pass before it (load 2–4),
-# taking the tool's CPU-s per million rows on its own core as the floor
-# of a quiet machine's wall time. KEY is SCENARIO/TOOL, or a
-# preparation step. EST_STEP is each step's fixed cost (process start,
-# slots, pipeline state, the checker's start).
+# included) on this 2-core machine: from the full-size pass of
+# 2026-11-30 21:36 UTC (f397baf, 1 run each, at load 1.7–4.6 with other
+# jobs on the machine), rounded up. At load 6–8 steps took up to 2x
+# these (the pass of 21:00 UTC, before sink/parquet's dictionary
+# change). KEY is SCENARIO/TOOL, or a preparation step. EST_STEP is each
+# step's fixed cost (process start, slots, pipeline state, the checker's
+# start).
 declare -A EST_RATE=(
-  [pg-fill]=12 [pg-snapshot/ceiling]=3.5 [pg-snapshot/openetl]=15 [pg-snapshot/conduit]=130
-  [pg-cdc/changes]=20 [pg-cdc/ceiling]=12 [pg-cdc/openetl]=14 [pg-cdc/conduit]=100
-  [mariadb-cdc/changes]=20 [mariadb-cdc/ceiling]=6 [mariadb-cdc/openetl]=9 [mariadb-cdc/canal]=5
-  [kafka-kfake/ceiling]=2.5 [kafka-kfake/openetl]=8
-  [kafka-broker/produce]=7 [kafka-broker/ceiling]=1 [kafka-broker/openetl]=7 [kafka-broker/conduit]=28
-  [ndjson/produce]=1 [ndjson/benthos]=40
-  [arrow-parquet/ceiling]=3 [arrow-parquet/openetl]=3
-  [arrow-clickhouse/ceiling]=1.5 [arrow-clickhouse/openetl]=1.8
-  [arrow-clickhouse-mt/ceiling]=2.5 [arrow-clickhouse-mt/openetl]=4.5
+  [pg-fill]=11 [pg-snapshot/ceiling]=2.5 [pg-snapshot/openetl]=7.5 [pg-snapshot/conduit]=120
+  [pg-cdc/changes]=10 [pg-cdc/ceiling]=11 [pg-cdc/openetl]=7 [pg-cdc/conduit]=150
+  [mariadb-cdc/changes]=8 [mariadb-cdc/ceiling]=5 [mariadb-cdc/openetl]=6 [mariadb-cdc/canal]=5
+  [kafka-kfake/ceiling]=2.5 [kafka-kfake/openetl]=7
+  [kafka-broker/produce]=5 [kafka-broker/ceiling]=1 [kafka-broker/openetl]=4.5 [kafka-broker/conduit]=30
+  [ndjson/produce]=1 [ndjson/benthos]=60
+  [arrow-parquet/ceiling]=1.5 [arrow-parquet/openetl]=1.5
+  [arrow-clickhouse/ceiling]=1.2 [arrow-clickhouse/openetl]=1.2
+  [arrow-clickhouse-mt/ceiling]=2 [arrow-clickhouse-mt/openetl]=3.5
 )
 EST_STEP=4
 
@@ -214,7 +212,7 @@ run_scenario() {
 
 EST_TOTAL=60
 {
-  echo "bench-compare: time budget ($BUDGET_MIN min; estimates from EST_RATE for a quiet machine: a loaded one is slower, and the budget stops it):"
+  echo "bench-compare: time budget ($BUDGET_MIN min; estimates from EST_RATE, measured at load 2-4: a busier machine is slower, and the budget stops it):"
   for sc in $SCENARIOS; do
     e=$(estimate "$sc")
     EST_TOTAL=$((EST_TOTAL + e))
@@ -441,12 +439,12 @@ conduit_follow() {
   PEER_PIDS=("$tpid" $(ps -o pid= --ppid "$tpid"))
   taskset -c "$DB_CPU" "$BIN" check-jsonl -file "$dir/out.jsonl" -after "$marker" -n "$n" \
     -wait -since "$t0" -timeout "${lim}s" >"$dir/check.json" 2>"$dir/check.err" &
-  local fpid=$! i=0
+  local fpid=$! i=0 size=-1 same=0 now
   PEER_PIDS+=("$fpid")
   # A Conduit that exits (a failed pipeline) ends the wait too, and so
   # does one whose Postgres source failed three times (Conduit restarts
   # a failed pipeline with a backoff, from its last acknowledged
-  # position, for ever).
+  # position, for ever), or whose output stopped growing for 30 s.
   while kill -0 "$fpid" 2>/dev/null; do
     if ! kill -0 "$tpid" 2>/dev/null; then
       sleep 2
@@ -458,6 +456,15 @@ conduit_follow() {
       kill "$fpid" 2>/dev/null || true
       echo "conduit's pipeline failed and restarted 3 times, at $(wc -l <"$dir/out.jsonl") of $n records" >>"$dir/check.err"
       break
+    fi
+    if ((i % 5 == 0)); then
+      now=$(stat -c %s "$dir/out.jsonl" 2>/dev/null || echo 0)
+      if ((now == size)); then same=$((same + 1)); else same=0 size=$now; fi
+      if ((same >= 30)); then
+        kill "$fpid" 2>/dev/null || true
+        echo "conduit's output stalled for 30 s at $(wc -l <"$dir/out.jsonl" 2>/dev/null || echo 0) of $n records" >>"$dir/check.err"
+        break
+      fi
     fi
     sleep 0.2
   done
