@@ -690,7 +690,7 @@ scenario_pg_cdc() {
     mkdir -p "$d"
     lim=$(step_limit pg-cdc/ceiling "$CDC_CHANGES")
     timed "$d/time" "$TOOL_CPU" "$lim" pg_recvlogical -d "$OPENETL_TEST_POSTGRES_DSN" -S "cdc_recv_$r" --start \
-      -E "$end" -o proto_version=1 -o "publication_names=$CDC_PUB" -f /dev/null --no-loop >"$d/log" 2>&1 || rc=$?
+      -E "$end" -o proto_version=2 -o streaming=on -o "publication_names=$CDC_PUB" -f /dev/null --no-loop >"$d/log" 2>&1 || rc=$?
     if ((rc == 0)); then
       read -r secs u s m < <(tail -1 "$d/time")
       cpu=$(python3 -c "print($u + $s)") rss=$(python3 -c "print($m / 1024)")
@@ -700,9 +700,9 @@ scenario_pg_cdc() {
     else
       detail="pg_recvlogical failed: $(tail -1 "$d/log")"
     fi
-    result pg-cdc ceiling "pg_recvlogical, pgoutput v1 → /dev/null" "$r" "$CDC_CHANGES" "$secs" "$cpu" "$rss" "$ok" "$detail"
+    result pg-cdc ceiling "pg_recvlogical, pgoutput v2, streaming → /dev/null" "$r" "$CDC_CHANGES" "$secs" "$cpu" "$rss" "$ok" "$detail"
     drop_slot "cdc_recv_$r"
-    driver pg-cdc ceiling "bare pglogrepl loop, pgoutput v1, parse + ids" "$r" cdc "$TOOL_CPU" \
+    driver pg-cdc ceiling "bare pglogrepl loop, pgoutput v2, streaming, parse + ids" "$r" cdc "$TOOL_CPU" \
       pg-cdc-ceiling -slot "cdc_bare_$r" -pub "$CDC_PUB" -to "$end" -n "$CDC_CHANGES"
     drop_slot "cdc_bare_$r"
     driver pg-cdc openetl "Parquet zstd, defaults" "$r" cdc "$TOOL_CPU" \
@@ -1146,7 +1146,8 @@ PY
   echo "- Benthos core has no Kafka input or Parquet output (those are in Redpanda Connect), so it reads the same"
   echo "  messages as NDJSON from a file and writes JSON lines: compare its CPU per row with the Kafka rows, not a ratio."
   echo "- pg_recvlogical's time includes starting the process, and it is checked by reaching the end LSN, not by rows"
-  echo "  (the bare pglogrepl loop beside it counts and checks every change)."
+  echo "  (the bare pglogrepl loop beside it counts and checks every change). Both ask for what source/postgres asks"
+  echo "  for on PostgreSQL 14+: pgoutput v2 with streaming 'on'."
   echo "- Arrow → ClickHouse into Null tables runs the writer's Write and PreCommit only (its Commit copies staged rows,"
   echo "  which a Null staging table does not keep); the MergeTree rows run the whole path once, the writer's with its copy."
   if [ -s "$WORK/chserver.tsv" ]; then

@@ -93,8 +93,10 @@ func pgCopy(args []string) (*result, error) {
 }
 
 // pgCDCCeiling is the CDC catch-up's ceiling: a bare pglogrepl loop that
-// streams a slot (made before the changes) with pgoutput v1, parses every
-// message and reads each change's id (the first column, as text), until
+// streams a slot (made before the changes) with pgoutput v2 and
+// streaming 'on' (as source/postgres asks on servers 14+; -proto 1: v1,
+// no streaming), parses every message and reads each change's id (the
+// first column, as text), until
 // it has passed the WAL position -to: the commit of a transaction ending
 // at or past it, or a keepalive saying the server has sent everything up
 // to it. It confirms nothing. The JSON's check has the count, the sum,
@@ -108,6 +110,7 @@ func pgCDCCeiling(args []string) (*result, error) {
 	pub := fs.String("pub", "bench_cdc_pub", "publication")
 	to := fs.String("to", "", "WAL position to read up to (pg_current_wal_lsn() after the changes)")
 	want := fs.Int64("n", 0, "expected changes (sizes the check)")
+	proto := fs.Int("proto", 2, "pgoutput protocol: 1, or 2 with streaming 'on' (PostgreSQL 14+)")
 	_ = fs.Parse(args)
 	end, err := pglogrepl.ParseLSN(*to)
 	if err != nil {
@@ -125,9 +128,11 @@ func pgCDCCeiling(args []string) (*result, error) {
 	}
 	defer conn.Close(ctx)
 	t := startTimer()
-	if err := pglogrepl.StartReplication(ctx, conn, *slot, 0, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + *pub + "'"},
-	}); err != nil {
+	plugin := []string{"proto_version '" + strconv.Itoa(*proto) + "'", "publication_names '" + *pub + "'"}
+	if *proto >= 2 {
+		plugin = append(plugin, "streaming 'on'")
+	}
+	if err := pglogrepl.StartReplication(ctx, conn, *slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: plugin}); err != nil {
 		return nil, err
 	}
 	sum := newIDSum(*want)
@@ -145,7 +150,10 @@ func pgCDCCeiling(args []string) (*result, error) {
 		}
 		sum.add(v)
 	}
-	inTx := false
+	// inTx: a transaction is open (Begin, or a streamed one's first
+	// StreamStart, until its commit); inStream: between StreamStart and
+	// StreamStop, where v2 changes carry an xid.
+	inTx, inStream := false, false
 	for done := false; !done; {
 		msg, err := conn.ReceiveMessage(ctx)
 		if err != nil {
@@ -177,23 +185,48 @@ func pgCDCCeiling(args []string) (*result, error) {
 			if err != nil {
 				return nil, err
 			}
-			m, err := pglogrepl.Parse(xld.WALData)
+			var m pglogrepl.Message
+			if *proto >= 2 {
+				m, err = pglogrepl.ParseV2(xld.WALData, inStream)
+			} else {
+				m, err = pglogrepl.Parse(xld.WALData)
+			}
 			if err != nil {
 				return nil, err
 			}
 			switch m := m.(type) {
 			case *pglogrepl.BeginMessage:
 				inTx = true
+			case *pglogrepl.StreamStartMessageV2:
+				inTx, inStream = true, true
+			case *pglogrepl.StreamStopMessageV2:
+				inStream = false
 			case *pglogrepl.InsertMessage:
+				ops["insert"]++
+				id(m.Tuple)
+			case *pglogrepl.InsertMessageV2:
 				ops["insert"]++
 				id(m.Tuple)
 			case *pglogrepl.UpdateMessage:
 				ops["update"]++
 				id(m.NewTuple)
+			case *pglogrepl.UpdateMessageV2:
+				ops["update"]++
+				id(m.NewTuple)
 			case *pglogrepl.DeleteMessage:
 				ops["delete"]++
 				id(m.OldTuple)
+			case *pglogrepl.DeleteMessageV2:
+				ops["delete"]++
+				id(m.OldTuple)
+			case *pglogrepl.StreamAbortMessageV2:
+				return nil, fmt.Errorf("streamed transaction %d aborted: its changes were counted (the benchmark's changes never abort)", m.Xid)
 			case *pglogrepl.CommitMessage:
+				inTx = false
+				if m.TransactionEndLSN >= end {
+					done = true
+				}
+			case *pglogrepl.StreamCommitMessageV2:
 				inTx = false
 				if m.TransactionEndLSN >= end {
 					done = true
