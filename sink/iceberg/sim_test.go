@@ -110,7 +110,18 @@ func dropOrphans(ctx context.Context, cat catalog.Catalog) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		res, err := tbl.DeleteOrphanFiles(ctx, table.WithFilesOlderThan(time.Nanosecond))
+		// Data files only: with no minimum age, deleting metadata files
+		// would race a zombie's commit that is writing them (seed
+		// 4242112 lost a manifest the table then referred to), which is
+		// what Maintain's OrphansOlderThan exists for, not a staged-data
+		// expiry.
+		res, err := tbl.DeleteOrphanFiles(ctx, table.WithFilesOlderThan(time.Nanosecond),
+			table.WithDeleteFunc(func(path string) error {
+				if !strings.HasSuffix(path, ".parquet") {
+					return nil
+				}
+				return os.Remove(strings.TrimPrefix(path, "file://"))
+			}))
 		if err != nil {
 			return n, fmt.Errorf("delete orphan files of %v: %w", ident, err)
 		}
