@@ -67,10 +67,14 @@ type runner struct {
 	// completeEpoch is the epoch that ends a completed read (its record is
 	// Final), once the coordinator requested it; 0 before.
 	completeEpoch atomic.Uint64
+	// lastCommit is the commit goroutine's latest committed epoch, for the
+	// Result of an attempt that failed before the coordinator heard of it.
+	lastCommit atomic.Pointer[committed]
 }
 
 type committed struct {
 	epoch  uint64
+	epochs int                          // committed in this attempt, this one included
 	counts map[string]checkpoint.Counts // this attempt, cumulative
 	totals map[string]checkpoint.Counts
 }

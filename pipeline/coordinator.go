@@ -96,6 +96,12 @@ func (r *runner) pipeline(ctx, work context.Context, cancelWork context.CancelCa
 	}
 	cancelSplits(nil)
 	wg.Wait()
+	// An attempt that failed may have committed an epoch the coordinator
+	// had not heard of yet (its error and the commit arrived together):
+	// the Result counts what is committed.
+	if c := r.lastCommit.Load(); c != nil && c.epoch > res.Epoch {
+		res.Epoch, res.Streams, res.Totals, res.Epochs = c.epoch, c.counts, c.totals, c.epochs
+	}
 	// Lanes that stopped early leave records queued: release them (the
 	// engine's records may hold memory only Release frees).
 	for _, ch := range r.toLanes {
@@ -228,7 +234,7 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 			}
 		case c := <-r.commitCh:
 			res.Epoch, res.Streams, res.Totals = c.epoch, c.counts, c.totals
-			res.Epochs++
+			res.Epochs = c.epochs
 			report()
 		}
 	}
@@ -304,6 +310,7 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 	}
 	ackStates := resume
 	counts := map[string]checkpoint.Counts{}
+	done := 0 // epochs committed
 	acker, _ := r.cfg.Source.(source.Acker)
 	for {
 		var m commitMsg
@@ -363,11 +370,6 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 			if err := r.publishFiles(ctx, rec, info.side); err != nil {
 				return err
 			}
-			if rec.Final {
-				if err := r.finishDest(ectx, next); err != nil {
-					return err
-				}
-			}
 			if acker != nil && len(ackStates) > 0 {
 				if err := acker.Ack(ctx, splitIDs(ackStates)); err != nil {
 					log.Warn("source ack failed; retried with the next epoch", "epoch", next-1, "err", err)
@@ -378,8 +380,16 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 			prevRef, resume, totals = &ref, rec.Resume, rec.Totals
 			counts = addCounts(counts, info.counts)
 			r.epochCommitted(ctx, rec, counts)
+			done++
+			c := committed{epoch: next, epochs: done, counts: maps.Clone(counts), totals: maps.Clone(totals)}
+			r.lastCommit.Store(&c)
+			if rec.Final {
+				if err := r.finishDest(ectx, next); err != nil {
+					return err
+				}
+			}
 			select {
-			case r.commitCh <- committed{epoch: next, counts: maps.Clone(counts), totals: maps.Clone(totals)}:
+			case r.commitCh <- c:
 			case <-ctx.Done():
 				return nil
 			}
