@@ -84,6 +84,8 @@ bench:
 # Side-by-side benchmarks against peers (issue #11): prepares the data,
 # runs each scenario for OpenETL, its ceiling and each peer the script
 # installs, and writes the table into BENCHMARKS.md. Not part of make test.
+# It stops at a 45-minute budget (per-step limits from its estimates);
+# BUDGET_ONLY=1 prints the estimates, RUNS=2 ROWS=small is a short pass.
 bench-compare:
 	scripts/bench-compare.sh
 
