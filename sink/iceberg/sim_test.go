@@ -4,13 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,19 +142,6 @@ func simGrouping(seed uint64) (iceberg.Grouping, string) {
 	return iceberg.Grouping{}, "every epoch committed"
 }
 
-// simBaseSeed derives the first seed from the commit, as package sim's
-// TestSeeds does (another range of seeds), so every commit runs others.
-func simBaseSeed(t *testing.T) uint64 {
-	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		t.Logf("git rev-parse HEAD failed (%v): using a fixed base seed", err)
-		return 0x1ceb065
-	}
-	h := fnv.New64a()
-	h.Write([]byte("iceberg:" + strings.TrimSpace(string(out))))
-	return h.Sum64() >> 12
-}
-
 func simReplay(seed uint64) string {
 	env := ""
 	if simExpiry() {
@@ -183,9 +165,10 @@ func runSimSeed(t *testing.T, seed uint64) (*sim.Report, error) {
 // every protocol step (crashes before and after PreCommit, after the
 // HEAD write, during Commit and Recover; Commit errors and lost Commit
 // responses; checkpoint store errors; zombies paused at a call while the
-// next attempt runs; source disconnects; write errors; with
-// OPENETL_SIM_EXPIRY=1, staged files removed as orphans between
-// attempts), then clean syncs; and the
+// next attempt runs; source disconnects; write errors;
+// staged data files removed as orphans between attempts in the seeds
+// that commit every epoch, in every seed with OPENETL_SIM_EXPIRY=1),
+// then clean syncs; and the
 // simulation's checks, reading the tables back with iceberg-go: nothing
 // lost, no duplicates where exactly once is promised, each merged key's
 // row the source's latest version, HEAD and rewinds consistent, every
@@ -199,92 +182,8 @@ func TestSim(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("-short or -race: the seeds take minutes under -race")
 	}
-	one := *flagSimSeed
-	if one == "" {
-		one = os.Getenv("OPENETL_SIM_SEED")
-	}
-	if one != "" {
-		seed, err := strconv.ParseUint(one, 10, 64)
-		if err != nil {
-			t.Fatalf("seed %q: %v", one, err)
-		}
-		rep, err := runSimSeed(t, seed)
-		t.Log(rep)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	n := defaultSimSeeds
-	if s := os.Getenv("OPENETL_SIM_SEEDS"); s != "" {
-		var err error
-		if n, err = strconv.Atoi(s); err != nil || n < 1 {
-			t.Fatalf("OPENETL_SIM_SEEDS=%q: want a positive number", s)
-		}
-	}
-	base := simBaseSeed(t)
-	if s := os.Getenv("OPENETL_SIM_BASE"); s != "" {
-		var err error
-		if base, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("OPENETL_SIM_BASE=%q: %v", s, err)
-		}
-	}
-	t.Logf("running %d seeds from %d against the Iceberg writer (staged files expire: every seed %v, else those committing every epoch)", n, base, simExpiry())
-	start := time.Now()
-	var (
-		mu                         sync.Mutex
-		failed                     []uint64
-		notes                      []string
-		attempts, faults, rewinds  atomic.Int64
-		merged, appended, superset atomic.Int64
-		finishFaults               atomic.Int64
-	)
-	t.Run("seeds", func(t *testing.T) {
-		for i := range n {
-			seed := base + uint64(i)
-			t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-				t.Parallel()
-				rep, err := runSimSeed(t, seed)
-				attempts.Add(int64(rep.Attempts))
-				faults.Add(int64(rep.Faults))
-				rewinds.Add(int64(rep.Rewinds))
-				if len(rep.Notes) > 0 {
-					mu.Lock()
-					notes = append(notes, fmt.Sprintf("seed %d: %s", seed, rep.Notes[0]))
-					mu.Unlock()
-				}
-				merged.Add(int64(strings.Count(rep.Workload, "mode=merge")))
-				appended.Add(int64(strings.Count(rep.Workload, "mode=append")))
-				if strings.Contains(rep.Workload, "replay=superset") {
-					superset.Add(1)
-				}
-				for _, l := range rep.Trace {
-					if strings.Contains(l, "fault fired") && strings.Contains(l, "dest.finish") {
-						finishFaults.Add(1)
-					}
-				}
-				if err != nil {
-					mu.Lock()
-					failed = append(failed, seed)
-					mu.Unlock()
-					t.Errorf("%v\nreplay: %s\n%v", err, simReplay(seed), rep)
-				}
-			})
-		}
+	sim.RunSeeds(t, sim.Seeds{
+		Name: "the Iceberg writer", Key: "iceberg", Default: defaultSimSeeds, One: *flagSimSeed,
+		Run: runSimSeed, Replay: simReplay,
 	})
-	t.Logf("%d seeds in %v: %d attempts, %d faults fired (%d at Finish), %d rewinds; streams merged %d, appended %d; %d seeds with a superset source; %d failed",
-		n, time.Since(start).Round(time.Millisecond), attempts.Load(), faults.Load(), finishFaults.Load(), rewinds.Load(),
-		merged.Load(), appended.Load(), superset.Load(), len(failed))
-	for _, s := range failed {
-		t.Logf("replay: %s", simReplay(s))
-	}
-	// Notes are contract deviations no promise depends on: reported, not
-	// failed.
-	t.Logf("%d seeds with notes", len(notes))
-	for i, n := range notes {
-		if i == 5 {
-			break
-		}
-		t.Logf("note: %s", n)
-	}
 }

@@ -4,14 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"os"
-	"os/exec"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,17 +84,6 @@ func parquetTarget(b *blob.Bucket, expiry bool) *sim.Target {
 	return t
 }
 
-func simBaseSeed(t *testing.T) uint64 {
-	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		t.Logf("git rev-parse HEAD failed (%v): using a fixed base seed", err)
-		return 0xba59e7
-	}
-	h := fnv.New64a()
-	h.Write([]byte("parquet:" + strings.TrimSpace(string(out))))
-	return h.Sum64() >> 12
-}
-
 func simReplay(seed uint64) string {
 	env := ""
 	if !simExpiry() {
@@ -141,83 +124,8 @@ func TestSim(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	one := *flagSimSeed
-	if one == "" {
-		one = os.Getenv("OPENETL_SIM_SEED")
-	}
-	if one != "" {
-		seed, err := strconv.ParseUint(one, 10, 64)
-		if err != nil {
-			t.Fatalf("seed %q: %v", one, err)
-		}
-		rep, err := runSimSeed(t, seed)
-		t.Log(rep)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	n := defaultSimSeeds
-	if s := os.Getenv("OPENETL_SIM_SEEDS"); s != "" {
-		var err error
-		if n, err = strconv.Atoi(s); err != nil || n < 1 {
-			t.Fatalf("OPENETL_SIM_SEEDS=%q: want a positive number", s)
-		}
-	}
-	base := simBaseSeed(t)
-	if s := os.Getenv("OPENETL_SIM_BASE"); s != "" {
-		var err error
-		if base, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("OPENETL_SIM_BASE=%q: %v", s, err)
-		}
-	}
-	t.Logf("running %d seeds from %d against the Parquet writer (staged files expire: %v)", n, base, simExpiry())
-	start := time.Now()
-	var (
-		mu                        sync.Mutex
-		failed                    []uint64
-		notes                     []string
-		attempts, faults, rewinds atomic.Int64
-		superset                  atomic.Int64
-	)
-	t.Run("seeds", func(t *testing.T) {
-		for i := range n {
-			seed := base + uint64(i)
-			t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-				t.Parallel()
-				rep, err := runSimSeed(t, seed)
-				attempts.Add(int64(rep.Attempts))
-				faults.Add(int64(rep.Faults))
-				rewinds.Add(int64(rep.Rewinds))
-				if len(rep.Notes) > 0 {
-					mu.Lock()
-					notes = append(notes, fmt.Sprintf("seed %d: %s", seed, rep.Notes[0]))
-					mu.Unlock()
-				}
-				if strings.Contains(rep.Workload, "replay=superset") {
-					superset.Add(1)
-				}
-				if err != nil {
-					mu.Lock()
-					failed = append(failed, seed)
-					mu.Unlock()
-					t.Errorf("%v\nreplay: %s\n%v", err, simReplay(seed), rep)
-				}
-			})
-		}
+	sim.RunSeeds(t, sim.Seeds{
+		Name: "the Parquet writer", Key: "parquet", Default: defaultSimSeeds, One: *flagSimSeed,
+		Run: runSimSeed, Replay: simReplay,
 	})
-	t.Logf("%d seeds in %v: %d attempts, %d faults fired, %d rewinds; %d seeds with a superset source; %d failed",
-		n, time.Since(start).Round(time.Millisecond), attempts.Load(), faults.Load(), rewinds.Load(), superset.Load(), len(failed))
-	for _, s := range failed {
-		t.Logf("replay: %s", simReplay(s))
-	}
-	// Notes are contract deviations no promise depends on: reported, not
-	// failed.
-	t.Logf("%d seeds with notes", len(notes))
-	for i, n := range notes {
-		if i == 5 {
-			break
-		}
-		t.Logf("note: %s", n)
-	}
 }
