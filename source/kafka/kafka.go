@@ -174,6 +174,10 @@ type Source struct {
 	log   *slog.Logger
 	admin *kgo.Client // metadata, list offsets, offset commits
 
+	// closing tracks the readers' consumer clients still closing after
+	// their last split's Read returned; Close waits for them.
+	closing sync.WaitGroup
+
 	mu     sync.Mutex
 	closed bool
 	ids    map[string][16]byte // topic IDs from the last metadata, for OffsetCommit v10+
@@ -260,16 +264,18 @@ func validStream(name string) error {
 	return nil
 }
 
-// Close closes the source's client. Splits being read keep their own
-// clients until their Read returns. ctx is not used: closing does not
-// block on the network.
+// Close closes the source's client and waits for the consumer clients of
+// splits whose Read has returned to finish closing. Splits being read keep
+// their own clients until their Read returns. ctx is not used: closing
+// does not block on the network.
 func (s *Source) Close(ctx context.Context) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
 		s.admin.Close()
 	}
+	s.mu.Unlock()
+	s.closing.Wait()
 	return nil
 }
 
@@ -458,6 +464,12 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	}
 	r := newReader(s)
 	var splits []source.Split
+	defer func() {
+		for _, sp := range splits {
+			sp := sp.(*split)
+			r.all = append(r.all, tp{sp.topic, sp.partition})
+		}
+	}()
 	for _, t := range ts {
 		if t.partitions > MaxPartitions {
 			return nil, fmt.Errorf("kafka: topic %q has %d partitions, more than the %d whose seqs this source can tell apart", t.name, t.partitions, MaxPartitions)
@@ -571,6 +583,47 @@ func parseSplitID(id source.SplitID) (string, int32, bool) {
 		return "", 0, false
 	}
 	return s[:i], int32(p), true
+}
+
+// listOffsets is listOffset for many partitions in one request (the
+// client sends each leader its share). It returns the offsets of the
+// partitions the response gave without an error; the caller lists the
+// others one by one, for their errors.
+func (s *Source) listOffsets(ctx context.Context, parts []tp, ts int64) map[tp]int64 {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	if !s.cfg.ReadUncommitted {
+		req.IsolationLevel = 1
+	}
+	byTopic := map[string]int{}
+	for _, t := range parts {
+		i, ok := byTopic[t.topic]
+		if !ok {
+			i = len(req.Topics)
+			byTopic[t.topic] = i
+			rt := kmsg.NewListOffsetsRequestTopic()
+			rt.Topic = t.topic
+			req.Topics = append(req.Topics, rt)
+		}
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = t.partition
+		rp.Timestamp = ts
+		rp.CurrentLeaderEpoch = -1
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+	}
+	out := make(map[tp]int64, len(parts))
+	resp, err := req.RequestWith(ctx, s.admin)
+	if err != nil {
+		return out
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode == 0 {
+				out[tp{t.Topic, p.Partition}] = p.Offset
+			}
+		}
+	}
+	return out
 }
 
 // listOffset returns the offset a bounded read of topic/partition stops

@@ -71,6 +71,42 @@ type reader struct {
 	pauses int   // partitions paused so far, for tests
 	stop   context.CancelFunc
 	done   chan struct{} // closed when the dispatcher returned
+
+	// The partitions of the Open's splits, and their bounds for a bounded
+	// read: listed for all of them at the first split's Read (two
+	// requests rather than two per split), each taken once.
+	all    []tp
+	listMu sync.Mutex
+	listed bool
+	bound  map[tp][2]int64 // start, end
+}
+
+// bounds returns t's earliest offset and the end a bounded read stops at
+// (see Source.listOffset), listed with every other partition of the Open
+// at the first call; ok is false when t has none (the listing failed for
+// it, or t's were taken already): the split then lists its own.
+func (r *reader) bounds(ctx context.Context, t tp) (start, end int64, ok bool) {
+	r.listMu.Lock()
+	defer r.listMu.Unlock()
+	if !r.listed {
+		r.listed = true
+		var starts, ends map[tp]int64
+		var wg sync.WaitGroup
+		wg.Go(func() { starts = r.s.listOffsets(ctx, r.all, -2) })
+		ends = r.s.listOffsets(ctx, r.all, -1)
+		wg.Wait()
+		r.bound = make(map[tp][2]int64, len(r.all))
+		for _, p := range r.all {
+			s, ok1 := starts[p]
+			e, ok2 := ends[p]
+			if ok1 && ok2 {
+				r.bound[p] = [2]int64{s, e}
+			}
+		}
+	}
+	b, ok := r.bound[t]
+	delete(r.bound, t)
+	return b[0], b[1], ok
 }
 
 func newReader(s *Source) *reader {
@@ -134,9 +170,14 @@ func (r *reader) detach(t tp) {
 	}
 	r.mu.Unlock()
 	if stop != nil {
+		// Closing a client takes a few milliseconds (its connections and
+		// goroutines end); the split need not wait, Source.Close does.
+		// The dispatcher delivers nothing once r.cl is no longer cl.
 		stop()
-		cl.Close() // also ends a PollFetches in progress
-		<-done
+		r.s.closing.Go(func() {
+			cl.Close() // also ends a PollFetches in progress
+			<-done
+		})
 	}
 }
 
@@ -176,6 +217,10 @@ func (r *reader) dispatch(ctx context.Context, cl *kgo.Client, done chan struct{
 			return
 		}
 		r.mu.Lock()
+		if r.cl != cl {
+			r.mu.Unlock()
+			return // detached, perhaps attached again with a new client
+		}
 		fs.EachError(func(topic string, partition int32, err error) {
 			if errors.Is(err, context.Canceled) {
 				return

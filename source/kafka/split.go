@@ -77,13 +77,17 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 	s := sp.r.s
 	end := int64(-1)
 	if bounded {
-		var err error
-		if end, err = s.listOffset(ctx, sp.topic, sp.partition, -1); err != nil {
-			return err
-		}
-		start, err := s.listOffset(ctx, sp.topic, sp.partition, -2)
-		if err != nil {
-			return err
+		var start int64
+		var ok bool
+		start, end, ok = sp.r.bounds(ctx, tp{sp.topic, sp.partition})
+		if !ok {
+			var err error
+			if end, err = s.listOffset(ctx, sp.topic, sp.partition, -1); err != nil {
+				return err
+			}
+			if start, err = s.listOffset(ctx, sp.topic, sp.partition, -2); err != nil {
+				return err
+			}
 		}
 		switch {
 		case sp.next < 0 && start >= end:
