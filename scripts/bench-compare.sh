@@ -19,9 +19,8 @@
 #               changes, 200k messages, 200k rows)
 #   PG_ROWS, CDC_CHANGES, KAFKA_MSGS, ARROW_ROWS   override the sizes
 #               (CDC_CHANGES is the Postgres and the MariaDB change count)
-#   KFAKE_MSGS  the messages on kfake (default KAFKA_MSGS): each kfake
-#               run fills kfake twice (the ceiling's process and
-#               OpenETL's), so a tight budget may want fewer
+#   KFAKE_MSGS  the messages on kfake (default KAFKA_MSGS), filled once
+#               into a kfake process of its own that every run reads
 #   PEER_PG_ROWS, PEER_CDC_CHANGES, PEER_KAFKA_MSGS   the sizes Conduit
 #               and Benthos run at (default at full size: 200k rows,
 #               200k changes, 1M messages; never more than the sizes
@@ -116,7 +115,7 @@ declare -A EST_RATE=(
   [pg-fill]=11 [pg-snapshot/ceiling]=2.5 [pg-snapshot/openetl]=7.5 [pg-snapshot/conduit]=120
   [pg-cdc/changes]=10 [pg-cdc/ceiling]=11 [pg-cdc/openetl]=7 [pg-cdc/conduit]=150
   [mariadb-cdc/changes]=8 [mariadb-cdc/ceiling]=5 [mariadb-cdc/openetl]=6 [mariadb-cdc/canal]=5
-  [kafka-kfake/ceiling]=2.5 [kafka-kfake/openetl]=7
+  [kafka-kfake/produce]=3 [kafka-kfake/ceiling]=1.5 [kafka-kfake/openetl]=6
   [kafka-broker/produce]=5 [kafka-broker/ceiling]=1 [kafka-broker/openetl]=4.5 [kafka-broker/conduit]=30
   [ndjson/produce]=1 [ndjson/benthos]=60
   [arrow-parquet/ceiling]=1.5 [arrow-parquet/openetl]=1.5
@@ -186,7 +185,7 @@ estimate() {
     t=$(($(est mariadb-cdc/changes "$CDC_CHANGES") + $(est mariadb-cdc/ceiling "$CDC_CHANGES" "$RUNS") + $(est mariadb-cdc/openetl "$CDC_CHANGES" "$RUNS") + EST_STEP * RUNS))
     peer canal && t=$((t + $(est mariadb-cdc/canal "$CDC_CHANGES" "$PEER_RUNS")))
     ;;
-  kafka-kfake) t=$(($(est kafka-kfake/ceiling "$KFAKE_MSGS" "$RUNS") + $(est kafka-kfake/openetl "$KFAKE_MSGS" "$RUNS"))) ;;
+  kafka-kfake) t=$(($(est kafka-kfake/produce "$KFAKE_MSGS") + $(est kafka-kfake/ceiling "$KFAKE_MSGS" "$RUNS") + $(est kafka-kfake/openetl "$KFAKE_MSGS" "$RUNS"))) ;;
   kafka-broker)
     t=$(($(est kafka-broker/produce "$KAFKA_MSGS") + $(est kafka-broker/ceiling "$KAFKA_MSGS" "$RUNS") + $(est kafka-broker/openetl "$KAFKA_MSGS" "$RUNS")))
     peer conduit && t=$((t + $(est kafka-broker/produce "$PEER_KAFKA_MSGS") + $(est kafka-broker/conduit "$PEER_KAFKA_MSGS" "$PEER_RUNS")))
@@ -237,6 +236,49 @@ printf 'scenario\ttool\tsetting\trun\trows\tseconds\tcpu\trss_mb\tok\tdetail\tlo
 
 # ------------------------------------------------------------ build
 
+# Peer builds run in the background from here, beside the set-up that
+# times nothing (openetl-bench's build, the test tools, the servers, the
+# first scenario's data): on a cold cache they take about 12 minutes of
+# this 2-core machine (Conduit ~6-7, Benthos ~5). The first timed step
+# waits for them (await_peers), so no measurement shares the CPU with a
+# compiler.
+PEER_BUILDS=()
+CONDUIT= BENTHOS=
+if peer conduit && { has pg-snapshot || has pg-cdc || has kafka-broker; }; then
+  log "building Conduit $CONDUIT_VERSION in the background (minutes on a cold cache)"
+  (build_conduit >"$WORK/conduit.path") &
+  PEER_BUILDS+=("conduit:$!")
+fi
+if peer benthos && has ndjson; then
+  log "building Benthos $BENTHOS_VERSION in the background"
+  (build_benthos >"$WORK/benthos.path") &
+  PEER_BUILDS+=("benthos:$!")
+fi
+
+# await_peers: wait for the background peer builds (once) and set
+# CONDUIT and BENTHOS to their binaries, or note why there is none.
+await_peers() {
+  ((${#PEER_BUILDS[@]})) || return 0
+  local e name pid t0=$SECONDS
+  log "waiting for the peer builds"
+  for e in "${PEER_BUILDS[@]}"; do
+    name=${e%%:*} pid=${e#*:}
+    if wait "$pid"; then
+      case $name in
+      conduit) CONDUIT=$(cat "$WORK/conduit.path") ;;
+      benthos) BENTHOS=$(cat "$WORK/benthos.path") ;;
+      esac
+    else
+      case $name in
+      conduit) note "Conduit $CONDUIT_VERSION: build failed ($(tail -1 "$BENCH_DIR/logs/build-conduit.log"))" ;;
+      benthos) note "Benthos $BENTHOS_VERSION: build failed ($(tail -1 "$BENCH_DIR/logs/build-benthos.log"))" ;;
+      esac
+    fi
+  done
+  PEER_BUILDS=()
+  log "peer builds done (waited $((SECONDS - t0)) s)"
+}
+
 log "building openetl-bench"
 # What it is built from, taken now (HEAD may move during a long run):
 # the commit, and the files changed since outside the benchmark's own.
@@ -246,15 +288,6 @@ BUILT_DIRTY=$(git status --porcelain -- . ':!bench' ':!scripts/bench-compare.sh'
 go build -o "$BIN" ./bench/cmd/openetl-bench
 PY=$(scripts/test-tools.sh)
 
-CONDUIT= BENTHOS=
-if peer conduit && { has pg-snapshot || has pg-cdc || has kafka-broker; }; then
-  log "building Conduit $CONDUIT_VERSION (minutes on a cold cache)"
-  CONDUIT=$(build_conduit) || note "Conduit $CONDUIT_VERSION: build failed ($(tail -1 "$BENCH_DIR/logs/build-conduit.log"))"
-fi
-if peer benthos && has ndjson; then
-  log "building Benthos $BENTHOS_VERSION"
-  BENTHOS=$(build_benthos) || note "Benthos $BENTHOS_VERSION: build failed ($(tail -1 "$BENCH_DIR/logs/build-benthos.log"))"
-fi
 
 # ------------------------------------------------------------ servers
 
@@ -351,6 +384,7 @@ driver() {
   local sc=$1 tool=$2 set=$3 run=$4 n=$5 cpus=$6
   shift 6
   local out="$WORK/$sc-$tool-$run.json" ok detail rc=0 lim
+  await_peers
   lim=$(step_limit "$sc/$tool" "$([ "$n" = cdc ] && echo "$CDC_CHANGES" || echo "$n")")
   timeout -k 10 "$lim" taskset -c "$cpus" "$BIN" "$@" >"$out" 2>"$out.err" || rc=$?
   if ((rc == 124 || rc == 137)); then
@@ -391,6 +425,7 @@ driver() {
 timed() {
   local tf=$1 cpus=$2 lim=$3
   shift 3
+  await_peers
   /usr/bin/time -f '%e %U %S %M' -o "$tf" timeout -k 10 "$lim" taskset -c "$cpus" "$@"
 }
 
@@ -550,7 +585,8 @@ EOF
 scenario_pg_snapshot() {
   pin postgres "$DB_CPU"
   pg_prepare "$PG_TABLE" "$PG_ROWS"
-  if [ -n "$CONDUIT" ]; then pg_prepare "bench16_$PEER_PG_ROWS" "$PEER_PG_ROWS"; fi
+  # Conduit's table is filled while its build may still run.
+  if peer conduit; then pg_prepare "bench16_$PEER_PG_ROWS" "$PEER_PG_ROWS"; fi
   local r
   for ((r = 1; r <= RUNS; r++)); do
     in_budget "pg-snapshot run $r" || break
@@ -810,17 +846,38 @@ scenario_mariadb_cdc() {
 # ------------------------------------------------------------ kafka
 
 scenario_kafka_kfake() {
-  local r
+  # One kfake cluster, in a process of its own on the database CPU,
+  # filled once and read by every run (the tool on its own CPU, as
+  # against the real broker).
+  local addr="$WORK/kfake.addr" r brokers kpid t0=$SECONDS lim
+  rm -f "$addr"
+  log "filling kfake with $KFAKE_MSGS messages"
+  lim=$(step_limit kafka-kfake/produce "$KFAKE_MSGS")
+  taskset -c "$DB_CPU" "$BIN" kfake-serve -n "$KFAKE_MSGS" -topic bench -addr-file "$addr" </dev/null >"$WORK/kfake.json" 2>"$WORK/kfake.err" &
+  kpid=$!
+  PEER_PIDS+=("$kpid")
+  until [ -s "$addr" ]; do
+    if ! kill -0 "$kpid" 2>/dev/null || ((SECONDS - t0 > lim)); then
+      note "kafka-kfake not run: kfake did not fill in $lim s ($(tail -1 "$WORK/kfake.err"))"
+      kill "$kpid" 2>/dev/null || true
+      wait "$kpid" 2>/dev/null || true
+      return 0
+    fi
+    sleep 0.5
+  done
+  brokers=$(cat "$addr")
   for ((r = 1; r <= RUNS; r++)); do
     in_budget "kafka-kfake run $r" || break
     log "kafka-kfake run $r of $RUNS"
-    driver kafka-kfake ceiling "franz-go fetch → discard" "$r" "$KFAKE_MSGS" "$ALL_CPUS" \
-      kafka-ceiling -kfake -n "$KFAKE_MSGS"
+    driver kafka-kfake ceiling "franz-go fetch → discard" "$r" "$KFAKE_MSGS" "$TOOL_CPU" \
+      kafka-ceiling -brokers "$brokers" -topic bench -n "$KFAKE_MSGS"
     rm -rf "$WORK/kafka-out"
-    driver kafka-kfake openetl "Parquet zstd, defaults" "$r" "$KFAKE_MSGS" "$ALL_CPUS" \
-      kafka -kfake -n "$KFAKE_MSGS" -out "$WORK/kafka-out"
+    driver kafka-kfake openetl "Parquet zstd, defaults" "$r" "$KFAKE_MSGS" "$TOOL_CPU" \
+      kafka -brokers "$brokers" -topic bench -out "$WORK/kafka-out"
     rm -rf "$WORK/kafka-out"
   done
+  kill "$kpid" 2>/dev/null || true
+  wait "$kpid" 2>/dev/null || true
 }
 
 # conduit_kafka_run RUN TOPIC: Conduit kafka → file, with its performance
@@ -869,7 +926,7 @@ scenario_kafka_broker() {
   bounded kafka-broker/produce "$KAFKA_MSGS" "producing $KAFKA_MSGS messages" \
     "$BIN" kafka-produce -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -n "$KAFKA_MSGS" >/dev/null
   local ptopic="bench_$PEER_KAFKA_MSGS"
-  if [ -n "$CONDUIT" ] && [ "$ptopic" != "$topic" ]; then
+  if peer conduit && [ "$ptopic" != "$topic" ]; then
     bounded kafka-broker/produce "$PEER_KAFKA_MSGS" "producing $PEER_KAFKA_MSGS messages" \
       "$BIN" kafka-produce -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$ptopic" -n "$PEER_KAFKA_MSGS" >/dev/null
   fi
@@ -892,6 +949,7 @@ scenario_kafka_broker() {
 # Benthos (content().parse_json()) and written back as JSON lines.
 scenario_ndjson() {
   local in="$WORK/messages.ndjson" r
+  await_peers
   if [ -z "$BENTHOS" ]; then
     return 0
   fi
@@ -1034,6 +1092,7 @@ for sc in pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker ndjson arrow-p
   if has "$sc"; then run_scenario "$sc" "scenario_${sc//-/_}"; fi
 done
 
+await_peers # when no timed step ran
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ------------------------------------------------------------ report
@@ -1045,7 +1104,7 @@ versions() {
   fi
   has mariadb-cdc && echo "- MariaDB: $(my 'SELECT VERSION()') (scripts/services/mariadb.sh, binlog_format=ROW, full images)"
   has kafka-broker && echo "- Kafka: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/servers.sh) (KRaft, one broker, JVM -Xmx512m)"
-  has kafka-kfake && echo "- kfake: franz-go's in-process cluster (in the tool's process: flatters both sides)"
+  has kafka-kfake && echo "- kfake: franz-go's fake cluster, in a process of its own (openetl-bench kfake-serve) on CPU $DB_CPU, filled once for all runs"
   [ -n "$CONDUIT" ] && echo "- Conduit $CONDUIT_VERSION (built from source by bench/peers.sh, with $(go version -m "$CONDUIT" | awk '$1=="dep" && $2 ~ /conduit-connector-(postgres|file|kafka)$/ {sub(/.*\//, "", $2); printf "%s%s %s", n++ ? ", " : "", $2, $3}'); records written as JSON lines by its file destination)"
   [ -n "$BENTHOS" ] && echo "- Benthos core $BENTHOS_VERSION (built from source by bench/peers.sh)"
   has arrow-clickhouse && echo "- ClickHouse: $(clickhouse-client --host 127.0.0.1 --port "${OPENETL_TEST_CLICKHOUSE_ADDR##*:}" -q 'SELECT version()') (scripts/services/clickhouse.sh; clickhouse-go $(go list -m -f '{{.Version}}' github.com/ClickHouse/clickhouse-go/v2), native protocol)"
@@ -1074,7 +1133,7 @@ PEER_SIZES="Conduit: $PEER_PG_ROWS rows (snapshot), $PEER_CDC_CHANGES changes, $
   echo "peers: /usr/bin/time of the whole process), peak RSS is VmHWM / max RSS. Every run's output is checked"
   echo "against the source (count, distinct ids, min, max, sum over ids 1..N; change kinds for CDC); a run that fails is marked FAIL"
   echo "and left out of the figures. With a server, the server is pinned to CPU $DB_CPU and the tool to CPU $TOOL_CPU;"
-  echo "without one (kfake, ndjson, Arrow → Parquet) the tool gets CPUs $ALL_CPUS. \"vs ceiling\" is against the scenario's fastest ceiling."
+  echo "without one (ndjson, Arrow → Parquet) the tool gets CPUs $ALL_CPUS; kfake, like the broker, gets CPU $DB_CPU. \"vs ceiling\" is against the scenario's fastest ceiling."
   echo
   machine
   versions
@@ -1141,8 +1200,9 @@ PY
   echo "Not run, and why:"
   echo
   sed 's/^/- /' "$NOTES"
-  echo "- Conduit on kfake or on the NDJSON file: kfake lives inside the tool's process, and Conduit's file source"
-  echo "  would not parse the JSON; Conduit runs postgres → file and Postgres CDC → file (defaults and its advice), kafka → file (broker, its advice)."
+  echo "- Conduit on kfake or on the NDJSON file: on kfake it would repeat its broker row (the same client work against a"
+  echo "  lighter broker) at several minutes a run, and Conduit's file source would not parse the JSON; Conduit runs"
+  echo "  postgres → file and Postgres CDC → file (defaults and its advice), kafka → file (broker, its advice)."
   echo "- Benthos core has no Kafka input or Parquet output (those are in Redpanda Connect), so it reads the same"
   echo "  messages as NDJSON from a file and writes JSON lines: compare its CPU per row with the Kafka rows, not a ratio."
   echo "- pg_recvlogical's time includes starting the process, and it is checked by reaching the end LSN, not by rows"

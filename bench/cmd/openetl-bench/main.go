@@ -37,7 +37,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: openetl-bench SCENARIO [flags]; scenarios: pg-snapshot pg-copy pg-cdc pg-cdc-ceiling mysql-cdc mysql-ceiling kafka-produce kafka kafka-ceiling arrow-parquet arrow-clickhouse check-jsonl")
+		fmt.Fprintln(os.Stderr, "usage: openetl-bench SCENARIO [flags]; scenarios: pg-snapshot pg-copy pg-cdc pg-cdc-ceiling mysql-cdc mysql-ceiling kafka-produce kafka kafka-ceiling kfake-serve arrow-parquet arrow-clickhouse check-jsonl")
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) (*result, error){
@@ -49,6 +49,7 @@ func main() {
 		"kafka-produce":    kafkaProduce,
 		"kafka":            kafkaPipeline,
 		"kafka-ceiling":    kafkaCeiling,
+		"kfake-serve":      kfakeServe,
 		"check-jsonl":      checkJSONL,
 		"arrow-parquet":    arrowParquet,
 		"arrow-clickhouse": arrowClickHouse,
