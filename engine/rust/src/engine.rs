@@ -123,6 +123,9 @@ struct Scratch {
     arena: Vec<u8>,
     key_buf: Vec<u8>,
     id_buf: Vec<u8>,
+    /// Per column: whether its name is a plain JSON key
+    /// ([`json::plain_key`]), which the scan can match in place.
+    plain: Vec<bool>,
     /// Per column: the row stamp of the last document that set it.
     seen: Vec<u64>,
     /// Per column: an upper bound of its text bytes in this push.
@@ -298,6 +301,9 @@ impl Engine {
         sc.col_bytes.clear();
         sc.col_bytes.resize(schema.len(), 0);
         sc.seen.resize(schema.len(), 0);
+        sc.plain.clear();
+        sc.plain
+            .extend(schema.columns.iter().map(|c| json::plain_key(&c.name)));
         sc.before.clear();
         sc.before.extend(schema.columns.iter().map(|c| c.ty));
         let policy = schema.policy;
@@ -359,6 +365,7 @@ impl Engine {
                     schema: &mut *schema,
                     cells: &mut sc.cells,
                     seen: &mut sc.seen,
+                    plain: &mut sc.plain,
                     stamp: self.stamp,
                     base: rows.payload_start(i),
                     next: 0,
@@ -480,6 +487,7 @@ impl Engine {
                     sc.proposals.clear();
                     schema.truncate(ncols);
                     sc.seen.truncate(ncols);
+                    sc.plain.truncate(ncols);
                     sc.col_bytes.truncate(ncols);
                     quarantined.push(Quarantined {
                         row: i as u32,
@@ -578,12 +586,34 @@ impl Engine {
             .iter()
             .map(|c| Self::is_held(&self.cfg.unsupported, &c.data_type()))
             .collect();
+        // Per column, where its cells go: a builder, the held values or
+        // the nested slots (one test per cell in the loop below).
+        const TO_BUILDER: u8 = 0;
+        const TO_HELD: u8 = 1;
+        let dest: Vec<u8> = held_cols
+            .iter()
+            .zip(&slots)
+            .map(|(&h, s)| {
+                if h {
+                    TO_HELD
+                } else if !s.is_empty() {
+                    2
+                } else {
+                    TO_BUILDER
+                }
+            })
+            .collect();
         let mut held: Vec<(u32, usize, Vec<u8>)> = Vec::new();
         let mut put = |row: usize, k: usize| -> Result<(), Error> {
             let (a, b) = (sc.bounds[k] as usize, sc.bounds[k + 1] as usize);
             for cell in &sc.cells[a..b] {
                 let col = cell.col as usize;
-                if held_cols[col] {
+                let to = dest[col];
+                if to == TO_BUILDER {
+                    builders[col].push(row, cell, payload_buf, &sc.arena)?;
+                    continue;
+                }
+                if to == TO_HELD {
                     if cell.kind != Kind::Null {
                         let src = if cell.in_arena {
                             &sc.arena[..]
@@ -597,13 +627,9 @@ impl Engine {
                     }
                     continue;
                 }
-                if !slots[col].is_empty() {
-                    if cell.kind == Kind::Nested {
-                        slots[col][row] = u32::try_from(cell.num).unwrap_or(tape::NONE);
-                    }
-                    continue;
+                if cell.kind == Kind::Nested {
+                    slots[col][row] = u32::try_from(cell.num).unwrap_or(tape::NONE);
                 }
-                builders[col].push(row, cell, payload_buf, &sc.arena)?;
             }
             Ok(())
         };
@@ -692,6 +718,8 @@ struct RowSink<'a> {
     schema: &'a mut StreamSchema,
     cells: &'a mut Vec<Cell>,
     seen: &'a mut Vec<u64>,
+    /// Per column: whether its name is plain (see [`json::plain_key`]).
+    plain: &'a mut Vec<bool>,
     stamp: u64,
     /// The document's offset in the payload buffer.
     base: usize,
@@ -713,6 +741,19 @@ struct RowSink<'a> {
 }
 
 impl FieldSink for RowSink<'_> {
+    #[inline(always)]
+    fn likely_key(&self) -> &str {
+        match self.plain.get(self.next) {
+            Some(true) => &self.schema.columns[self.next].name,
+            _ => "",
+        }
+    }
+
+    #[inline]
+    fn likely_field(&mut self, key: &str, v: json::Value) -> Result<(), Reject> {
+        self.set(self.next, key, v)
+    }
+
     #[inline]
     fn field(&mut self, key: &str, v: json::Value) -> Result<(), Reject> {
         let col = match self.schema.columns.get(self.next) {
@@ -745,11 +786,20 @@ impl FieldSink for RowSink<'_> {
                         }
                     }
                     self.seen.push(0);
+                    self.plain.push(json::plain_key(key));
                     self.col_bytes.push(0);
                     self.schema.add(key, ColumnType::Null)
                 }
             },
         };
+        self.set(col, key, v)
+    }
+}
+
+impl RowSink<'_> {
+    /// Records field `key`'s value `v` as a cell of column `col`.
+    #[inline(always)]
+    fn set(&mut self, col: usize, key: &str, v: json::Value) -> Result<(), Reject> {
         if self.seen[col] == self.stamp {
             return Err(Reject::parse(format!("duplicate field {key:?}")));
         }
@@ -763,11 +813,22 @@ impl FieldSink for RowSink<'_> {
         // The classification's fast path, decided here while the column
         // is at hand: a value that fits its column as it is needs nothing
         // more.
-        let kt = v.kind.column_type_with(v.num, self.opts.nested_text);
         let ty = self.schema.columns[col].ty;
-        if !(kt == ColumnType::Null || (kt == ty && kt != ColumnType::Nested))
-            || (self.opts.timestamps && v.kind == Kind::Text)
-        {
+        // The common pairs first, without building the value's type; they
+        // decide exactly as the general test below.
+        let fits = match (v.kind, ty) {
+            (Kind::Null, _)
+            | (Kind::Int, ColumnType::Int64)
+            | (Kind::Float, ColumnType::Float64)
+            | (Kind::Bool, ColumnType::Bool) => true,
+            (Kind::Text, ColumnType::Utf8) => !self.opts.timestamps,
+            _ => {
+                let kt = v.kind.column_type_with(v.num, self.opts.nested_text);
+                (kt == ColumnType::Null || (kt == ty && kt != ColumnType::Nested))
+                    && !(self.opts.timestamps && v.kind == Kind::Text)
+            }
+        };
+        if !fits {
             self.classify = true;
         }
         // An upper bound: a rejected document's bytes stay counted.

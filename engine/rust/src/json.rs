@@ -101,6 +101,27 @@ fn split_normal(t: &[u8], out: &mut [u8; 24]) -> Option<(usize, i64)> {
 pub trait FieldSink {
     /// Called once per top-level field. An error rejects the document.
     fn field(&mut self, key: &str, value: Value) -> Result<(), Reject>;
+
+    /// The key the next field most likely has, or "" for no guess. It
+    /// must be plain (see [`plain_key`]): the scanner then matches its
+    /// bytes in place instead of scanning the key, and on a match calls
+    /// [`FieldSink::likely_field`] instead of [`FieldSink::field`].
+    #[inline(always)]
+    fn likely_key(&self) -> &str {
+        ""
+    }
+
+    /// [`FieldSink::field`] for a field whose key is `likely_key()`'s.
+    #[inline(always)]
+    fn likely_field(&mut self, key: &str, value: Value) -> Result<(), Reject> {
+        self.field(key, value)
+    }
+}
+
+/// Whether `key`'s JSON text is itself: no byte needs escaping ('"',
+/// '\\', controls). Such keys can be matched against a document's bytes.
+pub fn plain_key(key: &str) -> bool {
+    key.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\')
 }
 
 /// Scans `doc`, which must be exactly one JSON object (surrounding
@@ -137,7 +158,24 @@ pub fn scan_object<S: FieldSink>(
                 return Err(s.err("expected a field name"));
             }
             s.pos += 1;
-            let (ks, ke, kesc) = s.string()?;
+            // The likely key, matched in place: its bytes then a quote
+            // (a plain key's JSON text is its bytes, so this is exactly
+            // what scanning the string would find).
+            let likely = {
+                let k = sink.likely_key().as_bytes();
+                let n = k.len();
+                n > 0
+                    && doc.get(s.pos + n) == Some(&b'"')
+                    && doc.get(s.pos..s.pos + n).is_some_and(|d| same_bytes(d, k))
+            };
+            let (ks, ke, kesc) = if likely {
+                let ks = s.pos;
+                let ke = ks + sink.likely_key().len();
+                s.pos = ke + 1;
+                (ks, ke, false)
+            } else {
+                s.string()?
+            };
             s.ws();
             if s.peek() != Some(b':') {
                 return Err(s.err("expected ':' after a field name"));
@@ -145,6 +183,28 @@ pub fn scan_object<S: FieldSink>(
             s.pos += 1;
             s.ws();
             let value = s.field_value(arena)?;
+            if likely {
+                // The key's bytes equal the &str likely_key returned, so
+                // they are valid UTF-8.
+                let raw = &doc[ks..ke];
+                debug_assert!(std::str::from_utf8(raw).is_ok());
+                // SAFETY: as above: raw equals a str's bytes.
+                let key = unsafe { std::str::from_utf8_unchecked(raw) };
+                sink.likely_field(key, value)?;
+                s.ws();
+                match s.peek() {
+                    Some(b',') => {
+                        s.pos += 1;
+                        s.ws();
+                        continue;
+                    }
+                    Some(b'}') => {
+                        s.pos += 1;
+                        break;
+                    }
+                    _ => return Err(s.err("expected ',' or '}' after a field value")),
+                }
+            }
             let key = if kesc {
                 key_buf.clear();
                 unescape(&doc[ks..ke], key_buf).map_err(|m| s.err_at(ks, m))?;
@@ -176,6 +236,16 @@ pub fn scan_object<S: FieldSink>(
         return Err(s.err("trailing characters after the document"));
     }
     Ok(())
+}
+
+/// `a == b` for slices of equal length, without a library call for short
+/// ones (most keys).
+#[inline(always)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() <= 16 && a.len() == b.len() {
+        return a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0;
+    }
+    a == b
 }
 
 fn describe(b: Option<u8>) -> &'static str {
@@ -447,7 +517,7 @@ impl<'a> Scanner<'a> {
                 return Ok(v);
             }
             Some(b'-' | b'0'..=b'9') => {
-                let (kind, num) = self.number()?;
+                let (kind, num) = self.number_fast()?;
                 v.kind = kind;
                 v.num = num;
             }
@@ -479,6 +549,65 @@ impl<'a> Scanner<'a> {
             Ok(())
         } else {
             Err(self.err("invalid literal"))
+        }
+    }
+
+    /// [`Scanner::number`], inlined for the common numbers: an integer
+    /// or a float without exponent of at most 15 digits. It decides
+    /// exactly as `number`'s own fast paths; anything else goes to
+    /// `number` from the start.
+    #[inline(always)]
+    fn number_fast(&mut self) -> Result<(Kind, u64), Reject> {
+        let doc = self.doc;
+        let mut i = self.pos;
+        let neg = doc.get(i) == Some(&b'-');
+        if neg {
+            i += 1;
+        }
+        let int_start = i;
+        let mut m: u64 = 0;
+        match doc.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => {
+                while let Some(&d @ b'0'..=b'9') = doc.get(i) {
+                    m = m.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+                    i += 1;
+                }
+            }
+            _ => return self.number(),
+        }
+        let int_digits = i - int_start;
+        if int_digits > 15 {
+            return self.number();
+        }
+        match doc.get(i) {
+            Some(b'.') => {
+                let frac_start = i + 1;
+                let mut j = frac_start;
+                while let Some(&d @ b'0'..=b'9') = doc.get(j) {
+                    m = m.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+                    j += 1;
+                }
+                let frac_digits = j - frac_start;
+                if frac_digits == 0
+                    || int_digits + frac_digits > 15
+                    || matches!(doc.get(j), Some(b'e' | b'E'))
+                {
+                    return self.number();
+                }
+                self.pos = j;
+                // At most 15 digits: m is exact and below 2^53, as in
+                // `number`'s float fast path.
+                let f = m as f64 / POW10[frac_digits];
+                Ok((Kind::Float, if neg { -f } else { f }.to_bits()))
+            }
+            Some(b'e' | b'E') => self.number(),
+            _ => {
+                self.pos = i;
+                // At most 15 digits: fits i64 either way.
+                let v = if neg { (m as i64).wrapping_neg() } else { m as i64 };
+                Ok((Kind::Int, v as u64))
+            }
         }
     }
 
@@ -528,11 +657,17 @@ impl<'a> Scanner<'a> {
         let int_end = i;
         let mut frac = (i, i);
         let mut float = false;
+        // The integer and fraction digits as one integer, exact when they
+        // are at most 15 digits together (the float fast path below).
+        let mut digits_value = mag;
         if doc.get(i) == Some(&b'.') {
             float = true;
             i += 1;
             let digits = i;
-            while let Some(b'0'..=b'9') = doc.get(i) {
+            while let Some(&d @ b'0'..=b'9') = doc.get(i) {
+                digits_value = digits_value
+                    .wrapping_mul(10)
+                    .wrapping_add(u64::from(d - b'0'));
                 i += 1;
             }
             if i == digits {
@@ -572,11 +707,9 @@ impl<'a> Scanner<'a> {
             }
         }
         if float && !exp && (int_end - int_start) + (frac.1 - frac.0) <= 15 {
-            let mut m = mag;
-            for &d in &doc[frac.0..frac.1] {
-                m = m * 10 + u64::from(d - b'0');
-            }
-            let f = m as f64 / POW10[frac.1 - frac.0];
+            // At most 15 digits: no wrapping happened above, and the
+            // value is below 10^15 < 2^53.
+            let f = digits_value as f64 / POW10[frac.1 - frac.0];
             return Ok((Kind::Float, if neg { -f } else { f }.to_bits()));
         }
         let mut parsed = None;
