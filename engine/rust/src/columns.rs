@@ -29,6 +29,9 @@ pub struct Cell {
     pub num: u64,
 }
 
+/// An explicit tag (`repr(u8)`): matching it per cell is then one jump,
+/// not a decoding of the vectors' niches.
+#[repr(u8)]
 enum Values {
     Null,
     Dec(Vec<i128>, u8),

@@ -43,6 +43,20 @@ pub fn op_name(op: u8) -> Option<&'static str> {
     }
 }
 
+/// The length of every op name.
+const OP_LEN: usize = 6;
+
+/// [`op_name`]'s bytes, all [`OP_LEN`] long (a fixed-size copy).
+#[inline]
+fn op_bytes(op: u8) -> Option<&'static [u8; OP_LEN]> {
+    match op {
+        1 => Some(b"insert"),
+        2 => Some(b"update"),
+        3 => Some(b"delete"),
+        _ => None,
+    }
+}
+
 /// The op code of deletes.
 pub const OP_DELETE: u8 = 3;
 
@@ -183,35 +197,31 @@ pub fn columns(
     scratch: &mut Vec<u8>,
 ) -> Result<[ArrayRef; 4], Error> {
     let n = order.len();
-    let mut ids = vec![0u8; n * 32];
-    let mut ops_data = Vec::with_capacity(n * 6);
-    let mut ops_offs = Vec::with_capacity(n + 1);
-    let mut seqs = Vec::with_capacity(n);
-    ops_offs.push(0i32);
-    stream_prefix(stream, scratch);
-    let prefix = scratch.len();
-    for (&r, id) in order.iter().zip(ids.chunks_exact_mut(32)) {
-        scratch.truncate(prefix);
-        let r = r as usize;
-        let seq = rows.seq(r);
-        let id: &mut [u8; 32] = id
-            .try_into()
-            .map_err(|_| Error::internal("an id slot that is not 32 bytes"))?;
-        let key = rows.key(r);
-        let payload = if key.is_empty() { rows.payload(r) } else { &[] };
-        hex128(record_id_after_prefix(key, payload, seq, scratch), id);
-        let op = op_name(rows.op(r))
-            .ok_or_else(|| Error::internal("an unknown op reached the output"))?;
-        ops_data.extend_from_slice(op.as_bytes());
-        ops_offs
-            .push(i32::try_from(ops_data.len()).map_err(|_| Error::internal("batch too large"))?);
-        seqs.push(seq);
-    }
+    // Every offset below fits: the largest, n * 32, is checked here.
     if n.checked_mul(32).is_none_or(|b| b > i32::MAX as usize) {
         return Err(Error::internal("batch too large"));
     }
-    // Every offset fits: the last, n * 32, was checked above.
+    let mut ids = Vec::with_capacity(n * 32);
+    let mut ops_data = Vec::with_capacity(n * OP_LEN);
+    let mut seqs = Vec::with_capacity(n);
+    stream_prefix(stream, scratch);
+    let prefix = scratch.len();
+    for &r in order {
+        scratch.truncate(prefix);
+        let r = r as usize;
+        let seq = rows.seq(r);
+        let key = rows.key(r);
+        let payload = if key.is_empty() { rows.payload(r) } else { &[] };
+        let mut id = [0u8; 32];
+        hex128(record_id_after_prefix(key, payload, seq, scratch), &mut id);
+        ids.extend_from_slice(&id);
+        let op = op_bytes(rows.op(r))
+            .ok_or_else(|| Error::internal("an unknown op reached the output"))?;
+        ops_data.extend_from_slice(op);
+        seqs.push(seq);
+    }
     let id_offs: Vec<i32> = (0..=n).map(|i| (i * 32) as i32).collect();
+    let ops_offs: Vec<i32> = (0..=n).map(|i| (i * OP_LEN) as i32).collect();
     // SAFETY: ids holds only ASCII hex digits and op names are ASCII; the
     // offsets are monotonic and end at each buffer's length.
     let id = unsafe {
@@ -287,6 +297,13 @@ mod tests {
     }
 
     #[test]
+    fn op_bytes_are_op_names() {
+        for op in 0..=255u8 {
+            assert_eq!(op_bytes(op).map(|b| &b[..]), op_name(op).map(str::as_bytes));
+        }
+    }
+
+    #[test]
     fn hex_ways_agree() {
         let mut x: u128 = 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834;
         for _ in 0..10_000 {
@@ -295,7 +312,10 @@ mod tests {
             hex128_table(x, &mut b);
             assert_eq!(a, b, "{x:032x}");
             assert_eq!(std::str::from_utf8(&a).unwrap(), format!("{x:032x}"));
-            x = x.wrapping_mul(0x2545_f491_4f6c_dd1d_9e37_79b9_7f4a_7c15).rotate_left(17) ^ (x >> 3);
+            x = x
+                .wrapping_mul(0x2545_f491_4f6c_dd1d_9e37_79b9_7f4a_7c15)
+                .rotate_left(17)
+                ^ (x >> 3);
         }
         for x in [0, u128::MAX, 1, 0xf0f0_0f0f_a5a5_5a5a_ffff_0000_1234_5678] {
             let (mut a, mut b) = ([0u8; 32], [0u8; 32]);
