@@ -158,29 +158,31 @@ pub fn scan_object<S: FieldSink>(
                 return Err(s.err("expected a field name"));
             }
             s.pos += 1;
-            // The likely key, matched in place: its bytes then a quote
-            // (a plain key's JSON text is its bytes, so this is exactly
-            // what scanning the string would find).
+            // The likely key, matched in place: its bytes, a quote and a
+            // colon (a plain key's JSON text is its bytes, so this is
+            // exactly what scanning the string and the colon would find).
             let likely = {
                 let k = sink.likely_key().as_bytes();
                 let n = k.len();
                 n > 0
                     && doc.get(s.pos + n) == Some(&b'"')
+                    && doc.get(s.pos + n + 1) == Some(&b':')
                     && doc.get(s.pos..s.pos + n).is_some_and(|d| same_bytes(d, k))
             };
             let (ks, ke, kesc) = if likely {
                 let ks = s.pos;
                 let ke = ks + sink.likely_key().len();
-                s.pos = ke + 1;
+                s.pos = ke + 2;
                 (ks, ke, false)
             } else {
-                s.string()?
+                let k = s.string()?;
+                s.ws();
+                if s.peek() != Some(b':') {
+                    return Err(s.err("expected ':' after a field name"));
+                }
+                s.pos += 1;
+                k
             };
-            s.ws();
-            if s.peek() != Some(b':') {
-                return Err(s.err("expected ':' after a field name"));
-            }
-            s.pos += 1;
             s.ws();
             let value = s.field_value(arena)?;
             if likely {

@@ -97,6 +97,36 @@ fn record_id_after_prefix(key: &[u8], payload: &[u8], seq: i64, scratch: &mut Ve
     xxh3_128(scratch)
 }
 
+/// The stack buffer of [`record_id_short`].
+const SHORT: usize = 128;
+
+/// [`record_id_after_prefix`] in `buf`, whose first `prefix` bytes are
+/// [`stream_prefix`]'s; `None` when the hashed bytes don't fit.
+#[inline]
+fn record_id_short(
+    buf: &mut [u8; SHORT],
+    prefix: usize,
+    key: &[u8],
+    payload: &[u8],
+    seq: i64,
+) -> Option<u128> {
+    let (tag, body) = if key.is_empty() {
+        (2u8, payload)
+    } else {
+        (1u8, key)
+    };
+    let end = prefix + 1 + 4 + body.len() + 8;
+    if end > SHORT {
+        return None;
+    }
+    let b = prefix + 5;
+    buf[prefix] = tag;
+    buf[prefix + 1..b].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    buf[b..b + body.len()].copy_from_slice(body);
+    buf[end - 8..end].copy_from_slice(&seq.to_le_bytes());
+    Some(xxh3_128(&buf[..end]))
+}
+
 /// Each byte's two lowercase hex digits.
 static HEX_PAIRS: [[u8; 2]; 256] = {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -206,14 +236,29 @@ pub fn columns(
     let mut seqs = Vec::with_capacity(n);
     stream_prefix(stream, scratch);
     let prefix = scratch.len();
+    // Short hashed bytes (the usual stream name and key) are laid out in
+    // a stack buffer holding the prefix, without the vector's checks.
+    let mut short = [0u8; SHORT];
+    let short_ok = prefix <= SHORT;
+    if short_ok {
+        short[..prefix].copy_from_slice(scratch);
+    }
     for &r in order {
-        scratch.truncate(prefix);
         let r = r as usize;
         let seq = rows.seq(r);
         let key = rows.key(r);
         let payload = if key.is_empty() { rows.payload(r) } else { &[] };
+        let hash = if short_ok {
+            record_id_short(&mut short, prefix, key, payload, seq)
+        } else {
+            None
+        };
+        let hash = hash.unwrap_or_else(|| {
+            scratch.truncate(prefix);
+            record_id_after_prefix(key, payload, seq, scratch)
+        });
         let mut id = [0u8; 32];
-        hex128(record_id_after_prefix(key, payload, seq, scratch), &mut id);
+        hex128(hash, &mut id);
         ids.extend_from_slice(&id);
         let op = op_bytes(rows.op(r))
             .ok_or_else(|| Error::internal("an unknown op reached the output"))?;
@@ -294,6 +339,30 @@ mod tests {
         want.extend_from_slice(b"p");
         want.extend_from_slice(&(-2i64).to_le_bytes());
         assert_eq!(s, want);
+    }
+
+    #[test]
+    fn short_ids_are_ids() {
+        let long = vec![b'k'; 300];
+        for stream in [&b""[..], b"orders", &[b's'; 100][..], &[b's'; 130][..]] {
+            let mut scratch = Vec::new();
+            stream_prefix(stream, &mut scratch);
+            let prefix = scratch.len();
+            if prefix > SHORT {
+                continue;
+            }
+            let mut buf = [0u8; SHORT];
+            buf[..prefix].copy_from_slice(&scratch);
+            for n in 0..long.len() {
+                for (key, payload) in [(&long[..n], &b"{}"[..]), (&b""[..], &long[..n])] {
+                    let want = record_id(stream, key, payload, -5, &mut Vec::new());
+                    match record_id_short(&mut buf, prefix, key, payload, -5) {
+                        Some(got) => assert_eq!(got, want, "{} {n}", stream.len()),
+                        None => assert!(prefix + 13 + n > SHORT),
+                    }
+                }
+            }
+        }
     }
 
     #[test]
