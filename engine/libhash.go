@@ -5,4 +5,4 @@ package engine
 // libSourceHash is the source hash of the engine library in lib/ (see
 // build.sh). It is here so that a rebuilt library changes this package's
 // Go sources: Go's build cache does not notice the library file itself.
-const libSourceHash = "f8db4b76a5a6d459cb2c34700e1c8e1370d168608be338085c48abba4cceeb58"
+const libSourceHash = "d5d88ac1b05b9a6cfbb94ed742f20dae047ca171906bd43d0982fed03734c8b3"
