@@ -174,13 +174,13 @@ type Source struct {
 	log   *slog.Logger
 	admin *kgo.Client // metadata, list offsets, offset commits
 
-	// closing tracks the readers' consumer clients still closing after
-	// their last split's Read returned; Close waits for them.
-	closing sync.WaitGroup
-
 	mu     sync.Mutex
 	closed bool
-	ids    map[string][16]byte // topic IDs from the last metadata, for OffsetCommit v10+
+	// closing holds a channel per consumer client still closing after its
+	// last split's Read returned, closed when it has; Close waits for
+	// those it finds.
+	closing map[chan struct{}]struct{}
+	ids     map[string][16]byte // topic IDs from the last metadata, for OffsetCommit v10+
 }
 
 var (
@@ -274,9 +274,35 @@ func (s *Source) Close(ctx context.Context) error {
 		s.closed = true
 		s.admin.Close()
 	}
+	pending := make([]chan struct{}, 0, len(s.closing))
+	for c := range s.closing {
+		pending = append(pending, c)
+	}
 	s.mu.Unlock()
-	s.closing.Wait()
+	for _, c := range pending {
+		<-c
+	}
 	return nil
+}
+
+// closeClient closes cl, a reader's consumer client whose dispatcher ends
+// by closing done, in the background; Close waits for it.
+func (s *Source) closeClient(cl *kgo.Client, done <-chan struct{}) {
+	c := make(chan struct{})
+	s.mu.Lock()
+	if s.closing == nil {
+		s.closing = map[chan struct{}]struct{}{}
+	}
+	s.closing[c] = struct{}{}
+	s.mu.Unlock()
+	go func() {
+		cl.Close() // also ends a PollFetches in progress
+		<-done
+		s.mu.Lock()
+		delete(s.closing, c)
+		s.mu.Unlock()
+		close(c)
+	}()
 }
 
 // Replay returns source.ReplayExact: a partition read again from an

@@ -174,10 +174,7 @@ func (r *reader) detach(t tp) {
 		// goroutines end); the split need not wait, Source.Close does.
 		// The dispatcher delivers nothing once r.cl is no longer cl.
 		stop()
-		r.s.closing.Go(func() {
-			cl.Close() // also ends a PollFetches in progress
-			<-done
-		})
+		r.s.closeClient(cl, done)
 	}
 }
 
