@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/pipeline"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
@@ -127,22 +127,7 @@ func TestManySplitsTinyEpochsStayAligned(t *testing.T) {
 // runnerGoroutines returns the stacks of goroutines running code of
 // package pipeline (not its tests).
 func runnerGoroutines() []string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	var out []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "github.com/openetl/etl/pipeline.") {
-			out = append(out, g)
-		}
-	}
-	return out
+	return testutil.Goroutines("github.com/openetl/etl/pipeline.")
 }
 
 // checkNoRunnerGoroutines fails when goroutines of the runner outlive

@@ -42,7 +42,7 @@ func (nullWriter) Close(context.Context) error { return nil }
 // benchMessages is the topic's size: 1M messages (~200 MB), so that each
 // run takes a second or more. Each side has a fixed cost per run (its
 // clients; the pipeline's also Discover, its first listing and its
-// checkpoint commit), about 7 ms for the ceiling and 25 ms for the
+// checkpoint commit), about 7 ms for the ceiling and 30 ms for the
 // pipeline, which at 200k messages was a tenth of the pipeline's run.
 const benchMessages = 1_000_000
 

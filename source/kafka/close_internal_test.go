@@ -3,35 +3,18 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/openetl/etl/internal/testutil"
 )
 
 // goroutines counts the goroutines whose stack mentions fn.
-func goroutines(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, fn) {
-			count++
-		}
-	}
-	return count
-}
+func goroutines(fn string) int { return len(testutil.Goroutines(fn)) }
 
 // TestBoundedReadsListOnceAndCloseWaits: the bounded Reads of an Open's
 // splits get their bounds from one listing of all partitions, each taken

@@ -490,12 +490,6 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	}
 	r := newReader(s)
 	var splits []source.Split
-	defer func() {
-		for _, sp := range splits {
-			sp := sp.(*split)
-			r.all = append(r.all, tp{sp.topic, sp.partition})
-		}
-	}()
 	for _, t := range ts {
 		if t.partitions > MaxPartitions {
 			return nil, fmt.Errorf("kafka: topic %q has %d partitions, more than the %d whose seqs this source can tell apart", t.name, t.partitions, MaxPartitions)
@@ -512,6 +506,7 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 			sp.lagEnd.Store(-1)
 			sp.lagNext.Store(next)
 			splits = append(splits, sp)
+			r.all = append(r.all, tp{t.name, p})
 		}
 	}
 	return splits, nil
