@@ -54,6 +54,7 @@ test-go: tools
 	@set -e; unset OPENETL_SERVERS_DIR; env=$$(scripts/servers.sh start); eval "$$env"; \
 	trap 'scripts/servers.sh stop' EXIT; \
 	set -x; \
+	scripts/test-servers.sh; \
 	OPENETL_PYTHON=$$(scripts/test-tools.sh) $(GO) test -count=1 ./...; \
 	$(GO) test -count=1 -race -skip '$(RACE_SKIP)' ./pipeline/... ./checkpoint/... ./sink/... ./source/...; \
 	CGO_ENABLED=0 $(GO) test -count=1 -run TestBuildWithoutCgo .

@@ -21,13 +21,26 @@
 #   stop [DIR]            kill the servers of DIR (default
 #                         $OPENETL_SERVERS_DIR) and remove DIR
 #
+#   apt PACKAGE...        install Debian packages the way install does (one
+#                         apt-get run, waiting for a dpkg lock held by
+#                         someone else; used by scripts/test-servers.sh)
+#
 # Services: s3 (versitygw), gcs (fake-gcs-server), azure (azurite), kafka
 # (Apache Kafka in KRaft mode, from Maven Central), postgres (PostgreSQL 15
-# from Debian, wal_level=logical). Default: all. Each service is a set of functions named after it: install_NAME,
-# start_NAME (picks a port into $DIR/NAME.port, starts the process with
-# launch), ready_NAME (runs once the port answers: creates buckets and the
-# like), env_NAME (prints exports). Add a service by adding those and its
-# name to ALL_SERVICES, here or in a file scripts/services/NAME.sh.
+# from Debian, wal_level=logical). Default: all. Each service is a set of
+# functions named after it: install_NAME, start_NAME (picks a port into
+# $DIR/NAME.port, starts the process with launch), ready_NAME (runs once
+# the port answers: creates buckets and the like), env_NAME (prints
+# exports), and optionally debs_NAME (prints the Debian packages the
+# service still lacks). Add a service by adding those and its name to
+# ALL_SERVICES, here or in a file scripts/services/NAME.sh.
+#
+# Installs cannot race: every missing Debian package of the requested
+# services is installed by one apt-get run before anything else (apt-get
+# update runs at most once, and only when the package lists lack a package
+# or an install fails on them), apt waits for a dpkg lock another process
+# holds, and each service's own install runs under a lock of its own, so
+# two servers.sh runs at once install a thing once.
 #
 # Tools are installed under $OPENETL_CACHE/tools (default
 # ~/.cache/openetl/tools), never into the repository. Progress and install
@@ -120,6 +133,69 @@ go_tool() {
   # Outside any module, so the repository's go.mod is untouched.
   (cd "$TOOLS" && GOBIN="$GOBIN_DIR" GOFLAGS=-buildvcs=false go install "$pkg") >&2
   log "installed $bin in $((SECONDS - t0))s"
+}
+
+# ---------------------------------------------------------------- Debian packages
+
+# How long apt waits for a dpkg or package-list lock held by another
+# process (an unattended upgrade, a second servers.sh) before giving up.
+APT_LOCK_TIMEOUT=${OPENETL_APT_LOCK_TIMEOUT:-900}
+
+apt_get() {
+  DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout="$APT_LOCK_TIMEOUT" "$@" >&2
+}
+
+# apt_update refreshes the package lists. apt-get update does not wait for
+# the lists lock (DPkg::Lock::Timeout covers the dpkg locks only), so a
+# held lock is waited for here.
+apt_update() {
+  local t0=$SECONDS out
+  while :; do
+    out=$(DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout="$APT_LOCK_TIMEOUT" update 2>&1) && {
+      echo "$out" >&2
+      return 0
+    }
+    echo "$out" >&2
+    grep -q 'Could not get lock' <<<"$out" || return 1
+    ((SECONDS - t0 < APT_LOCK_TIMEOUT)) || return 1
+    log "apt-get update: the package lists are locked by another process; waiting"
+    sleep 2
+  done
+}
+
+# apt_install PACKAGE...: one apt-get run for all of them. The lists are
+# updated first only when they don't know a package, and at most once more
+# when the install fails (stale lists name files the mirror no longer has).
+# A policy-rc.d keeps the packages' postinst scripts from starting system
+# servers (the tests start their own), unless the machine has one. Runs
+# under $TOOLS/.apt.lock, so concurrent servers.sh runs take turns.
+apt_install() {
+  (($# > 0)) || return 0
+  command -v apt-get >/dev/null || die "need Debian packages $* and there is no apt-get to install them"
+  [ "$(id -u)" = 0 ] || die "need Debian packages $*: run as root (apt-get install)"
+  mkdir -p "$TOOLS"
+  (
+    exec 8>"$TOOLS/.apt.lock"
+    flock 8
+    local policy=/usr/sbin/policy-rc.d made= rc=0 updated= p t0=$SECONDS
+    for p in "$@"; do
+      if ! apt-cache show --no-all-versions "$p" >/dev/null 2>&1; then
+        log "the package lists don't know $p: apt-get update"
+        apt_update || die "apt-get update failed"
+        updated=1
+        break
+      fi
+    done
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made=1
+    fi
+    log "installing Debian packages: $*"
+    apt_get install -y --no-install-recommends "$@" ||
+      { [ -z "$updated" ] && apt_update && apt_get install -y --no-install-recommends "$@"; } || rc=1
+    [ -n "$made" ] && rm -f "$policy"
+    [ $rc -eq 0 ] || die "apt-get could not install $*"
+    log "installed $* in $((SECONDS - t0))s"
+  )
 }
 
 # ---------------------------------------------------------------- s3: versitygw
@@ -313,17 +389,13 @@ EOF
 PG_BIN=/usr/lib/postgresql/15/bin
 
 # Debian's postgresql-15, only when its binaries are missing (installing
-# over an existing one would upgrade it). Needs root for apt-get.
+# over an existing one would upgrade it). cmd_install installs every
+# service's packages in one apt-get run before the other installs.
+debs_postgres() { [ -x "$PG_BIN/postgres" ] && [ -x "$PG_BIN/initdb" ] || echo postgresql-15; }
+
 install_postgres() {
-  [ -x "$PG_BIN/postgres" ] && [ -x "$PG_BIN/initdb" ] && return 0
-  command -v apt-get >/dev/null || die "postgres: $PG_BIN is missing and there is no apt-get to install postgresql-15"
-  log "installing postgresql-15 (about 30s on a cold machine)"
-  local t0=$SECONDS
-  # A fresh machine may have no package lists yet: update once and retry.
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >&2 ||
-    { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >&2; } ||
-    die "postgres: apt-get could not install postgresql-15"
-  log "installed postgresql-15 in $((SECONDS - t0))s"
+  [ -x "$PG_BIN/postgres" ] && [ -x "$PG_BIN/initdb" ] ||
+    die "postgres: $PG_BIN/postgres is missing (Debian's postgresql-15 provides it)"
 }
 
 # A fresh cluster in $DIR/postgres, owned by the postgres user (Postgres
@@ -390,12 +462,27 @@ services() {
 }
 
 cmd_install() {
-  local svcs s pids=() names=() i rc=0
+  local svcs s pids=() names=() i rc=0 debs=() d
   read -ra svcs <<<"$(services "$@")"
   mkdir -p "$TOOLS"
-  # Installs are slow and independent: run them in parallel.
+  # First every Debian package any of them lacks, in one apt-get run: two
+  # apt-gets at once fail on the dpkg lock.
   for s in "${svcs[@]}"; do
-    "install_$s" &
+    if declare -F "debs_$s" >/dev/null; then
+      read -ra d <<<"$("debs_$s")"
+      debs+=("${d[@]}")
+    fi
+  done
+  apt_install "${debs[@]}" || return 1
+  # The rest are slow and independent: run them in parallel, each under a
+  # lock of its own so a concurrent servers.sh waits rather than installs
+  # the same thing into the same directory.
+  for s in "${svcs[@]}"; do
+    (
+      exec 9>"$TOOLS/.install-$s.lock"
+      flock 9
+      "install_$s"
+    ) &
     pids+=($!)
     names+=("$s")
   done
@@ -497,6 +584,7 @@ cmd_stop() {
 
 case "${1:-}" in
 install) shift; cmd_install "$@" ;;
+apt) shift; mkdir -p "$TOOLS"; apt_install "$@" ;;
 start) shift; cmd_start "$@" ;;
 stop) shift; cmd_stop "$@" ;;
 env)

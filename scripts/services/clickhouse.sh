@@ -18,20 +18,13 @@ ALL_SERVICES+=(clickhouse)
 CH_SERVER=/usr/sbin/clickhouse-server
 CH_CLIENT=/usr/bin/clickhouse-client
 
-# Debian's packages, only when a binary is missing. Needs root for apt-get.
+# Debian's packages, only when a binary is missing; servers.sh installs
+# them in its one apt-get run.
+debs_clickhouse() { [ -x "$CH_SERVER" ] && [ -x "$CH_CLIENT" ] || echo clickhouse-server clickhouse-client; }
+
 install_clickhouse() {
-  [ -x "$CH_SERVER" ] && [ -x "$CH_CLIENT" ] && return 0
-  command -v apt-get >/dev/null || die "clickhouse: $CH_SERVER is missing and there is no apt-get to install clickhouse-server"
-  log "installing clickhouse-server and clickhouse-client (about 30s on a cold machine)"
-  local t0=$SECONDS
-  # A fresh machine may have no package lists yet: update once and retry.
-  # policy-rc.d may refuse to start the packaged service: that is fine, the
-  # server is started below with a config of its own.
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q clickhouse-server clickhouse-client >&2 ||
-    { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q clickhouse-server clickhouse-client >&2; } ||
-    die "clickhouse: apt-get could not install clickhouse-server clickhouse-client"
-  [ -x "$CH_SERVER" ] || die "clickhouse: installed, but $CH_SERVER is missing"
-  log "installed clickhouse in $((SECONDS - t0))s"
+  [ -x "$CH_SERVER" ] && [ -x "$CH_CLIENT" ] ||
+    die "clickhouse: $CH_SERVER or $CH_CLIENT is missing (Debian's clickhouse-server and clickhouse-client provide them)"
 }
 
 # A config with every path under $DIR/clickhouse, listening on 127.0.0.1

@@ -17,29 +17,16 @@ MARIADB_USER=etl
 MARIADB_PASSWORD=etl-secret
 MARIADB_DB=etl
 
-# Debian's mariadb-server, only when its binaries are missing. Needs root
-# for apt-get.
+# Debian's mariadb-server and mariadb-client, only when the server is
+# missing; servers.sh installs them in its one apt-get run (which also
+# keeps the package from starting a system server).
+debs_mariadb() {
+  command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || echo mariadb-server mariadb-client
+}
+
 install_mariadb() {
-  command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || {
-    command -v apt-get >/dev/null || die "mariadb: mariadbd is missing and there is no apt-get to install mariadb-server"
-    log "installing mariadb-server (about 50s on a cold machine)"
-    local t0=$SECONDS
-    # The package's postinst starts a system server through invoke-rc.d
-    # unless a policy-rc.d forbids it: forbid it for the install (only when
-    # the machine has no policy of its own), the tests start their own.
-    local policy=/usr/sbin/policy-rc.d made=
-    if [ ! -e "$policy" ]; then
-      printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made=1
-    fi
-    # A fresh machine may have no package lists yet: update once and retry.
-    local rc=0
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends mariadb-server mariadb-client >&2 ||
-      { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends mariadb-server mariadb-client >&2; } ||
-      rc=1
-    [ -n "$made" ] && rm -f "$policy"
-    [ $rc -eq 0 ] || die "mariadb: apt-get could not install mariadb-server"
-    log "installed mariadb-server in $((SECONDS - t0))s"
-  }
+  command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] ||
+    die "mariadb: mariadbd is missing (Debian's mariadb-server provides it)"
 }
 
 mariadb_bin() {
