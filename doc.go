@@ -53,8 +53,8 @@
 // A host sees a pipeline without reading its code:
 //
 //   - Metrics and spans go to the OpenTelemetry providers passed to
-//     Builder.Telemetry (default: the global ones). METRICS.md lists every
-//     metric (openetl.rows.read, openetl.job.lag, openetl.pipeline.freshness
+//     Builder.Telemetry (default: the global ones). docs/metrics.md lists
+//     every metric (openetl.rows.read, openetl.job.lag, openetl.pipeline.freshness
 //     ...) with its unit and attributes, and the spans: one per attempt,
 //     recovery, epoch (barrier to commit), checkpoint commit, destination
 //     Commit and PreCommit.
@@ -83,4 +83,12 @@
 // _openetl_op (insert, update, delete), _openetl_seq (the version's
 // position in the source) and _openetl_synced_at (when it was processed,
 // UTC). See package engine for the ID's definition and test vectors.
+//
+// # Design
+//
+// The repository's docs/ directory describes the design: architecture.md
+// (the parts and the data path), commit-protocol.md (epochs, the commit
+// point, attempts, fencing and recovery), delivery.md (how each stream's
+// guarantee is decided), storage-layout.md (what the checkpoint store and
+// the destinations keep) and metrics.md (every metric, span and event).
 package etl

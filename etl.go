@@ -154,7 +154,7 @@ func (b *Builder) OnEvent(f func(Event), queue int) *Builder {
 func (b *Builder) LagAlert(d time.Duration) *Builder { b.cfg.LagAlert = d; return b }
 
 // Telemetry sets the OpenTelemetry providers the pipeline's metrics and
-// spans come from (METRICS.md lists them); a nil one keeps its default,
+// spans come from (docs/metrics.md lists them); a nil one keeps its default,
 // the global provider (otel.GetMeterProvider, otel.GetTracerProvider),
 // which does nothing until the host sets one. The instruments are made
 // once by Build and stay registered with the meter provider for the

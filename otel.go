@@ -2,7 +2,7 @@ package etl
 
 import "github.com/openetl/etl/pipeline"
 
-// The attribute keys of the pipeline's metrics and spans (METRICS.md
+// The attribute keys of the pipeline's metrics and spans (docs/metrics.md
 // lists which metric carries which).
 const (
 	AttrPipeline    = pipeline.AttrPipeline    // openetl.pipeline: the pipeline's name

@@ -10,6 +10,7 @@
 //	{pipeline}/_checkpoints/HEAD                                  the pointer
 //	{pipeline}/_staging/...                                       side files of epochs being committed
 //	{pipeline}/_quarantine/{stream}/{epoch:020d}.jsonl            quarantined records of committed epochs
+//	{pipeline}/_held/{stream}/{epoch:020d}.jsonl                  held-back values of committed epochs
 //
 // HEAD is a small JSON object: the generation that holds the pipeline,
 // the record it points at (or none), a sequence number and a nonce that

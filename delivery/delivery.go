@@ -3,7 +3,7 @@
 // stream's write mode and primary key, and the level the pipeline
 // requires. It is a pure function; the builder and the runner call it.
 //
-// The rules (ARCHITECTURE.md § Delivery levels):
+// The rules (docs/delivery.md in the repository explains them):
 //
 //	source replay  destination                   mode               key  guarantee
 //	exact          stage-and-apply, transactional any                 any  exactly once

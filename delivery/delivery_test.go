@@ -12,7 +12,7 @@ import (
 )
 
 // rule is one row of the expected-guarantee table: "*" matches anything.
-// The first matching row wins. The table restates ARCHITECTURE.md's rules
+// The first matching row wins. The table restates docs/delivery.md's rules
 // independently of Decide's code.
 type rule struct {
 	replay, class, mode, key, canMerge, skipByID, required string

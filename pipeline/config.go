@@ -96,7 +96,7 @@ type Config struct {
 	// events.
 	LagAlert time.Duration
 	// MeterProvider and TracerProvider make the runner's metrics and
-	// spans (METRICS.md lists them); defaults otel.GetMeterProvider() and
+	// spans (docs/metrics.md lists them); defaults otel.GetMeterProvider() and
 	// otel.GetTracerProvider(), which do nothing until the host sets
 	// them.
 	MeterProvider  metric.MeterProvider

@@ -3,7 +3,8 @@
 // every fault, the real runner (pipeline.Sync and pipeline.Run) and by
 // default the real engine move the data from a sourcetest.FakeSource to a
 // destination through a memory checkpoint store, and the simulation then
-// checks the promises of ARCHITECTURE.md.
+// checks the promises of package delivery (docs/delivery.md in the
+// repository).
 //
 // The destination is by default a sinktest.FakeDestination, whose own
 // records the checks read. Options.Target runs the same simulation

@@ -1,6 +1,6 @@
 // Package sink defines the contract every destination implements: the
-// built-in ones (sink/parquet, and later sink/iceberg, sink/clickhouse,
-// sink/postgres) and any a user writes. Built-in destinations use nothing
+// built-in ones (sink/parquet, sink/iceberg, sink/clickhouse) and any a
+// user writes. Built-in destinations use nothing
 // but this package and package checkpoint's types.
 //
 // The runner hands each writer lane's Writer Arrow record batches with

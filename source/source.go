@@ -1,5 +1,5 @@
 // Package source defines the contract every source connector implements:
-// the built-in ones (source/faker, and later source/postgres, source/mysql,
+// the built-in ones (source/faker, source/postgres, source/mysql,
 // source/kafka) and any a user writes. Built-in connectors use nothing but
 // this package, so a user's connector can do everything they do.
 //

@@ -159,6 +159,8 @@
 //     destination table name, and must agree with the pipeline's Mode.
 //   - A Write is never split: a block holds whole batches, so it can pass
 //     Config.BlockRows by one batch.
+//   - Arrays of enums and MySQL SET columns are plain strings, not
+//     LowCardinality; structs are stored as their JSON text.
 //   - Several addresses in the caller's clickhouse.Options must be ways
 //     to the same data: one server's ports, or proxies and load
 //     balancers in front of one server (see Guarantee). Not independent

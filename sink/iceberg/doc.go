@@ -1,8 +1,8 @@
 // Package iceberg is a stage-and-apply destination that writes each
 // stream into an Apache Iceberg table (format v2) through an iceberg-go
-// catalog, exactly once: a SQL catalog on SQLite or Postgres, with the
-// warehouse on a local directory (file://) or any bucket iceberg-go's
-// gocloud.dev IO reaches (s3://, gs://, azblob).
+// catalog, exactly once: a SQL catalog on SQLite or Postgres, or a REST
+// catalog, with the warehouse on a local directory (file://) or any
+// bucket iceberg-go's gocloud.dev IO reaches (s3://, gs://, azblob).
 //
 //	db, _ := sql.Open(sqliteshim.ShimName, "file:lake/catalog.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 //	cat, _ := sqlcat.NewCatalog("lake", db, sqlcat.SQLite, iceberg.Properties{"warehouse": "file:///abs/lake/warehouse"})
@@ -153,8 +153,18 @@
 //   - Fencing is atomic with the commit on the SQL catalog (SQLite,
 //     Postgres). Other catalogs (REST) can't carry the pipeline's
 //     requirement: it is checked on metadata loaded right before the
-//     commit, which leaves a window of one request. Untested here: no
-//     REST catalog server ran on this machine.
+//     commit, which leaves a window of one request (the checkpoint log's
+//     fence still keeps a zombie's epochs out). The REST path is tested
+//     against Apache Iceberg's REST catalog test server.
+//   - A grouped epoch whose waiting files disappear before the group is
+//     committed (deleted by hand, or by Maintain's orphan removal) is
+//     reported Lost after its Commit returned nil, so the log can rewind
+//     past positions the source was already told it may drop: keep
+//     Maintain's OrphansOlderThan above Grouping.Interval plus an epoch.
+//   - After a stopped Run, waiting files are committed when lane 0's
+//     writer closes, best effort; the next attempt applies what is left.
+//   - A Commit of an epoch that has no files does not check the fence (it
+//     changes no data; the checkpoint log fences the zombie).
 //   - pyiceberg 0.12 can't scan tables with equality deletes (Merge
 //     tables); iceberg-go, Spark, Trino and Flink can.
 package iceberg

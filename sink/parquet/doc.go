@@ -55,9 +55,30 @@
 // at once can never lower it. Commit reads the fence first and fails with an
 // error wrapping sink.ErrFenced when it is above the writer's generation.
 //
+// # Encoding
+//
+// Files are zstd-compressed. Config.Dictionary decides which columns get
+// dictionary encoding: by default (DictionaryAuto) only text or binary
+// columns whose values, sampled from a file's first batch, repeat enough
+// to gain from one, and Arrow dictionary columns. That writes faster and
+// smaller files than a dictionary on every column (DictionaryAll, arrow-go's
+// default), since zstd packs plain pages of unique values better than
+// abandoned dictionaries.
+//
 // # Reading
 //
 // ReadManifest returns a stream's current manifest; each File.Key is a full
 // key in the bucket, to be opened with the same bucket. Streams lists the
 // streams under a prefix that have a manifest.
+//
+// # Limits
+//
+//   - Every stream is appended to: there is no merge by key (Build
+//     rejects delivery.Merge) and no overwrite (a stream set to
+//     delivery.Overwrite is appended to, not replaced).
+//   - A manifest lists every file ever committed to its stream, and old
+//     manifest versions are kept; staged files of crashed attempts are not
+//     removed yet.
+//   - Interval and duration columns (MySQL TIME) can't be written: the
+//     engine holds them back (Capabilities.Unsupported).
 package parquet

@@ -20,7 +20,8 @@
 //
 // A stream holds Config.Rows records, striped over Config.SplitsPerStream
 // splits named "<stream>/<k>". A bounded Read stops at the end; an
-// unbounded one waits there until its context ends.
+// unbounded one waits there until its context ends. Its splits report
+// neither lag nor snapshot progress.
 //
 //	src, err := faker.New(faker.Config{Seed: 7, Rows: 1_000_000, MalformedShare: 0.01})
 //	if err != nil { ... }

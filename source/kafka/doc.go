@@ -34,7 +34,12 @@
 //
 // Memory: Config.Budget bounds the message bytes fetched and queued; a
 // split whose Emitter blocks (backpressure) pauses the fetching of its
-// partition only.
+// partition only. Config.Budget's doc says what a process holds in all.
+//
+// Splits report Lag (messages behind the partition's end) and Paused
+// (fetching paused under backpressure, and since when), which the
+// pipeline's status, metrics and stream.paused / stream.resumed events
+// show.
 //
 //	src, err := kafka.New(kafka.Config{
 //		Opts:   []kgo.Opt{kgo.SeedBrokers("127.0.0.1:9092")},

@@ -174,28 +174,13 @@
 //
 // # Performance
 //
-// BenchmarkCatchUp: a catch-up of 2M row changes (1M inserts, 1M
-// updates; BIGINT, INT, VARCHAR, DECIMAL, DATETIME(6), DOUBLE) waiting in
-// the binlog, measured in one run against a bare BinlogSyncer loop that
-// only decodes the events with go-mysql (the ceiling) and against
-// go-mysql's canal with a no-op handler (bench/mysqlcanal, a module of
-// its own, run as a child process that measures its own CPU time). Two
-// runs on 2 vCPUs with a load average of 15-23 from other work, MariaDB
-// on the same machine:
-//
-//	                                       changes/s      changes/CPU-s
-//	source + runner + engine, null writer  107k, 176k     400k, 416k
-//	bare BinlogSyncer decode loop          64k, 127k      180k, 176k
-//	canal, no-op handler                   77k, 115k      177k, 180k
-//	ours / ceiling                         1.67, 1.39     2.22, 2.37
-//	canal / ceiling                        1.20, 0.91     0.98, 1.03
-//
-// Wall times swing with the machine's load; CPU time is the steadier
-// measure. Above the ceiling because the source decodes the read tables'
-// row images itself (go-mysql's decoder, which canal uses too, was two
-// thirds of the pipeline's CPU). An earlier run on a quieter machine
-// (load 5-20) had 444k-448k changes/s for the pipeline, 180k-224k for the
-// ceiling; the transfer alone (events not parsed) ran at 1-5M/s.
+// A catch-up of 2M row changes waiting in the binlog runs at more than
+// twice the changes per CPU-second of a bare BinlogSyncer loop that only
+// decodes the events, because the source decodes the read tables' row
+// images itself (go-mysql's decoder was two thirds of the pipeline's
+// CPU); go-mysql's canal with a no-op handler is about even with that
+// loop. BENCHMARKS.md in the repository has the current figures;
+// reproduce them with
 //
 //	go test -run '^$' -bench CatchUp -benchtime 1x ./source/mysql
 //
@@ -236,8 +221,9 @@
 // composite key of integer, latin1 text, DATETIME and VARBINARY reopened
 // at their resume points (TestSnapshotChunks), tables changed between the
 // origin and the reads, keyed and keyless (TestSnapshotAfterOrigin),
-// progress and lag (TestProgressAndLag), DDL, purged binlogs, settings. No MySQL server runs here (Debian 12 has none): the MySQL code
-// paths (v2 rows events, GTID sets with server UUIDs and tags, binary
+// progress and lag (TestProgressAndLag), DDL, purged binlogs, settings.
+// The project's test servers include no MySQL server (Debian 12 packages
+// none): the MySQL code paths (v2 rows events, GTID sets with server UUIDs and tags, binary
 // JSON, anonymous GTIDs) are tested on binlog events built byte for byte
 // as MySQL 8 writes them, through go-mysql's parser; the MySQL snapshot
 // (FLUSH TABLES WITH READ LOCK) and MySQL's error texts have not run

@@ -128,6 +128,10 @@
 // the last checkpoint still needs. Config.HeartbeatInterval adds a tiny
 // WAL write now and then for clusters where nothing else writes.
 //
+// Snapshot splits report their table's progress (SnapshotProgress) and
+// the change stream its lag in bytes of WAL (Lag), which the pipeline's
+// status, metrics and events show.
+//
 // # Errors
 //
 // A resume state whose slot is gone (dropped by hand, say) fails Open or
