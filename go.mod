@@ -32,6 +32,7 @@ require (
 	gocloud.dev v0.47.0
 	golang.org/x/sys v0.49.0
 	google.golang.org/api v0.297.0
+	modernc.org/sqlite v1.57.0
 )
 
 require (
@@ -165,5 +166,4 @@ require (
 	modernc.org/libc v1.74.4 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.11.0 // indirect
-	modernc.org/sqlite v1.57.0 // indirect
 )
