@@ -24,7 +24,11 @@
 // pg_type names (int4, numeric(12,2), timestamptz, _text ...: package
 // engine maps them to Arrow) — except enum types, declared
 // enum('label',...) in label order, which the engine marks as enums —
-// and its primary key is the table's.
+// and its primary key is the table's; under REPLICA IDENTITY USING INDEX
+// it is that index's columns instead, the key whose changes Postgres logs
+// (an update that changes only the primary key is an update of the
+// index's key, and one that changes the index's columns a delete of the
+// old one).
 // Values travel in Postgres's text form, with DateStyle ISO, TimeZone
 // UTC, extra_float_digits 3 and bytea_output hex set on both connections,
 // so a value reads the same in the snapshot and in the stream.
@@ -51,8 +55,9 @@
 // The change stream runs beside the snapshot, from that LSN, over
 // pgoutput (protocol 2, or 1 before Postgres 14; see Config.Protocol):
 // inserts, updates (the new row; when the key changed, first a delete of
-// the old key) and deletes (under REPLICA
-// IDENTITY DEFAULT the row holds the key columns, the others null), each
+// the old key carrying what the server sends of the old row) and deletes
+// (under REPLICA IDENTITY DEFAULT or USING INDEX the row holds the key
+// columns, the others null; under FULL the whole old row), each
 // with seq = the LSN of its change, and a resume point after each
 // transaction that touched an opened table, and at keepalives between
 // transactions (the server's position then), so quiet tables still let the slot
@@ -100,7 +105,8 @@
 //     row is written with source.AppendRowUnchanged, never as null, and
 //     the engine quarantines it (reason unchanged_value) so nothing is
 //     silently changed: set REPLICA IDENTITY FULL on tables whose large
-//     columns outlive updates of other columns.
+//     columns outlive updates of other columns. A TOASTed key column is
+//     always filled: the server sends the old key with such an update.
 //   - Schema changes: relation messages are matched to the declared
 //     columns by name. A column dropped reads as null from then on. A
 //     column added, or a type changed, after the attempt read the catalog

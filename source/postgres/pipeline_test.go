@@ -176,7 +176,7 @@ func queryOne(t *testing.T, d, sql string) string {
 }
 
 // readRows reads a stream's rows with pyarrow, in _openetl_seq order
-// (ties by id), as JSON values.
+// (ties by id, a null id first), as JSON values.
 func readRows(t *testing.T, tables, stream string) []map[string]any {
 	t.Helper()
 	script := `
@@ -188,7 +188,7 @@ files = json.load(open(os.path.join(d, "_manifest", m)))["files"]
 rows = []
 for f in files:
     rows += pq.read_table(os.path.join(sys.argv[1], f["key"])).to_pylist()
-rows.sort(key=lambda r: (r["_openetl_seq"], r["id"]))
+rows.sort(key=lambda r: (r["_openetl_seq"], (0, 0) if r["id"] is None else (1, r["id"])))
 def conv(v):
     if hasattr(v, "isoformat"):
         return v.isoformat()

@@ -361,7 +361,7 @@ func (s *Source) replConfig() *pgconn.Config {
 type table struct {
 	schema, name string
 	stream       source.Stream
-	key          []int    // indexes of the primary-key columns
+	key          []int    // indexes of the key columns: the primary key, or the replica identity index
 	oids         []uint32 // per column: its type's OID
 	typmods      []int32  // per column: its type modifier
 	// discovered is the WAL insert position just before the catalog was
@@ -442,7 +442,10 @@ func (s *Source) tables(ctx context.Context) ([]*table, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One row per column of every published table, in attribute order.
+	// One row per column of every published table, in attribute order,
+	// with its position in the key: the primary key's, or under REPLICA
+	// IDENTITY USING INDEX that index's (the key Postgres logs changes
+	// of).
 	// The type name is pg_type's (int4, _text, timestamptz), with the
 	// precision and scale of a constrained numeric; an enum type is
 	// declared enum('label',...) in label order (quotes doubled), which
@@ -457,7 +460,8 @@ SELECT n.nspname, c.relname, a.attname,
             ELSE t.typname END,
        NOT a.attnotnull,
        COALESCE((SELECT array_position(i.indkey::int2[], a.attnum) - array_lower(i.indkey::int2[], 1) + 1
-                 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), 0),
+                 FROM pg_index i WHERE i.indrelid = c.oid
+                 AND CASE WHEN c.relreplident = 'i' THEN i.indisreplident ELSE i.indisprimary END), 0),
        a.atttypid, a.atttypmod, c.relreplident, a.attlen = -1 AND a.attstorage <> 'p'
 FROM pg_publication_tables pt
 JOIN pg_namespace n ON n.nspname = pt.schemaname
@@ -652,7 +656,7 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	sp.start = *start
 	for _, t := range sp.tables {
 		switch {
-		case t.identity == 'n' || t.identity == 'd' && len(t.key) == 0:
+		case t.identity == 'n' || t.identity != 'f' && len(t.key) == 0:
 			s.log.WarnContext(ctx, "table has no replica identity: Postgres refuses its updates and deletes while it is published "+
 				"(give it a primary key or set REPLICA IDENTITY FULL)", "stream", t.stream.Name)
 		case t.identity != 'f' && t.toastable:

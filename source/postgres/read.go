@@ -435,7 +435,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					}
 					if r.table != nil {
 						touched = touched || !inStream
-						if err := out.Record(r.table.stream.Name, source.OpInsert, seq, sp.tupleKey(r, m.Tuple), sp.row(r, m.Tuple, nil)); err != nil {
+						if err := out.Record(r.table.stream.Name, source.OpInsert, seq, sp.tupleKey(r, m.Tuple, nil), sp.row(r, m.Tuple, nil)); err != nil {
 							return err
 						}
 					}
@@ -447,21 +447,26 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					if r.table != nil {
 						touched = touched || !inStream
 						t := r.table
+						// The old row comes when the replica identity's
+						// columns changed (or hold a TOASTed value): its
+						// key columns ('K'), or the whole old row under
+						// REPLICA IDENTITY FULL ('O').
 						var old *pglogrepl.TupleData
-						if m.OldTupleType == pglogrepl.UpdateMessageTupleTypeOld {
-							old = m.OldTuple // REPLICA IDENTITY FULL: the whole old row
+						if m.OldTupleType == pglogrepl.UpdateMessageTupleTypeKey || m.OldTupleType == pglogrepl.UpdateMessageTupleTypeOld {
+							old = m.OldTuple
 						}
-						if m.OldTupleType == pglogrepl.UpdateMessageTupleTypeKey || old != nil {
-							// The key changed (or REPLICA IDENTITY FULL): when
-							// it differs, the old key's row is gone.
-							oldKey := append([]byte(nil), sp.tupleKey(r, m.OldTuple)...)
-							if string(oldKey) != string(sp.tupleKey(r, m.NewTuple)) {
-								if err := out.Record(t.stream.Name, source.OpDelete, seq, oldKey, nil); err != nil {
+						if old != nil {
+							// When the key differs, the old key's row is gone:
+							// its delete carries what the old tuple has (the key
+							// columns, or the whole old row), like a delete.
+							oldKey := append([]byte(nil), sp.tupleKey(r, old, nil)...)
+							if string(oldKey) != string(sp.tupleKey(r, m.NewTuple, old)) {
+								if err := out.Record(t.stream.Name, source.OpDelete, seq, oldKey, sp.row(r, old, nil)); err != nil {
 									return err
 								}
 							}
 						}
-						if err := out.Record(t.stream.Name, source.OpUpdate, seq, sp.tupleKey(r, m.NewTuple), sp.row(r, m.NewTuple, old)); err != nil {
+						if err := out.Record(t.stream.Name, source.OpUpdate, seq, sp.tupleKey(r, m.NewTuple, old), sp.row(r, m.NewTuple, old)); err != nil {
 							return err
 						}
 					}
@@ -474,7 +479,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 						touched = touched || !inStream
 						// Under REPLICA IDENTITY DEFAULT the old tuple holds the
 						// key columns and nulls: the delete row carries the key.
-						key := append([]byte(nil), sp.tupleKey(r, m.OldTuple)...)
+						key := append([]byte(nil), sp.tupleKey(r, m.OldTuple, nil)...)
 						if err := out.Record(r.table.stream.Name, source.OpDelete, seq, key, sp.row(r, m.OldTuple, nil)); err != nil {
 							return err
 						}
@@ -567,9 +572,10 @@ func (sp *split) lookup(m *pglogrepl.RelationMessage) *table {
 }
 
 // row encodes a tuple as a declared-row payload in sp.buf. An unchanged
-// TOAST value is taken from old (the whole old row, under REPLICA
-// IDENTITY FULL) when it has it, and is otherwise marked unchanged, never
-// written as null.
+// TOAST value ('u': an update that left it alone) is taken from old, the
+// update's old tuple, when that has it (REPLICA IDENTITY FULL sends the
+// whole old row, detoasted; a key tuple has the identity's columns), and
+// is otherwise marked unchanged, never written as null.
 func (sp *split) row(r *relation, tup, old *pglogrepl.TupleData) []byte {
 	sp.buf = sp.buf[:0]
 	if tup == nil {
@@ -581,9 +587,8 @@ func (sp *split) row(r *relation, tup, old *pglogrepl.TupleData) []byte {
 			continue
 		}
 		col := tup.Columns[i]
-		if col.DataType == pglogrepl.TupleDataTypeToast && old != nil && i < len(old.Columns) &&
-			old.Columns[i].DataType != pglogrepl.TupleDataTypeToast {
-			col = old.Columns[i]
+		if col.DataType == pglogrepl.TupleDataTypeToast {
+			col = fromOld(col, old, i)
 		}
 		switch col.DataType {
 		case pglogrepl.TupleDataTypeNull:
@@ -597,16 +602,34 @@ func (sp *split) row(r *relation, tup, old *pglogrepl.TupleData) []byte {
 	return sp.buf
 }
 
+// fromOld returns old's column i in place of col, an unchanged TOAST
+// value, when old carries its value. A null there is no value: a key
+// tuple has nulls for the columns outside the replica identity.
+func fromOld(col *pglogrepl.TupleDataColumn, old *pglogrepl.TupleData, i int) *pglogrepl.TupleDataColumn {
+	if old == nil || i >= len(old.Columns) {
+		return col
+	}
+	if o := old.Columns[i]; o.DataType == pglogrepl.TupleDataTypeText || o.DataType == pglogrepl.TupleDataTypeBinary {
+		return o
+	}
+	return col
+}
+
 // tupleKey encodes the tuple's primary-key values the way the snapshot
-// does, in sp.key.
-func (sp *split) tupleKey(r *relation, tup *pglogrepl.TupleData) []byte {
+// does, in sp.key. A key column the tuple leaves unchanged (a TOASTed
+// value: the update's old tuple then has it) is taken from old.
+func (sp *split) tupleKey(r *relation, tup, old *pglogrepl.TupleData) []byte {
 	sp.key = sp.key[:0]
 	if tup == nil {
 		return sp.key
 	}
 	for _, k := range r.table.key {
 		if i := r.src[k]; i >= 0 && i < len(tup.Columns) {
-			sp.key = source.AppendRowValue(sp.key, tup.Columns[i].Data)
+			col := tup.Columns[i]
+			if col.DataType == pglogrepl.TupleDataTypeToast {
+				col = fromOld(col, old, i)
+			}
+			sp.key = source.AppendRowValue(sp.key, col.Data)
 		}
 	}
 	return sp.key
