@@ -20,6 +20,7 @@ const (
 	EventSyncFailed        = pipeline.EventSyncFailed        // sync.failed: Err (redacted)
 	EventSchemaChanged     = pipeline.EventSchemaChanged     // schema.changed: Stream, Column, Change, From, To
 	EventSchemaBlocked     = pipeline.EventSchemaBlocked     // schema.blocked: the schema policy refused or dropped a change
+	EventSourceReset       = pipeline.EventSourceReset       // source.reset: Split started over from a new snapshot; Detail, Err
 	EventStreamPaused      = pipeline.EventStreamPaused      // stream.paused: Split (Stream) stopped reading: backpressure; Paused so far
 	EventStreamResumed     = pipeline.EventStreamResumed     // stream.resumed: Split reads again; Paused is how long it paused
 	EventPipelineLagging   = pipeline.EventPipelineLagging   // pipeline.lagging: Lag above LagAlert

@@ -35,12 +35,20 @@ const (
 	EventSyncFailed EventKind = "sync.failed"
 	// EventSchemaChanged: a stream's schema gained a column or widened
 	// one: Stream, Column, Change ("added", "widened"), From, To (type
-	// names). Epoch is the epoch the change is committed with.
+	// names). Epoch is the epoch the change is committed with. A source
+	// reports one too (source.Reporter) when a change leaves rows at the
+	// destination different from the source's, with Split and Detail.
 	EventSchemaChanged EventKind = "schema.changed"
 	// EventSchemaBlocked: the stream's schema policy refused a change
 	// ("blocked": the record is quarantined) or dropped a new field
 	// ("discarded"); fields as EventSchemaChanged.
 	EventSchemaBlocked EventKind = "schema.blocked"
+	// EventSourceReset: split Split could not go on from its resume
+	// state and started over from a new snapshot of its streams (as the
+	// source reports it through source.Reporter: a Postgres slot or a
+	// binlog gone, with the source's policy set to take a new snapshot).
+	// Detail says what that means for the destination; Err is the cause.
+	EventSourceReset EventKind = "source.reset"
 	// EventStreamPaused: split Split stopped reading from its source
 	// because the runner's queues are full (backpressure: the engine or
 	// the destination is the bottleneck), as the split reports it
@@ -101,9 +109,12 @@ type Event struct {
 	Lag        time.Duration
 	Outcome    sink.Outcome
 	// Split and Paused are set on EventStreamPaused and
-	// EventStreamResumed.
+	// EventStreamResumed; Split also on the events a source reports.
 	Split  string
 	Paused time.Duration
+	// Detail is set on the events a source reports: what happened, in
+	// the source's words, without row data.
+	Detail string
 	// Err is the attempt's error, its message redacted (RedactSecrets);
 	// errors.Is and errors.As see the original.
 	Err error

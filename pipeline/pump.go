@@ -134,6 +134,30 @@ func (p *pump) Record(stream string, op source.Op, seq int64, key, payload []byt
 	return nil
 }
 
+// Report implements source.Reporter: a notice of the split becomes a Warn
+// log line and an event.
+func (p *pump) Report(n source.Notice) {
+	p.mu.Lock()
+	epoch := p.placed + 1 // the epoch records emitted now belong to
+	p.mu.Unlock()
+	r := p.r
+	args := []any{"kind", n.Kind, "split", string(p.id)}
+	for _, kv := range [][2]string{{"stream", n.Stream}, {"column", n.Column}, {"change", n.Change}, {"to", n.To}, {"detail", n.Detail}} {
+		if kv[1] != "" {
+			args = append(args, kv[0], kv[1])
+		}
+	}
+	if n.Err != nil {
+		args = append(args, "err", n.Err)
+	}
+	r.log.Warn("the source reports", args...)
+	switch kind := EventKind(n.Kind); kind {
+	case EventSourceReset, EventSchemaChanged:
+		r.mon.emit(Event{Kind: kind, Generation: r.gen, Epoch: epoch, Split: string(p.id), Stream: n.Stream, Column: n.Column,
+			Change: n.Change, To: n.To, Detail: n.Detail, Err: redactErr(n.Err)})
+	}
+}
+
 func (p *pump) stopErr() error {
 	if err := context.Cause(p.ctx); err != nil {
 		return err

@@ -211,6 +211,48 @@ type Emitter interface {
 	ResumePoint(state []byte) error
 }
 
+// Reporter is implemented by the Emitter the runner hands to Split.Read.
+// A split asserts it (e.(source.Reporter)) to report what the host should
+// know and no record shows: that it could not go on from its resume state
+// and started over, or that a schema change left rows at the destination
+// different from the source's. The runner logs each Notice at Warn and
+// delivers it to the pipeline's OnEvent callback as an event of the
+// notice's Kind. Like the Emitter's other methods, Report is only called
+// from the goroutine that called Read; it does not block.
+type Reporter interface {
+	Report(Notice)
+}
+
+// Notice is one thing a split reports through a Reporter.
+type Notice struct {
+	// Kind is NoticeReset or NoticeSchemaChanged.
+	Kind string
+	// Stream is the stream concerned; empty for every stream of the
+	// split.
+	Stream string
+	// Column, Change and To describe a schema change: the column, what
+	// happened to it ("added") and its type.
+	Column, Change, To string
+	// Detail says what happened and what it means for the destination,
+	// without row data.
+	Detail string
+	// Err is the cause, when there is one (the error a reset recovered
+	// from).
+	Err error
+}
+
+// The kinds of Notice: the runner's event kinds of the same names.
+const (
+	// NoticeReset: the split could not go on from its resume state (a
+	// replication slot or binlog gone) and started over from a new
+	// snapshot of its streams.
+	NoticeReset = "source.reset"
+	// NoticeSchemaChanged: a stream's schema changed in a way its records
+	// alone don't carry to the destination (a column added with a
+	// default that rows not changed since read).
+	NoticeSchemaChanged = "schema.changed"
+)
+
 // Acker is implemented by sources that acknowledge positions upstream
 // (Kafka group offsets, a Postgres slot's confirmed LSN).
 type Acker interface {

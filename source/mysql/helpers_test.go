@@ -120,11 +120,14 @@ type rec struct {
 	Payload []byte
 }
 
-// recorder is an Emitter that keeps everything.
+// recorder is an Emitter (and a source.Reporter) that keeps everything.
 type recorder struct {
-	recs   []rec
-	states [][]byte
+	recs    []rec
+	states  [][]byte
+	notices []source.Notice
 }
+
+func (r *recorder) Report(n source.Notice) { r.notices = append(r.notices, n) }
 
 func (r *recorder) Record(stream string, op source.Op, seq int64, key, payload []byte) error {
 	r.recs = append(r.recs, rec{stream, op, seq, slices.Clone(key), slices.Clone(payload)})

@@ -62,8 +62,10 @@ type Config struct {
 	// Resnapshot says what to do when a resume state's binlog position is
 	// no longer on the server (the binlogs were purged): false (default)
 	// fails with a *PurgedError; true reads a new snapshot and streams on
-	// from it, as a first sync does. A re-snapshot writes every current row
-	// again, but cannot see rows deleted while the binlogs were missing.
+	// from it, as a first sync does, and says so (a source.reset event,
+	// see source.Reporter, and a Warn line in the pipeline's log). A
+	// re-snapshot writes every current row again, but cannot see rows
+	// deleted while the binlogs were missing.
 	Resnapshot bool
 
 	// Heartbeat is the period of the server's heartbeat events on an

@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 // TestBinlogPurged: a resume state whose binlog file was purged fails
 // Open (and a Read opened before the purge) with a *PurgedError wrapping
 // ErrBinlogPurged; with Config.Resnapshot the sync reads a new snapshot
-// instead.
+// instead, and reports it (a source.reset notice).
 func TestBinlogPurged(t *testing.T) {
 	d := dsn(t)
 	db := database(t, d)
@@ -74,6 +75,15 @@ func TestBinlogPurged(t *testing.T) {
 	if err := splits[0].Read(t.Context(), r, true); err != nil || len(r.recs) != 3 {
 		t.Fatalf("re-snapshot after purged GTIDs: %v, %d records, want 3", err, len(r.recs))
 	}
+	checkReset := func(what string, r *recorder) {
+		t.Helper()
+		var pe *mysql.PurgedError
+		if len(r.notices) != 1 || r.notices[0].Kind != source.NoticeReset || !errors.As(r.notices[0].Err, &pe) ||
+			!strings.Contains(r.notices[0].Detail, "new snapshot") {
+			t.Errorf("%s reported %+v, want one source.reset notice with the *PurgedError", what, r.notices)
+		}
+	}
+	checkReset("re-snapshot after purged GTIDs", r)
 
 	// Re-snapshot when allowed.
 	splits, err = re.Open(t.Context(), []string{"t"}, resume)
@@ -87,4 +97,5 @@ func TestBinlogPurged(t *testing.T) {
 	if len(r.recs) != 3 {
 		t.Fatalf("re-snapshot read %d records, want 3", len(r.recs))
 	}
+	checkReset("re-snapshot after a purged binlog", r)
 }

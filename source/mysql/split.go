@@ -25,6 +25,9 @@ type split struct {
 	gtidMode   bool     // the server has GTIDs (as of Open)
 	start      state    // where Read streams from
 	streamed   bool     // the stream emitted something
+	// reset is why Open started over with a new snapshot
+	// (Config.Resnapshot), reported at the start of Read; nil otherwise.
+	reset error
 
 	r       rowReader // copies
 	scratch []byte
@@ -123,7 +126,7 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 				return nil, err
 			}
 			s.log.WarnContext(ctx, "binlog purged: reading a new snapshot (Config.Resnapshot)", "err", err)
-			start = nil
+			start, sp.reset = nil, err
 		}
 	}
 	if start == nil {
@@ -206,6 +209,9 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 	}
 	s := sp.src
 	start := sp.start
+	if sp.reset != nil {
+		reportReset(e, sp.reset)
+	}
 	var err error
 	if err = s.checkPurged(ctx, start); err != nil {
 		var pe *PurgedError
@@ -213,6 +219,7 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 			return err
 		}
 		s.log.WarnContext(ctx, "binlog purged: reading a new snapshot (Config.Resnapshot)", "err", err)
+		reportReset(e, err)
 		if start, err = sp.copyAll(ctx, e); err != nil {
 			return err
 		}
@@ -246,6 +253,7 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 			// The server refused the start's GTIDs before anything was
 			// read: a new snapshot, as Config.Resnapshot allows.
 			s.log.WarnContext(ctx, "binlog purged: reading a new snapshot (Config.Resnapshot)", "err", err)
+			reportReset(e, err)
 			if start, err = sp.copyAll(ctx, e); err != nil {
 				return err
 			}
@@ -255,6 +263,16 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 			continue
 		}
 		return err
+	}
+}
+
+// reportReset tells the runner, when e is its Emitter, that the split
+// starts over from a new snapshot because of err.
+func reportReset(e source.Emitter, err error) {
+	if r, ok := e.(source.Reporter); ok {
+		r.Report(source.Notice{Kind: source.NoticeReset, Err: err,
+			Detail: "the binlog the resume state needs is gone: reading a new snapshot of every table (Config.Resnapshot); " +
+				"rows deleted meanwhile stay at the destination, and an append destination gets every row again"})
 	}
 }
 

@@ -26,6 +26,7 @@ type harness struct {
 	last          etl.Result
 	setup         func(*postgres.Source) // called on each new source
 	logger        *slog.Logger           // the pipeline's, when set
+	onEvent       func(etl.Event)        // the pipeline's, when set
 }
 
 func newHarness(t *testing.T, d string, cfg postgres.Config) *harness {
@@ -68,6 +69,9 @@ func (h *harness) build(epochEvery time.Duration) (*etl.Pipeline, func(), error)
 	}
 	if h.logger != nil {
 		b = b.Logger(h.logger)
+	}
+	if h.onEvent != nil {
+		b = b.OnEvent(h.onEvent, 0)
 	}
 	p, err := b.Build()
 	if err != nil {

@@ -79,9 +79,11 @@ type Config struct {
 
 	// OnSlotLost says what Open does when the slot a resume state needs is
 	// gone (dropped) or has lost WAL it needed: SlotLostFail (the
-	// default) returns the *SlotError; SlotLostResnapshot logs it at Warn
-	// and starts over as a first Open does, with a new slot and a new
-	// snapshot of every table. The new snapshot's rows have higher seqs
+	// default) returns the *SlotError; SlotLostResnapshot logs it at Warn,
+	// reports it to the pipeline (a source.reset event, see
+	// source.Reporter, and a Warn line in the pipeline's log) and starts
+	// over as a first Open does, with a new slot and a new snapshot of
+	// every table. The new snapshot's rows have higher seqs
 	// than anything written before, so a merge destination converges on
 	// the table again, except that rows deleted while the slot was gone
 	// stay at the destination (no change reports their deletion), and an
@@ -634,7 +636,7 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 				return nil, err
 			}
 			s.log.WarnContext(ctx, "slot lost: starting over with a new snapshot (Config.OnSlotLost)", "err", err)
-			start = nil
+			start, sp.reset = nil, err
 		}
 	}
 	if start == nil {

@@ -30,8 +30,11 @@ type split struct {
 	// added to the publication since.
 	published  map[[2]string]bool
 	discovered pglogrepl.LSN
-	buf        []byte
-	key        []byte
+	// reset is why Open started over with a new slot and snapshot
+	// (Config.OnSlotLost), reported at the start of Read; nil otherwise.
+	reset error
+	buf   []byte
+	key   []byte
 
 	// For Lag, read from other goroutines: the server's WAL end at the
 	// last keepalive and the position read up to.
@@ -75,6 +78,13 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 	confirmed, err := s.checkSlot(ctx, start.lsn)
 	if err != nil {
 		return err
+	}
+	if sp.reset != nil {
+		if r, ok := e.(source.Reporter); ok {
+			r.Report(source.Notice{Kind: source.NoticeReset, Err: sp.reset,
+				Detail: "the replication slot was lost: started over with a new slot and a new snapshot of every table (Config.OnSlotLost); " +
+					"rows deleted while the slot was gone stay at the destination, and an append destination gets every row again"})
+		}
 	}
 	// Where this split starts is a place to resume from (the first
 	// checkpoint of a fresh start needs it before any change arrives).
