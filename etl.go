@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -228,6 +229,30 @@ func (e *BuildError) Unwrap() error { return e.Err }
 type Pipeline struct {
 	cfg        pipeline.Config
 	guarantees []delivery.Guarantee
+
+	mu     sync.Mutex
+	busy   chan struct{} // closed when the running Sync or Run returns; nil when none runs
+	closed bool
+}
+
+// begin marks an attempt running, or says why none may start.
+func (p *Pipeline) begin() (end func(), err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return nil, fmt.Errorf("%w: pipeline %q", ErrClosed, p.cfg.Name)
+	case p.busy != nil:
+		return nil, fmt.Errorf("%w: pipeline %q", ErrBusy, p.cfg.Name)
+	}
+	done := make(chan struct{})
+	p.busy = done
+	return func() {
+		p.mu.Lock()
+		p.busy = nil
+		p.mu.Unlock()
+		close(done)
+	}, nil
 }
 
 // Guarantees returns each selected stream's delivery guarantee, with the
@@ -261,7 +286,17 @@ func (p *Pipeline) Status() Status { return p.cfg.Monitor.Status() }
 // stays, the rest is read again next time. If a newer attempt claims the
 // pipeline meanwhile, Sync stops with an error wrapping
 // checkpoint.ErrFenced without committing anything more.
+//
+// One Pipeline runs one Sync or Run at a time: a call while another runs
+// returns ErrBusy at once, without touching the checkpoint store (two
+// calls on one Pipeline never fence each other). After Close it returns
+// ErrClosed.
 func (p *Pipeline) Sync(ctx context.Context) (Result, error) {
+	end, err := p.begin()
+	if err != nil {
+		return Result{}, err
+	}
+	defer end()
 	return pipeline.Sync(ctx, p.cfg)
 }
 
@@ -271,13 +306,73 @@ func (p *Pipeline) Sync(ctx context.Context) (Result, error) {
 // the attempt fails, wrapping checkpoint.ErrFenced when a newer attempt
 // took the pipeline over. A host restarts Run after an error at its own
 // pace; each start recovers from the last checkpoint.
+//
+// Like Sync, Run returns ErrBusy while another Sync or Run of this
+// Pipeline runs, and ErrClosed after Close.
 func (p *Pipeline) Run(ctx context.Context) error {
+	end, err := p.begin()
+	if err != nil {
+		return err
+	}
+	defer end()
 	return pipeline.Run(ctx, p.cfg)
 }
 
-// IsFenced reports whether err means a newer attempt of the same pipeline
-// took over: the attempt that returned it is a zombie and should not be
-// retried by the host.
-func IsFenced(err error) bool {
-	return errors.Is(err, checkpoint.ErrFenced) || errors.Is(err, sink.ErrFenced)
+// Close ends the Pipeline's life in this process: later calls of Sync
+// and Run return ErrClosed. It waits for a Sync or Run still running to
+// return (cancel its context to make it stop), then until every event of
+// every attempt has been delivered to the OnEvent callback, and
+// unregisters the Pipeline's OpenTelemetry instruments. Call it before
+// the process exits, or the last events (sync.failed, pipeline.fenced)
+// may never reach the callback. When ctx ends first, Close returns its
+// cause; the Pipeline stays closed, and a second Close waits again.
+func (p *Pipeline) Close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	busy := p.busy
+	p.mu.Unlock()
+	if busy != nil {
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return p.cfg.Monitor.Close(ctx)
+}
+
+// Inspect reads the pipeline's checkpoint log without claiming it, so a
+// copy running elsewhere is not fenced: the generation that holds the
+// pipeline, its last committed epoch and the row totals. A pipeline never
+// run has Generation 0 and Epoch 0.
+func (p *Pipeline) Inspect(ctx context.Context) (Checkpoint, error) {
+	gen, rec, err := p.cfg.Store.Head(ctx, p.cfg.Name)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("etl: pipeline %q: inspect: %w", p.cfg.Name, err)
+	}
+	c := Checkpoint{Pipeline: p.cfg.Name, Generation: gen}
+	if rec != nil {
+		c.Epoch, c.EpochGeneration, c.Time, c.Final, c.Totals = rec.Epoch, rec.Generation, rec.Time, rec.Final, rec.Totals
+	}
+	return c, nil
+}
+
+// Checkpoint is what a pipeline's checkpoint log holds, as Inspect reads
+// it.
+type Checkpoint struct {
+	Pipeline string
+	// Generation is the latest attempt to claim the pipeline (running or
+	// not); 0 when none ever did.
+	Generation checkpoint.Generation
+	// Epoch is the last committed epoch (0: none yet), committed by the
+	// attempt of generation EpochGeneration at Time.
+	Epoch           uint64
+	EpochGeneration checkpoint.Generation
+	Time            time.Time
+	// Final reports that the epoch ended a Sync that read every split to
+	// its end.
+	Final bool
+	// Totals counts the committed rows per stream over the pipeline's
+	// life.
+	Totals map[string]checkpoint.Counts
 }

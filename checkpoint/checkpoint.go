@@ -112,6 +112,11 @@ type Store interface {
 	// generation's next Commit or Rewind fails with ErrFenced.
 	Claim(ctx context.Context, pipeline string) (Generation, *Record, error)
 
+	// Head reads the pipeline's HEAD without claiming it: the generation
+	// that holds it and the record it points at (nil before the first
+	// commit); 0 and nil for a pipeline never claimed. It fences nothing.
+	Head(ctx context.Context, pipeline string) (Generation, *Record, error)
+
 	// Commit writes rec (rec.Pipeline, rec.Generation == gen) as an
 	// immutable record and moves HEAD to it, if HEAD still belongs to gen
 	// and still points at rec.Prev. It returns ErrFenced when a newer
@@ -157,7 +162,9 @@ type Store interface {
 var (
 	// ErrFenced is returned by Commit and Rewind when a newer generation
 	// has claimed the pipeline: the caller is a zombie and must stop
-	// without touching the destination.
+	// without touching the destination. The error's message names the
+	// newer generation and, when HEAD records it, its holder (host,
+	// process and claim time).
 	ErrFenced = errors.New("checkpoint: fenced by a newer generation")
 	// ErrConflict is returned by Commit when HEAD no longer points at the
 	// record's Prev although the generation is unchanged, or when a record

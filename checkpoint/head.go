@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"os"
+	"time"
 )
 
 // head is the content of a pipeline's HEAD object.
@@ -22,11 +24,31 @@ type head struct {
 	Ref   *Ref   `json:"ref"`
 	Seq   uint64 `json:"seq"`
 	Nonce string `json:"nonce"`
+	// Holder says who claimed Generation: host, process and when (see
+	// holderNow). Fenced errors quote it, so an operator can find the
+	// newer copy. Empty in HEADs written before it existed.
+	Holder string `json:"holder,omitempty"`
 }
 
 // next returns the HEAD that follows h with generation gen pointing at ref.
+// The holder stays while the generation does; a new generation's claim
+// sets its own.
 func (h *head) next(gen Generation, ref *Ref) *head {
-	return &head{Pipeline: h.Pipeline, Generation: gen, Ref: ref, Seq: h.Seq + 1, Nonce: rand.Text()}
+	n := &head{Pipeline: h.Pipeline, Generation: gen, Ref: ref, Seq: h.Seq + 1, Nonce: rand.Text()}
+	if gen == h.Generation {
+		n.Holder = h.Holder
+	}
+	return n
+}
+
+// holderNow describes the calling process for HEAD's Holder: "host H pid
+// P since T".
+func holderNow() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return fmt.Sprintf("host %s pid %d since %s", host, os.Getpid(), time.Now().UTC().Format(time.RFC3339))
 }
 
 func (h *head) encode() []byte {

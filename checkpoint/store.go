@@ -75,6 +75,7 @@ func (s *logStore) Claim(ctx context.Context, pipeline string) (Generation, *Rec
 		}
 		// Keep the record HEAD points at; only the generation moves.
 		next := h.next(h.Generation+1, h.Ref)
+		next.Holder = holderNow()
 		won, err := s.swapHead(ctx, pipeline, tok, next)
 		if err != nil {
 			return 0, nil, err
@@ -93,11 +94,36 @@ func (s *logStore) Claim(ctx context.Context, pipeline string) (Generation, *Rec
 	}
 }
 
+// Head implements Store.
+func (s *logStore) Head(ctx context.Context, pipeline string) (Generation, *Record, error) {
+	if err := validPipeline(pipeline); err != nil {
+		return 0, nil, err
+	}
+	h, _, err := s.readHead(ctx, pipeline)
+	switch {
+	case errors.Is(err, object.ErrNotExist):
+		return 0, nil, nil
+	case err != nil:
+		return 0, nil, fmt.Errorf("checkpoint: head %q: %w", pipeline, err)
+	case h.Ref == nil:
+		return h.Generation, nil, nil
+	}
+	rec, err := s.Get(ctx, pipeline, *h.Ref)
+	if err != nil {
+		return 0, nil, fmt.Errorf("checkpoint: head %q: HEAD points at %s: %w", pipeline, h.Ref, err)
+	}
+	return h.Generation, rec, nil
+}
+
 // checkGen returns ErrFenced unless h belongs to gen.
 func checkGen(pipeline string, gen Generation, h *head) error {
 	switch {
 	case h.Generation > gen:
-		return fmt.Errorf("%w: pipeline %q: generation %d claimed it after %d", ErrFenced, pipeline, h.Generation, gen)
+		by := ""
+		if h.Holder != "" {
+			by = " (" + h.Holder + ")"
+		}
+		return fmt.Errorf("%w: pipeline %q: generation %d%s claimed it after %d", ErrFenced, pipeline, h.Generation, by, gen)
 	case h.Generation < gen:
 		return fmt.Errorf("%w: pipeline %q: generation %d was never claimed (HEAD is at %d)", ErrFenced, pipeline, gen, h.Generation)
 	}

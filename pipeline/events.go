@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 
@@ -129,27 +130,57 @@ const defaultEventQueue = 1024
 // only while there are events to deliver.
 type eventQueue struct {
 	fn      func(Event)
-	ch      chan Event
+	ch      chan queued
 	running atomic.Bool
 	dropped atomic.Int64
+}
+
+// queued is an event, or a flush marker (done set): the drain goroutine
+// closes done when it reaches it, so every event queued before it has
+// been delivered.
+type queued struct {
+	e    Event
+	done chan struct{}
 }
 
 func newEventQueue(fn func(Event), size int) *eventQueue {
 	if size <= 0 {
 		size = defaultEventQueue
 	}
-	return &eventQueue{fn: fn, ch: make(chan Event, size)}
+	return &eventQueue{fn: fn, ch: make(chan queued, size)}
 }
 
 func (q *eventQueue) publish(e Event) {
 	select {
-	case q.ch <- e:
+	case q.ch <- queued{e: e}:
 	default:
 		q.dropped.Add(1)
 		return
 	}
+	q.wake()
+}
+
+func (q *eventQueue) wake() {
 	if q.running.CompareAndSwap(false, true) {
 		go q.drain()
+	}
+}
+
+// flush returns once every event published before it was delivered, or
+// with ctx's error. Unlike publish it waits for room in the queue.
+func (q *eventQueue) flush(ctx context.Context) error {
+	done := make(chan struct{})
+	select {
+	case q.ch <- queued{done: done}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	q.wake()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 }
 
@@ -159,8 +190,12 @@ func (q *eventQueue) drain() {
 	for {
 		for done := false; !done; {
 			select {
-			case e := <-q.ch:
-				q.fn(e)
+			case it := <-q.ch:
+				if it.done != nil {
+					close(it.done)
+				} else {
+					q.fn(it.e)
+				}
 			default:
 				done = true
 			}

@@ -95,6 +95,19 @@ func (m *Monitor) close() {
 	}
 }
 
+// Close waits until every event published so far has been delivered to
+// the OnEvent callback (or ctx ends) and unregisters the Monitor's
+// observable instruments. Call it once no attempt runs with the Monitor:
+// events published later are still queued but no longer waited for.
+func (m *Monitor) Close(ctx context.Context) error {
+	var err error
+	if m.events != nil {
+		err = m.events.flush(ctx)
+	}
+	m.close()
+	return err
+}
+
 // Status returns a snapshot of the latest attempt started in this
 // process (Phase PhaseIdle before the first).
 func (m *Monitor) Status() Status {

@@ -118,6 +118,18 @@ func (w *attemptStore) Commit(ctx context.Context, gen checkpoint.Generation, re
 	return w.finish(after, err)
 }
 
+func (w *attemptStore) Head(ctx context.Context, pipeline string) (checkpoint.Generation, *checkpoint.Record, error) {
+	after, err := w.a.hook(ctx, pStoreGet, "head")
+	if err != nil {
+		return 0, nil, err
+	}
+	gen, rec, err := w.s.inner.Head(ctx, pipeline)
+	if err := w.finish(after, err); err != nil {
+		return 0, nil, err
+	}
+	return gen, rec, nil
+}
+
 func (w *attemptStore) Get(ctx context.Context, pipeline string, ref checkpoint.Ref) (*checkpoint.Record, error) {
 	after, err := w.a.hook(ctx, pStoreGet, "")
 	if err != nil {

@@ -1,0 +1,94 @@
+package etl
+
+import (
+	"context"
+	"errors"
+
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/engine"
+	"github.com/openetl/etl/sink"
+)
+
+// Errors of a Pipeline's own.
+var (
+	// ErrBusy is returned by Sync and Run while another Sync or Run of
+	// the same Pipeline runs. Nothing was claimed or fenced; try again
+	// once the other returns.
+	ErrBusy = errors.New("etl: pipeline is already running a Sync or Run")
+	// ErrClosed is returned by Sync and Run after Close.
+	ErrClosed = errors.New("etl: pipeline is closed")
+)
+
+// IsFenced reports whether err means a newer attempt of the same pipeline
+// took over: the attempt that returned it is a zombie and should not be
+// retried by the host. The error's message names the newer generation
+// and, where the checkpoint store records it, the host and process that
+// claimed it.
+func IsFenced(err error) bool {
+	return errors.Is(err, checkpoint.ErrFenced) || errors.Is(err, sink.ErrFenced)
+}
+
+// IsPermanent reports whether running the same Pipeline again would fail
+// the same way, so a host's restart loop should stop and tell a person:
+// the attempt was fenced (IsFenced), the Pipeline is closed, its
+// configuration is wrong (a BuildError, an unmet delivery level, an
+// invalid name), the engine is not in this build, or an error in err's
+// chain says so itself with a method Permanent() bool returning true
+// (connectors mark errors such as a lost replication position this
+// way). Cancellation by the caller's context is neither permanent nor
+// retryable.
+func IsPermanent(err error) bool {
+	if err == nil || isCancel(err) {
+		return false
+	}
+	var be *BuildError
+	if IsFenced(err) || errors.As(err, &be) {
+		return true
+	}
+	for _, target := range []error{ErrClosed, delivery.ErrUnmet, delivery.ErrInvalid, checkpoint.ErrBadName,
+		checkpoint.ErrConflict, engine.ErrUnavailable, engine.ErrState} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return markedPermanent(err)
+}
+
+// IsRetryable reports whether a host may run the Pipeline again after
+// err (after a pause of its choosing) with a fair chance of success: a
+// lost connection, an object store or a database that was briefly away,
+// a commit whose retries ran out, ErrBusy. Every attempt resumes from
+// the last checkpoint, so a retry never loses or repeats data. It is
+// false for nil, for IsPermanent errors and for the caller's own
+// cancellation.
+func IsRetryable(err error) bool {
+	return err != nil && !isCancel(err) && !IsPermanent(err)
+}
+
+func isCancel(err error) bool {
+	return errors.Is(err, context.Canceled)
+}
+
+// markedPermanent walks err's tree for an error with Permanent() bool.
+func markedPermanent(err error) bool {
+	for err != nil {
+		if p, ok := err.(interface{ Permanent() bool }); ok && p.Permanent() {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if markedPermanent(e) {
+					return true
+				}
+			}
+			return false
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		default:
+			return false
+		}
+	}
+	return false
+}

@@ -1,0 +1,199 @@
+package etl_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/openetl/etl"
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/sink/sinktest"
+	"github.com/openetl/etl/source/sourcetest"
+)
+
+// blockedPipeline builds a pipeline over a fake source whose first read
+// blocks until release is closed; started is closed when it blocks.
+func blockedPipeline(t *testing.T, store checkpoint.Store, onEvent func(etl.Event)) (p *etl.Pipeline, started, release chan struct{}) {
+	t.Helper()
+	started, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	src := sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{
+		Streams: []sourcetest.FakeStream{{Name: "s", Rows: 100}},
+		Control: func(ctx context.Context, c sourcetest.FakeSourceCall) error {
+			if c.Op == sourcetest.FakeRead && c.Index == 50 {
+				once.Do(func() { close(started) })
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		}})
+	dst := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply})
+	b := etl.NewPipeline("life").From(src).To(dst).Checkpoints(store)
+	if onEvent != nil {
+		b = b.OnEvent(onEvent, 0)
+	}
+	p, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, started, release
+}
+
+// A second Sync or Run on one *Pipeline while the first runs returns
+// ErrBusy at once and fences nothing: the first commits.
+func TestConcurrentSyncIsBusy(t *testing.T) {
+	store := checkpoint.NewMem()
+	p, started, release := blockedPipeline(t, store, nil)
+	first := make(chan error, 1)
+	go func() { _, err := p.Sync(context.Background()); first <- err }()
+	<-started
+	before, err := p.Inspect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Sync(context.Background()); !errors.Is(err, etl.ErrBusy) || etl.IsFenced(err) {
+		t.Fatalf("second Sync = %v, want ErrBusy (not fenced)", err)
+	}
+	if err := p.Run(context.Background()); !errors.Is(err, etl.ErrBusy) {
+		t.Fatalf("Run beside a Sync = %v, want ErrBusy", err)
+	}
+	if !etl.IsRetryable(etl.ErrBusy) {
+		t.Error("ErrBusy is not retryable")
+	}
+	after, err := p.Inspect(context.Background())
+	if err != nil || after.Generation != before.Generation {
+		t.Fatalf("the busy calls claimed: generation %d → %d (%v)", before.Generation, after.Generation, err)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("first Sync: %v", err)
+	}
+	res, err := p.Sync(context.Background())
+	if err != nil || res.Generation != after.Generation+1 {
+		t.Fatalf("Sync after the first returned = %+v, %v; want generation %d", res, err, after.Generation+1)
+	}
+}
+
+// Close waits for the running attempt and for the delivery of every
+// event, even from a callback slower than the attempt; later calls fail
+// with ErrClosed.
+func TestCloseDeliversEveryEvent(t *testing.T) {
+	var mu sync.Mutex
+	var kinds []etl.EventKind
+	gate := make(chan struct{})
+	p, started, release := blockedPipeline(t, checkpoint.NewMem(), func(e etl.Event) {
+		<-gate // the callback lags behind the attempt
+		mu.Lock()
+		kinds = append(kinds, e.Kind)
+		mu.Unlock()
+	})
+	done := make(chan error, 1)
+	go func() { _, err := p.Sync(context.Background()); done <- err }()
+	<-started
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(context.Background()) }()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// The attempt returned, but no event has reached the callback: Close
+	// must still be waiting.
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) before the events were delivered", err)
+	default:
+	}
+	close(gate)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := fmt.Sprint(kinds)
+	last := kinds[len(kinds)-1]
+	mu.Unlock()
+	if kinds[0] != etl.EventSyncStarted || last != etl.EventSyncSucceeded {
+		t.Fatalf("events delivered before Close returned: %s; want sync.started … sync.succeeded", got)
+	}
+	if _, err := p.Sync(context.Background()); !errors.Is(err, etl.ErrClosed) || !etl.IsPermanent(err) {
+		t.Fatalf("Sync after Close = %v, want ErrClosed (permanent)", err)
+	}
+}
+
+// Close gives up when its context ends while an attempt still runs.
+func TestCloseHonoursContext(t *testing.T) {
+	p, started, release := blockedPipeline(t, checkpoint.NewMem(), nil)
+	defer close(release)
+	go func() { _, _ = p.Sync(context.Background()) }()
+	<-started
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stop := errors.New("host gave up")
+	cancel(stop)
+	if err := p.Close(ctx); !errors.Is(err, stop) {
+		t.Fatalf("Close with an ended context = %v, want its cause", err)
+	}
+}
+
+// Inspect reads the checkpoint without claiming: a running attempt is not
+// fenced by it, and it reports the committed totals.
+func TestInspectIsReadOnly(t *testing.T) {
+	store := checkpoint.NewMem()
+	p, started, release := blockedPipeline(t, store, nil)
+	c, err := p.Inspect(context.Background())
+	if err != nil || c.Generation != 0 || c.Epoch != 0 {
+		t.Fatalf("Inspect before any sync = %+v, %v", c, err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := p.Sync(context.Background()); done <- err }()
+	<-started
+	for range 3 {
+		if _, err := p.Inspect(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("Sync beside Inspect: %v", err)
+	}
+	c, err = p.Inspect(context.Background())
+	if err != nil || c.Generation != 1 || c.Epoch == 0 || c.EpochGeneration != 1 || !c.Final ||
+		c.Totals["s"].Written != 100 {
+		t.Fatalf("Inspect after the sync = %+v, %v; want generation 1, a final epoch, 100 written", c, err)
+	}
+}
+
+func TestErrorPredicates(t *testing.T) {
+	fenced := fmt.Errorf("commit: %w", checkpoint.ErrFenced)
+	for _, tc := range []struct {
+		err                  error
+		permanent, retryable bool
+	}{
+		{nil, false, false},
+		{context.Canceled, false, false},
+		{fenced, true, false},
+		{fmt.Errorf("x: %w", sink.ErrFenced), true, false},
+		{fmt.Errorf("level: %w", delivery.ErrUnmet), true, false},
+		{&etl.BuildError{Pipeline: "p", Err: errors.New("bad")}, true, false},
+		{errors.Join(errors.New("io"), permanentErr{}), true, false},
+		{errors.New("connection refused"), false, true},
+		{fmt.Errorf("read: %w", context.DeadlineExceeded), false, true},
+	} {
+		if got := etl.IsPermanent(tc.err); got != tc.permanent {
+			t.Errorf("IsPermanent(%v) = %v", tc.err, got)
+		}
+		if got := etl.IsRetryable(tc.err); got != tc.retryable {
+			t.Errorf("IsRetryable(%v) = %v", tc.err, got)
+		}
+	}
+}
+
+type permanentErr struct{}
+
+func (permanentErr) Error() string   { return "slot dropped" }
+func (permanentErr) Permanent() bool { return true }
