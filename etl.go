@@ -25,13 +25,15 @@ import (
 // and returns the builder; nothing is checked until Build. A Builder is
 // not safe for concurrent use; build once and share the *Pipeline.
 type Builder struct {
-	cfg pipeline.Config
+	cfg  pipeline.Config
+	errs []error // misuses of the methods, reported by Build
 }
 
 // NewPipeline starts building the pipeline called name. The name keys the
 // pipeline's checkpoints: two pipelines with the same name and store are
 // the same pipeline (and fence each other). It must be 1-200 letters,
-// digits, '-', '_' or '.', not starting with '.'.
+// digits, '-', '_' or '.', not starting with '.' and not ending in
+// ".lock".
 func NewPipeline(name string) *Builder {
 	return &Builder{cfg: pipeline.Config{Name: name}}
 }
@@ -65,8 +67,11 @@ func (b *Builder) Require(level delivery.Level) *Builder { b.cfg.Required = leve
 // quarantined (reason type_conflict); with engine.PolicyDiscard new
 // fields of documents are dropped. Either is reported by a schema.blocked
 // event. A policy applies from the next attempt on, to the schema the
-// stream has then.
+// stream has then. Build fails when no stream is named.
 func (b *Builder) SchemaPolicy(p engine.Policy, streams ...string) *Builder {
+	if len(streams) == 0 {
+		b.errs = append(b.errs, fmt.Errorf("schema policy %q: no stream names (name the streams it applies to)", p))
+	}
 	if b.cfg.Policies == nil {
 		b.cfg.Policies = map[string]engine.Policy{}
 	}
@@ -78,8 +83,11 @@ func (b *Builder) SchemaPolicy(p engine.Policy, streams ...string) *Builder {
 
 // Mode sets the write mode of the named streams (default
 // delivery.Append). Merge needs a primary key and a destination that can
-// merge.
+// merge. Build fails when no stream is named.
 func (b *Builder) Mode(mode delivery.Mode, streams ...string) *Builder {
+	if len(streams) == 0 {
+		b.errs = append(b.errs, fmt.Errorf("write mode %v: no stream names (name the streams it applies to)", mode))
+	}
 	if b.cfg.Modes == nil {
 		b.cfg.Modes = map[string]delivery.Mode{}
 	}
@@ -183,7 +191,7 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 	cfg.Streams = append([]string(nil), cfg.Streams...)
 	cfg.Modes = maps.Clone(cfg.Modes)
 	cfg.Policies = maps.Clone(cfg.Policies)
-	errs := []error{cfg.Validate()}
+	errs := append([]error{cfg.Validate()}, b.errs...)
 	eng, engErr := engine.New(engine.Config{})
 	if engErr != nil {
 		errs = append(errs, fmt.Errorf("engine: %w", engErr))

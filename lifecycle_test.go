@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source/sourcetest"
@@ -197,3 +199,30 @@ type permanentErr struct{}
 
 func (permanentErr) Error() string   { return "slot dropped" }
 func (permanentErr) Permanent() bool { return true }
+
+// Build refuses what it can see would fail later: a mode or policy with
+// no stream named (silently ignored before), a name the checkpoint store
+// refuses (".lock", accepted by Build and refused at the first Sync).
+func TestBuildValidatesWhatItSees(t *testing.T) {
+	parts := func(name string) *etl.Builder {
+		src := sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{Streams: []sourcetest.FakeStream{{Name: "s", Rows: 1}}})
+		dst := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply})
+		return etl.NewPipeline(name).From(src).To(dst).Checkpoints(checkpoint.NewMem())
+	}
+	for _, tc := range []struct {
+		b    *etl.Builder
+		want string
+	}{
+		{parts("p").Mode(delivery.Merge), "write mode merge: no stream names"},
+		{parts("p").SchemaPolicy(engine.PolicyFreeze), "schema policy \"freeze\": no stream names"},
+		{parts("orders.lock"), `".lock"`},
+	} {
+		_, err := tc.b.Build()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !etl.IsPermanent(err) {
+			t.Errorf("Build = %v, want a permanent error saying %s", err, tc.want)
+		}
+	}
+	if _, err := parts("orders.v2").Build(); err != nil {
+		t.Errorf("Build of a valid name: %v", err)
+	}
+}

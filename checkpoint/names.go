@@ -11,9 +11,12 @@ import (
 // records and HEAD. Side files may not be written into it.
 const checkpointsDir = "_checkpoints"
 
-// validPipeline returns nil if name can name a pipeline's directory in
-// every store: 1 to 200 bytes of ASCII letters, digits, '-', '_' and '.',
-// not starting with '.' and not ending in ".lock".
+// ValidPipeline returns nil if name can name a pipeline in every store:
+// 1 to 200 bytes of ASCII letters, digits, '-', '_' and '.', not starting
+// with '.' and not ending in ".lock"; otherwise an error wrapping
+// ErrBadName that says which rule it breaks.
+func ValidPipeline(name string) error { return validPipeline(name) }
+
 func validPipeline(name string) error {
 	if name == "" || len(name) > 200 {
 		return fmt.Errorf("%w %q: must be 1 to 200 bytes", ErrBadName, name)

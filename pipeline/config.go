@@ -171,8 +171,8 @@ const (
 // joined into one error.
 func (c *Config) Validate() error {
 	var errs []error
-	if !ValidName(c.Name) {
-		errs = append(errs, fmt.Errorf("name %q: use 1-200 letters, digits, '-', '_' or '.', not starting with '.'", c.Name))
+	if err := checkpoint.ValidPipeline(c.Name); err != nil {
+		errs = append(errs, fmt.Errorf("name: %w", err))
 	}
 	if c.Source == nil {
 		errs = append(errs, errors.New("source: missing (call From)"))
@@ -224,21 +224,6 @@ func (c *Config) Validate() error {
 		seen[s] = true
 	}
 	return errors.Join(errs...)
-}
-
-// ValidName reports whether name can name a pipeline: 1-200 bytes of
-// letters, digits, '-', '_' and '.', not starting with '.'.
-func ValidName(name string) bool {
-	if name == "" || len(name) > 200 || name[0] == '.' {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
 }
 
 func (c Config) withDefaults() Config {
