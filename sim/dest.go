@@ -195,7 +195,7 @@ func (d *targetDest) observe(a *attempt, c sinktest.FakeDestCall, o sink.Outcome
 			fence := d.started[commitKey{a.n, c.Epoch}]
 			d.mu.Unlock()
 			if fence > uint64(c.Gen) {
-				d.s.note("attempt %d: Commit of epoch %d by generation %d returned nil, although generation %d had recovered before it started (package sink: it returns an error wrapping ErrFenced)",
+				d.s.violate("attempt %d: Commit of epoch %d by generation %d returned nil, although generation %d had recovered before it started: the destination ignores its fence (package sink: Commit returns an error wrapping ErrFenced)",
 					a.n, c.Epoch, c.Gen, fence)
 			}
 		} else if !errors.Is(err, sinktest.ErrFakeKilled) {

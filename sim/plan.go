@@ -237,6 +237,25 @@ func newWorkload(seed uint64, opts Options, decl *declared) *workload {
 				w.attempts[i].faults = append(w.attempts[i].faults, fault{at: pDstRecover, nth: 1, act: act, times: 1, reason: "Recover error"})
 			}
 		}
+		// The two faults a Target's own code is likeliest to get wrong,
+		// drawn often (from a third stream, so the draws above stay): a
+		// Commit that lands but loses its response, which the runner
+		// retries (a Commit that is not idempotent applies the epoch
+		// twice), and a zombie paused before a Commit while the next
+		// attempt recovers (a Commit that ignores the fence returns nil
+		// or applies stale data). A user runs tens of seeds, not
+		// thousands: 50 must find either bug nearly always.
+		rng3 := rand.New(rand.NewPCG(seed, 0x3c0ffee))
+		for i := range w.attempts {
+			if rng3.IntN(4) > 0 {
+				w.attempts[i].faults = append(w.attempts[i].faults,
+					fault{at: pDstCommit, nth: 1 + rng3.IntN(3)/2, act: errAfter, times: 1, reason: "Commit lands, its response is lost"})
+			}
+			if i+1 < len(w.attempts) && rng3.IntN(3) == 0 {
+				w.attempts[i].faults = append(w.attempts[i].faults,
+					fault{at: pDstCommit, nth: 1 + rng3.IntN(2), act: stall, reason: "zombie: paused before Commit while a newer attempt runs"})
+			}
+		}
 	}
 	return w
 }

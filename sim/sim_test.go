@@ -265,37 +265,3 @@ func TestSeedsTarget(t *testing.T) {
 	})
 	t.Logf("%d seeds from %d, %d failed", n, base, failed.Load())
 }
-
-// Through a Target too, the simulation catches a destination whose
-// Commit is not idempotent, in the rows it reads back, and one whose
-// Commit skips the fence, as a note: a Commit that returned nil after a
-// newer generation recovered. (The rows don't show the latter: the
-// wrapper pauses a zombie before its Commit reaches the destination, not
-// inside it, so the zombie's Commit starts after the newer attempt
-// applied the epoch and the fake skips it as applied; TestCatchesSkipFence
-// shows the effect on the data through the fake's own hooks.)
-func TestTargetCatchesBroken(t *testing.T) {
-	for _, c := range []struct {
-		broken sinktest.FakeBroken
-		found  func(*sim.Report) bool
-	}{
-		{sinktest.FakeDoubleApply, func(r *sim.Report) bool { return containsAny(r.Violations, "duplicated", "differ") }},
-		{sinktest.FakeSkipFence, func(r *sim.Report) bool { return containsAny(r.Notes, "returned nil, although generation") }},
-	} {
-		t.Run(c.broken.String(), func(t *testing.T) {
-			for seed := uint64(1); seed <= 1000; seed++ {
-				opts := ciOptions
-				opts.Target = fakeTarget(seed, c.broken)
-				rep, err := sim.Run(seed, opts)
-				if err != nil && !errors.Is(err, sim.ErrViolation) {
-					t.Fatalf("seed %d: %v", seed, err)
-				}
-				if c.found(rep) {
-					t.Logf("seed %d caught the %v destination: %v %v", seed, c.broken, rep.Violations, rep.Notes)
-					return
-				}
-			}
-			t.Fatalf("no seed of 1000 caught the %v destination", c.broken)
-		})
-	}
-}
