@@ -56,7 +56,7 @@ test-go: tools
 	set -x; \
 	scripts/test-servers.sh; \
 	OPENETL_PYTHON=$$(scripts/test-tools.sh) $(GO) test -count=1 ./...; \
-	$(GO) test -count=1 -race -skip '$(RACE_SKIP)' ./pipeline/... ./checkpoint/... ./sink/... ./source/...; \
+	$(GO) test -count=1 -race -skip '$(RACE_SKIP)' ./internal/... ./checkpoint/... ./sink/... ./source/...; \
 	CGO_ENABLED=0 $(GO) test -count=1 -run TestBuildWithoutCgo .
 
 # The README's first command on a fresh clone of the committed tree, with

@@ -16,7 +16,7 @@ import (
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/engine"
-	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/internal/runner"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
 )
@@ -25,7 +25,7 @@ import (
 // and returns the builder; nothing is checked until Build. A Builder is
 // not safe for concurrent use; build once and share the *Pipeline.
 type Builder struct {
-	cfg  pipeline.Config
+	cfg  runner.Config
 	errs []error // misuses of the methods, reported by Build
 }
 
@@ -35,7 +35,7 @@ type Builder struct {
 // digits, '-', '_' or '.', not starting with '.' and not ending in
 // ".lock".
 func NewPipeline(name string) *Builder {
-	return &Builder{cfg: pipeline.Config{Name: name}}
+	return &Builder{cfg: runner.Config{Name: name}}
 }
 
 // From sets the source. Required.
@@ -144,7 +144,13 @@ func (b *Builder) Logger(l *slog.Logger) *Builder { b.cfg.Logger = l; return b }
 // time, with the attempt's counts, per-stream snapshot progress and lag
 // (see Progress). It must return quickly: while it runs, no barrier is
 // requested. Status gives the same figures to a caller that polls.
-func (b *Builder) OnProgress(f func(Progress)) *Builder { b.cfg.OnProgress = f; return b }
+func (b *Builder) OnProgress(f func(Progress)) *Builder {
+	b.cfg.OnProgress = nil
+	if f != nil {
+		b.cfg.OnProgress = func(p runner.Progress) { f(progressOf(p)) }
+	}
+	return b
+}
 
 // OnEvent sets a callback that receives typed events (see EventKind), in
 // order, on a goroutine of its own. The runner never waits for it: events
@@ -152,7 +158,10 @@ func (b *Builder) OnProgress(f func(Progress)) *Builder { b.cfg.OnProgress = f; 
 // find it full are dropped and counted (Status().EventsDropped and the
 // openetl.events.dropped metric). Default: no events.
 func (b *Builder) OnEvent(f func(Event), queue int) *Builder {
-	b.cfg.OnEvent, b.cfg.EventQueue = f, queue
+	b.cfg.OnEvent, b.cfg.EventQueue = nil, queue
+	if f != nil {
+		b.cfg.OnEvent = func(e runner.Event) { f(eventOf(e)) }
+	}
 	return b
 }
 
@@ -204,14 +213,14 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("source: discover: %w", err))
 		} else {
-			guarantees, err = pipeline.Guarantees(cfg, catalog, nil)
+			guarantees, err = runner.Guarantees(cfg, catalog, nil)
 			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, &BuildError{Pipeline: cfg.Name, Err: err}
 	}
-	cfg.Monitor = pipeline.NewMonitor(cfg)
+	cfg.Monitor = runner.NewMonitor(cfg)
 	return &Pipeline{cfg: cfg, guarantees: guarantees}, nil
 }
 
@@ -225,7 +234,7 @@ type BuildError struct {
 }
 
 func (e *BuildError) Error() string {
-	return pipeline.RedactSecrets(fmt.Sprintf("etl: pipeline %q: %v", e.Pipeline, e.Err))
+	return runner.RedactSecrets(fmt.Sprintf("etl: pipeline %q: %v", e.Pipeline, e.Err))
 }
 
 func (e *BuildError) Unwrap() error { return e.Err }
@@ -235,7 +244,7 @@ func (e *BuildError) Unwrap() error { return e.Err }
 // checkpoint store and fences any older attempt still running, in this
 // process or another.
 type Pipeline struct {
-	cfg        pipeline.Config
+	cfg        runner.Config
 	guarantees []delivery.Guarantee
 
 	mu     sync.Mutex
@@ -273,19 +282,12 @@ func (p *Pipeline) Guarantees() []delivery.Guarantee {
 // Name returns the pipeline's name.
 func (p *Pipeline) Name() string { return p.cfg.Name }
 
-// Result is what a Sync did: per-stream counts (read = written +
-// quarantined), the epochs it committed and the last epoch.
-type Result = pipeline.Result
-
-// Progress is a snapshot passed to the OnProgress callback.
-type Progress = pipeline.Progress
-
 // Status returns a snapshot of the pipeline's latest attempt in this
 // process: phase, generation, last committed epoch and its time,
 // per-stream counts and snapshot progress, lag, the last error and the
 // events dropped. It is cheap and safe to call from any goroutine at any
 // time; before the first Sync or Run its Phase is PhaseIdle.
-func (p *Pipeline) Status() Status { return p.cfg.Monitor.Status() }
+func (p *Pipeline) Status() Status { return statusOf(p.cfg.Monitor.Status()) }
 
 // Sync reads every stream to the source's end as of the start, commits
 // what it read in one or more epochs, and returns the counts. It resumes
@@ -305,7 +307,8 @@ func (p *Pipeline) Sync(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	defer end()
-	return pipeline.Sync(ctx, p.cfg)
+	res, err := runner.Sync(ctx, p.cfg)
+	return Result(res), err
 }
 
 // Run reads continuously, committing an epoch at each barrier (see
@@ -323,7 +326,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		return err
 	}
 	defer end()
-	return pipeline.Run(ctx, p.cfg)
+	return runner.Run(ctx, p.cfg)
 }
 
 // Close ends the Pipeline's life in this process: later calls of Sync

@@ -1,32 +1,128 @@
 package etl
 
-import "github.com/openetl/etl/pipeline"
+import (
+	"time"
 
-// Event is one thing that happened to a pipeline, delivered to the
-// OnEvent callback; which fields are set depends on Kind (see the
-// EventKind constants).
-type Event = pipeline.Event
-
-// EventKind names an event; its string ("sync.started", ...) is stable.
-type EventKind = pipeline.EventKind
-
-// The events a pipeline reports; the pipeline package documents each
-// one's fields. Every attempt ends with exactly one of
-// EventSyncSucceeded, EventSyncStopped and EventSyncFailed.
-const (
-	EventSyncStarted       = pipeline.EventSyncStarted       // sync.started: claimed; Generation, Epoch resumed after
-	EventSyncSucceeded     = pipeline.EventSyncSucceeded     // sync.succeeded: a Sync committed to the source's end; Epoch, Epochs, Streams
-	EventSyncStopped       = pipeline.EventSyncStopped       // sync.stopped: a Run stopped cleanly, or a Sync was cancelled (Err)
-	EventSyncFailed        = pipeline.EventSyncFailed        // sync.failed: Err (redacted)
-	EventSchemaChanged     = pipeline.EventSchemaChanged     // schema.changed: Stream, Column, Change, From, To
-	EventSchemaBlocked     = pipeline.EventSchemaBlocked     // schema.blocked: the schema policy refused or dropped a change
-	EventSourceReset       = pipeline.EventSourceReset       // source.reset: Split started over from a new snapshot; Detail, Err
-	EventStreamPaused      = pipeline.EventStreamPaused      // stream.paused: Split (Stream) stopped reading: backpressure; Paused so far
-	EventStreamResumed     = pipeline.EventStreamResumed     // stream.resumed: Split reads again; Paused is how long it paused
-	EventPipelineLagging   = pipeline.EventPipelineLagging   // pipeline.lagging: Lag above LagAlert
-	EventPipelineRecovered = pipeline.EventPipelineRecovered // pipeline.recovered: Lag back at or below LagAlert
-	EventPipelineFenced    = pipeline.EventPipelineFenced    // pipeline.fenced: a newer attempt took over; do not restart
-	EventQuarantineAdded   = pipeline.EventQuarantineAdded   // quarantine.added: Stream, Rows, Path in a committed Epoch
-	EventEpochCommitted    = pipeline.EventEpochCommitted    // epoch.committed: Epoch, Streams (its counts)
-	EventEpochRecovered    = pipeline.EventEpochRecovered    // epoch.recovered: HEAD's Epoch applied (Recoverable) or rewound (Lost) on start
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/internal/runner"
+	"github.com/openetl/etl/sink"
 )
+
+// EventKind names an event. Its string is stable: hosts may store it or
+// route on it.
+type EventKind string
+
+// The events an attempt reports. Every attempt ends with exactly one of
+// EventSyncSucceeded, EventSyncStopped and EventSyncFailed, also one that
+// fails before it claims the pipeline (then without EventSyncStarted and
+// with Generation 0).
+const (
+	// EventSyncStarted: an attempt claimed the pipeline. Generation is
+	// its generation, Epoch the epoch it resumes after (0: none), Bounded
+	// tells Sync (true) from Run.
+	EventSyncStarted EventKind = "sync.started"
+	// EventSyncSucceeded: a Sync read to the source's end and committed.
+	// Epoch is the last committed epoch, Epochs how many the attempt
+	// committed, Streams its per-stream counts.
+	EventSyncSucceeded EventKind = "sync.succeeded"
+	// EventSyncStopped: a Run stopped cleanly after its context was
+	// cancelled (the final checkpoint is committed; Err nil), or a Sync
+	// was abandoned by its context (Err is the context's cause).
+	EventSyncStopped EventKind = "sync.stopped"
+	// EventSyncFailed: the attempt failed with Err (redacted: no
+	// passwords). After EventPipelineFenced, Err wraps
+	// checkpoint.ErrFenced or sink.ErrFenced.
+	EventSyncFailed EventKind = "sync.failed"
+	// EventSchemaChanged: a stream's schema gained a column or widened
+	// one: Stream, Column, Change ("added", "widened"), From, To (type
+	// names). Epoch is the epoch the change is committed with. A source
+	// reports one too (source.Reporter) when a change leaves rows at the
+	// destination different from the source's, with Split and Detail.
+	EventSchemaChanged EventKind = "schema.changed"
+	// EventSchemaBlocked: the stream's schema policy refused a change
+	// ("blocked": the record is quarantined) or dropped a new field
+	// ("discarded"); fields as EventSchemaChanged.
+	EventSchemaBlocked EventKind = "schema.blocked"
+	// EventSourceReset: split Split could not go on from its resume
+	// state and started over from a new snapshot of its streams (as the
+	// source reports it through source.Reporter: a Postgres slot or a
+	// binlog gone, with the source's policy set to take a new snapshot).
+	// Detail says what that means for the destination; Err is the cause.
+	EventSourceReset EventKind = "source.reset"
+	// EventStreamPaused: split Split stopped reading from its source
+	// because the runner's queues are full (backpressure: the engine or
+	// the destination is the bottleneck), as the split reports it
+	// (source.PauseReporter) or, for splits without it, as the runner sees it
+	// (its records waited on the full engine queue for PauseAfter).
+	// Paused is how long it had been paused when a poll noticed it (about
+	// once a second); Stream is the split's stream when it emitted one
+	// only (a Kafka partition, a table's snapshot), else empty (every
+	// stream of the split is held up; Status().Splits lists them).
+	EventStreamPaused EventKind = "stream.paused"
+	// EventStreamResumed: after EventStreamPaused, the split reads again;
+	// Paused is how long the pause lasted (up to a poll interval more).
+	// A pause still open when the attempt ends gets no EventStreamResumed:
+	// the attempt's last event ends it.
+	EventStreamResumed EventKind = "stream.resumed"
+	// EventPipelineLagging: the largest lag a split reports (see
+	// source.LagReporter) exceeded Builder.LagAlert; Lag is that lag.
+	EventPipelineLagging EventKind = "pipeline.lagging"
+	// EventPipelineRecovered: after EventPipelineLagging, the lag fell
+	// back to or below Builder.LagAlert; Lag is the lag now.
+	EventPipelineRecovered EventKind = "pipeline.recovered"
+	// EventPipelineFenced: a newer attempt claimed the pipeline; this one
+	// stops without committing anything more (EventSyncFailed follows).
+	// A host should not restart it. Err says where it noticed.
+	EventPipelineFenced EventKind = "pipeline.fenced"
+	// EventQuarantineAdded: a committed epoch set records of Stream
+	// aside: Rows of them, in the file Path (relative to the pipeline's
+	// directory in the checkpoint store; the quarantine file of the stream and epoch).
+	EventQuarantineAdded EventKind = "quarantine.added"
+	// EventEpochCommitted: epoch Epoch is committed (HEAD moved and the
+	// destination applied it); Streams holds its per-stream counts.
+	EventEpochCommitted EventKind = "epoch.committed"
+	// EventEpochRecovered: on start, the attempt found HEAD's epoch Epoch
+	// not applied at the destination: Outcome sink.Recoverable (it was
+	// applied now) or sink.Lost (the log was rewound to the epoch before).
+	EventEpochRecovered EventKind = "epoch.recovered"
+)
+
+// Event is one thing that happened to a pipeline, delivered to
+// the OnEvent callback (Builder.OnEvent). Which fields are set depends on Kind (see the
+// EventKind constants); the others are zero. Maps in an event belong to
+// the receiver.
+type Event struct {
+	Kind       EventKind
+	Time       time.Time
+	Pipeline   string
+	Generation checkpoint.Generation
+	Epoch      uint64
+	Bounded    bool
+	Epochs     int
+	Streams    map[string]checkpoint.Counts
+	Stream     string
+	Column     string
+	Change     string
+	From, To   string
+	Rows       int64
+	Path       string
+	Lag        time.Duration
+	Outcome    sink.Outcome
+	// Split and Paused are set on EventStreamPaused and
+	// EventStreamResumed; Split also on the events a source reports.
+	Split  string
+	Paused time.Duration
+	// Detail is set on the events a source reports: what happened, in
+	// the source's words, without row data.
+	Detail string
+	// Err is the attempt's error, its message redacted (RedactSecrets);
+	// errors.Is and errors.As see the original.
+	Err error
+}
+
+func eventOf(e runner.Event) Event {
+	return Event{Kind: EventKind(e.Kind), Time: e.Time, Pipeline: e.Pipeline, Generation: e.Generation,
+		Epoch: e.Epoch, Bounded: e.Bounded, Epochs: e.Epochs, Streams: e.Streams, Stream: e.Stream,
+		Column: e.Column, Change: e.Change, From: e.From, To: e.To, Rows: e.Rows, Path: e.Path, Lag: e.Lag,
+		Outcome: e.Outcome, Split: e.Split, Paused: e.Paused, Detail: e.Detail, Err: e.Err}
+}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
-	"github.com/openetl/etl/pipeline"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source/faker"
@@ -56,7 +55,7 @@ func TestNamingAndHoldBack(t *testing.T) {
 	}
 	var lines int64
 	for e := uint64(1); e <= res.Epoch; e++ {
-		b, err := store.ReadFile(context.Background(), "held", pipeline.HeldName(faker.Orders, e))
+		b, err := store.ReadFile(context.Background(), "held", etl.HeldName(faker.Orders, e))
 		if err != nil {
 			continue // an epoch may hold nothing
 		}

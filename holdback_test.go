@@ -14,7 +14,6 @@ import (
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
-	"github.com/openetl/etl/pipeline"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source/faker"
@@ -64,9 +63,9 @@ func TestSchemaCheckerHoldsColumnsBack(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch e.Kind {
-		case pipeline.EventSchemaBlocked:
+		case etl.EventSchemaBlocked:
 			blocked = append(blocked, e)
-		case pipeline.EventSyncSucceeded:
+		case etl.EventSyncSucceeded:
 			close(done)
 		}
 	}, 0).Build()
@@ -97,7 +96,7 @@ func TestSchemaCheckerHoldsColumnsBack(t *testing.T) {
 	}
 	var lines int64
 	for e := uint64(1); e <= res.Epoch; e++ {
-		b, err := store.ReadFile(context.Background(), "rejected", pipeline.HeldName(faker.Orders, e))
+		b, err := store.ReadFile(context.Background(), "rejected", etl.HeldName(faker.Orders, e))
 		if err != nil {
 			continue // an epoch may hold nothing
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/engine"
-	"github.com/openetl/etl/pipeline"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source"
@@ -89,9 +88,9 @@ func TestSchemaPolicies(t *testing.T) {
 				mu.Lock()
 				defer mu.Unlock()
 				switch e.Kind {
-				case pipeline.EventSchemaBlocked:
+				case etl.EventSchemaBlocked:
 					blocked = append(blocked, e)
-				case pipeline.EventSyncSucceeded:
+				case etl.EventSyncSucceeded:
 					close(done)
 				}
 			}, 0)

@@ -34,7 +34,7 @@ import (
 // and of wall time, as an overhead in percent: pairing cancels the drift
 // of a shared machine's load, and the median ignores the pairs a burst of
 // other work hit. Run it with -benchtime 20x or more; BenchmarkMeasureBatch
-// in package pipeline gives the per-batch cost, which noise doesn't blur.
+// in package internal/runner gives the per-batch cost, which noise doesn't blur.
 func BenchmarkTelemetryOverhead(b *testing.B) {
 	const rows = 200_000
 	reader := sdkmetric.NewManualReader()

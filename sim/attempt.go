@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/internal/runner"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source/sourcetest"
@@ -54,7 +54,7 @@ type attempt struct {
 	store   *attemptStore
 
 	err error
-	res pipeline.Result
+	res runner.Result
 }
 
 func (s *sim) newAttempt(n int, plan attemptPlan) (*attempt, error) {
@@ -193,7 +193,7 @@ func (a *attempt) destControl(ctx context.Context, c sinktest.FakeDestCall) erro
 func (a *attempt) start() {
 	s := a.s
 	w := s.w
-	cfg := pipeline.Config{
+	cfg := runner.Config{
 		Name: pipelineName, Source: a.src, Destination: a.dst, Store: a.store,
 		Required: w.required, Modes: w.modes, Lanes: w.lanes, BatchRows: w.batchRows,
 		EpochInterval: w.epochInterval, EpochBytes: w.epochBytes,
@@ -212,10 +212,10 @@ func (a *attempt) start() {
 		defer close(a.done)
 		if a.plan.run {
 			t := time.AfterFunc(a.plan.runFor, a.cancel) // a clean stop
-			a.err = pipeline.Run(a.ctx, cfg)
+			a.err = runner.Run(a.ctx, cfg)
 			t.Stop()
 		} else {
-			a.res, a.err = pipeline.Sync(a.ctx, cfg)
+			a.res, a.err = runner.Sync(a.ctx, cfg)
 		}
 		state := "ok"
 		switch {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
-	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/internal/runner"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source"
@@ -117,7 +117,7 @@ func (s *sim) checkLog(head *checkpoint.Record) {
 			if f.Kind != "quarantine" {
 				continue
 			}
-			b, err := s.store.inner.ReadFile(ctx, pipelineName, pipeline.QuarantineName(f.Stream, rec.Epoch))
+			b, err := s.store.inner.ReadFile(ctx, pipelineName, runner.QuarantineName(f.Stream, rec.Epoch))
 			if err != nil {
 				s.violate("epoch %d: quarantine file of stream %s not published: %v", rec.Epoch, f.Stream, err)
 			} else if n := bytes.Count(b, []byte("\n")); int64(n) != f.Rows {

@@ -1,6 +1,6 @@
 // Package sim is a seeded simulation of the whole runner under faults, in
 // the spirit of TigerBeetle's VOPR: one uint64 seed picks a workload and
-// every fault, the real runner (pipeline.Sync and pipeline.Run) and by
+// every fault, the real runner (what etl.Pipeline.Sync and Run run) and by
 // default the real engine move the data from a sourcetest.FakeSource to a
 // destination through a memory checkpoint store, and the simulation then
 // checks the promises of package delivery (docs/delivery.md in the

@@ -16,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/openetl/etl/pipeline"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/kafka"
 )
@@ -462,12 +461,12 @@ func TestSplitsImplementReporters(t *testing.T) {
 		t.Fatalf("Open: %d splits, %v", len(splits), err)
 	}
 	for _, sp := range splits {
-		if _, ok := sp.(pipeline.LagReporter); !ok {
-			t.Errorf("split %s is not a pipeline.LagReporter", sp.ID())
+		if _, ok := sp.(source.LagReporter); !ok {
+			t.Errorf("split %s is not a source.LagReporter", sp.ID())
 		}
-		pr, ok := sp.(pipeline.PauseReporter)
+		pr, ok := sp.(source.PauseReporter)
 		if !ok {
-			t.Fatalf("split %s is not a pipeline.PauseReporter", sp.ID())
+			t.Fatalf("split %s is not a source.PauseReporter", sp.ID())
 		}
 		if p, since := pr.Paused(); p || !since.IsZero() {
 			t.Errorf("split %s, not read yet: Paused() = %v, %v", sp.ID(), p, since)

@@ -45,7 +45,7 @@ func (sp *split) Paused() (paused bool, since time.Time) {
 }
 
 // Lag reports how many messages the partition holds past the split's
-// position, as of the last fetch (see pipeline.LagReporter); the age of
+// position, as of the last fetch (see source.LagReporter); the age of
 // the oldest unread message is not tracked.
 func (sp *split) Lag() (behind int64, unit string, age time.Duration, ok bool) {
 	end, next := sp.lagEnd.Load(), sp.lagNext.Load()

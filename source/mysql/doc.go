@@ -155,9 +155,9 @@
 //
 // Progress: snapshot splits report their table's rows copied and
 // information_schema's estimate (SnapshotProgress, see
-// pipeline.SnapshotReporter); the binlog split reports the same while it
+// source.SnapshotReporter); the binlog split reports the same while it
 // copies keyless tables, and its lag in bytes of binlog not yet read (Lag,
-// see pipeline.LagReporter), from SHOW BINARY LOGS polled every 2 s while
+// see source.LagReporter), from SHOW BINARY LOGS polled every 2 s while
 // it streams.
 //
 // Rows events are decoded by the source itself (decode.go), straight

@@ -183,7 +183,7 @@ func (sp *snapSplit) ID() source.SplitID { return sp.id }
 // SnapshotProgress reports the rows copied over all attempts and the
 // table's estimated row count (information_schema.TABLES.TABLE_ROWS,
 // InnoDB's estimate) while the split copies its table (see
-// pipeline.SnapshotReporter). Safe for concurrent use.
+// source.SnapshotReporter). Safe for concurrent use.
 func (sp *snapSplit) SnapshotProgress() (stream string, done, estimated int64, ok bool) {
 	return sp.t.stream.Name, sp.copied.Load(), sp.estimated.Load(), sp.copying.Load()
 }

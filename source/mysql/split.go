@@ -378,7 +378,7 @@ func (sp *split) copy(ctx context.Context, e source.Emitter, tables []*table) (p
 
 // SnapshotProgress reports, while the binlog split copies a table
 // without a key (or every table, re-snapshotting), the table and the rows
-// copied (see pipeline.SnapshotReporter). Safe for concurrent use.
+// copied (see source.SnapshotReporter). Safe for concurrent use.
 func (sp *split) SnapshotProgress() (stream string, done, estimated int64, ok bool) {
 	name := sp.copyName.Load()
 	if name == nil {
@@ -390,7 +390,7 @@ func (sp *split) SnapshotProgress() (stream string, done, estimated int64, ok bo
 // Lag reports the bytes of binlog after the position the split has read
 // up to (the last transaction end), as of the last poll of the server's
 // binlog sizes (every lagPollEvery while streaming; see
-// pipeline.LagReporter). The age is unknown (-1): binlog events carry
+// source.LagReporter). The age is unknown (-1): binlog events carry
 // their time, but the oldest one not yet read is not known without
 // reading it. Safe for concurrent use.
 func (sp *split) Lag() (behind int64, unit string, age time.Duration, ok bool) {

@@ -42,7 +42,7 @@ type split struct {
 }
 
 // Lag reports how many bytes of WAL the split is behind the server's
-// position at its last keepalive (see pipeline.LagReporter); the age of
+// position at its last keepalive (see source.LagReporter); the age of
 // the oldest unread change is unknown.
 func (sp *split) Lag() (behind int64, unit string, age time.Duration, ok bool) {
 	end, at := sp.serverEnd.Load(), sp.readTo.Load()

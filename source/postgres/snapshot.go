@@ -120,7 +120,7 @@ type snapSplit struct {
 
 // SnapshotProgress reports the rows copied over all attempts and the
 // table's estimated row count (pg_class.reltuples) while the split copies
-// its table (see pipeline.SnapshotReporter).
+// its table (see source.SnapshotReporter).
 func (sp *snapSplit) SnapshotProgress() (stream string, done, estimated int64, ok bool) {
 	return sp.t.stream.Name, sp.copied.Load(), sp.estimated.Load(), sp.copying.Load()
 }

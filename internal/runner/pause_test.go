@@ -1,4 +1,4 @@
-package pipeline_test
+package runner_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/openetl/etl/checkpoint"
-	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/internal/runner"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
 )
@@ -23,13 +23,13 @@ import (
 // eventWaiter collects events and lets a test wait for one of a kind.
 type eventWaiter struct {
 	mu     sync.Mutex
-	events []pipeline.Event
+	events []runner.Event
 	added  chan struct{}
 }
 
 func newEventWaiter() *eventWaiter { return &eventWaiter{added: make(chan struct{}, 1)} }
 
-func (w *eventWaiter) on(e pipeline.Event) {
+func (w *eventWaiter) on(e runner.Event) {
 	w.mu.Lock()
 	w.events = append(w.events, e)
 	w.mu.Unlock()
@@ -41,7 +41,7 @@ func (w *eventWaiter) on(e pipeline.Event) {
 
 // wait returns the n-th event (from 1) of kind, waiting up to a minute
 // for it (a state the test waits for, not a timing assertion).
-func (w *eventWaiter) wait(t *testing.T, kind pipeline.EventKind, n int) pipeline.Event {
+func (w *eventWaiter) wait(t *testing.T, kind runner.EventKind, n int) runner.Event {
 	t.Helper()
 	deadline := time.After(time.Minute)
 	for {
@@ -64,13 +64,13 @@ func (w *eventWaiter) wait(t *testing.T, kind pipeline.EventKind, n int) pipelin
 	}
 }
 
-func (w *eventWaiter) all() []pipeline.Event {
+func (w *eventWaiter) all() []runner.Event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return append([]pipeline.Event(nil), w.events...)
+	return append([]runner.Event(nil), w.events...)
 }
 
-func (w *eventWaiter) count(kind pipeline.EventKind) int {
+func (w *eventWaiter) count(kind runner.EventKind) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
@@ -83,7 +83,7 @@ func (w *eventWaiter) count(kind pipeline.EventKind) int {
 }
 
 // pausingSource has one stream "s0" and one split implementing
-// PauseReporter: half-way through its records it reports itself paused,
+// source.PauseReporter: half-way through its records it reports itself paused,
 // and waits for the test to let it resume.
 type pausingSource struct {
 	rows   int
@@ -167,15 +167,15 @@ func (sp *pausingSplit) Read(ctx context.Context, e source.Emitter, bounded bool
 func TestPauseReporterEvents(t *testing.T) {
 	src := &pausingSource{rows: 200, opened: make(chan struct{})}
 	ev := newEventWaiter()
-	cfg := pipeline.Config{
+	cfg := runner.Config{
 		Name: "pause", Source: src, Destination: newMemDest(), Store: checkpoint.NewMem(),
 		BatchRows: 16, EpochInterval: 5 * time.Millisecond, NewEngine: newFakeEngine, OnEvent: ev.on,
 	}
-	cfg.Monitor = pipeline.NewMonitor(cfg)
+	cfg.Monitor = runner.NewMonitor(cfg)
 	done := make(chan error, 1)
-	go func() { _, err := pipeline.Sync(context.Background(), cfg); done <- err }()
+	go func() { _, err := runner.Sync(context.Background(), cfg); done <- err }()
 
-	paused := ev.wait(t, pipeline.EventStreamPaused, 1)
+	paused := ev.wait(t, runner.EventStreamPaused, 1)
 	<-src.opened
 	_, since := src.sp.Paused()
 	if paused.Split != "p0" || paused.Stream != "s0" || paused.Generation != 1 || paused.Paused < 0 || paused.Pipeline != "pause" {
@@ -193,7 +193,7 @@ func TestPauseReporterEvents(t *testing.T) {
 		}
 	}
 	close(src.sp.resume)
-	resumed := ev.wait(t, pipeline.EventStreamResumed, 1)
+	resumed := ev.wait(t, runner.EventStreamResumed, 1)
 	if resumed.Split != "p0" || resumed.Stream != "s0" || resumed.Paused < paused.Paused {
 		t.Errorf("stream.resumed %+v after stream.paused %+v", resumed, paused)
 	}
@@ -209,8 +209,8 @@ func TestPauseReporterEvents(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Sync hangs")
 	}
-	ev.wait(t, pipeline.EventSyncSucceeded, 1)
-	if n, m := ev.count(pipeline.EventStreamPaused), ev.count(pipeline.EventStreamResumed); n != 1 || m != 1 {
+	ev.wait(t, runner.EventSyncSucceeded, 1)
+	if n, m := ev.count(runner.EventStreamPaused), ev.count(runner.EventStreamResumed); n != 1 || m != 1 {
 		t.Errorf("%d stream.paused, %d stream.resumed events; want 1 each", n, m)
 	}
 }
@@ -245,7 +245,7 @@ func (w *gatedWriter) Write(ctx context.Context, stream string, rec arrow.Record
 }
 
 // TestRunnerReportsBackpressurePause: with a destination stuck in Write,
-// the queues fill and the split (which doesn't implement PauseReporter)
+// the queues fill and the split (which doesn't implement source.PauseReporter)
 // waits on the runner: the runner reports it paused (event, status,
 // openetl.splits.paused, full queues in openetl.queue.depth), then
 // resumed once the destination moves, and counts the wait in
@@ -260,33 +260,33 @@ func TestRunnerReportsBackpressurePause(t *testing.T) {
 	cfg := f.config(1)
 	cfg.Name, cfg.Destination, cfg.OnEvent = "bp", dst, ev.on
 	cfg.MeterProvider, cfg.TracerProvider = mp, tracenoop.NewTracerProvider()
-	cfg.Monitor = pipeline.NewMonitor(cfg)
+	cfg.Monitor = runner.NewMonitor(cfg)
 	done := make(chan error, 1)
-	go func() { _, err := pipeline.Sync(context.Background(), cfg); done <- err }()
+	go func() { _, err := runner.Sync(context.Background(), cfg); done <- err }()
 
-	paused := ev.wait(t, pipeline.EventStreamPaused, 1)
-	if paused.Split != "s0" || paused.Stream != "s0" || paused.Paused < pipeline.PauseAfter {
+	paused := ev.wait(t, runner.EventStreamPaused, 1)
+	if paused.Split != "s0" || paused.Stream != "s0" || paused.Paused < runner.PauseAfter {
 		t.Errorf("stream.paused %+v", paused)
 	}
 	st := cfg.Monitor.Status()
 	if st.Paused != 1 || !st.Splits[0].Paused || st.Splits[0].PausedSince.IsZero() || st.Splits[0].LagKnown {
 		t.Errorf("status while the destination is stuck: %+v", st)
 	}
-	pipe := pipeline.AttrPipeline.String("bp")
+	pipe := runner.AttrPipeline.String("bp")
 	ms := collectMetrics(t, reader)
 	if got := gaugeValue(t, ms["openetl.splits.paused"], attribute.NewSet(pipe)); got != 1 {
 		t.Errorf("openetl.splits.paused = %d, want 1", got)
 	}
 	// The engine waits on the full lane queue, the split on the full
 	// engine queue (capacity 4 each).
-	if got := gaugeValue(t, ms["openetl.queue.depth"], attribute.NewSet(pipe, pipeline.AttrQueue.String("engine"))); got != 4 {
+	if got := gaugeValue(t, ms["openetl.queue.depth"], attribute.NewSet(pipe, runner.AttrQueue.String("engine"))); got != 4 {
 		t.Errorf("openetl.queue.depth{queue=engine} = %d, want 4 (full)", got)
 	}
-	if got := gaugeValue(t, ms["openetl.queue.depth"], attribute.NewSet(pipe, pipeline.AttrQueue.String("lane"), pipeline.AttrLane.Int(0))); got != 4 {
+	if got := gaugeValue(t, ms["openetl.queue.depth"], attribute.NewSet(pipe, runner.AttrQueue.String("lane"), runner.AttrLane.Int(0))); got != 4 {
 		t.Errorf("openetl.queue.depth{queue=lane,lane=0} = %d, want 4 (full)", got)
 	}
 	close(dst.gate)
-	resumed := ev.wait(t, pipeline.EventStreamResumed, 1)
+	resumed := ev.wait(t, runner.EventStreamResumed, 1)
 	if resumed.Split != "s0" || resumed.Paused < paused.Paused {
 		t.Errorf("stream.resumed %+v after %+v", resumed, paused)
 	}

@@ -1,4 +1,4 @@
-package pipeline_test
+package runner_test
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package pipeline
+package runner
 
 import (
 	"maps"
@@ -49,7 +49,7 @@ type Status struct {
 	Streams map[string]StreamStatus
 	// Splits holds what is known of each split at the last poll (about
 	// once a second): lag and snapshot progress from splits implementing
-	// LagReporter or SnapshotReporter, pauses and backpressure.
+	// source.LagReporter or source.SnapshotReporter, pauses and backpressure.
 	Splits []SplitStatus
 	// Paused counts the splits paused at the last poll (see
 	// SplitStatus.Paused).
@@ -81,7 +81,7 @@ type StreamStatus struct {
 	Totals    checkpoint.Counts
 	// Snapshotting is true while a split copies the stream's snapshot;
 	// SnapshotDone and SnapshotEstimated sum what such splits report
-	// (SnapshotReporter).
+	// (source.SnapshotReporter).
 	Snapshotting      bool
 	SnapshotDone      int64
 	SnapshotEstimated int64

@@ -1,4 +1,4 @@
-package pipeline_test
+package runner_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/openetl/etl/checkpoint"
-	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/internal/runner"
 	"github.com/openetl/etl/sink"
 )
 
@@ -167,7 +167,7 @@ func TestStoppedRunIsNotFinal(t *testing.T) {
 	cfg.Destination = d
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- pipeline.Run(ctx, cfg) }()
+	go func() { done <- runner.Run(ctx, cfg) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for f.src.idle.Load() < 2 {
 		if time.Now().After(deadline) {

@@ -1,4 +1,4 @@
-package pipeline
+package runner
 
 import (
 	"context"
@@ -53,7 +53,7 @@ const (
 	// EventStreamPaused: split Split stopped reading from its source
 	// because the runner's queues are full (backpressure: the engine or
 	// the destination is the bottleneck), as the split reports it
-	// (PauseReporter) or, for splits without it, as the runner sees it
+	// (source.PauseReporter) or, for splits without it, as the runner sees it
 	// (its records waited on the full engine queue for PauseAfter).
 	// Paused is how long it had been paused when a poll noticed it (about
 	// once a second); Stream is the split's stream when it emitted one
@@ -66,7 +66,7 @@ const (
 	// the attempt's last event ends it.
 	EventStreamResumed EventKind = "stream.resumed"
 	// EventPipelineLagging: the largest lag a split reports (see
-	// LagReporter) exceeded Config.LagAlert; Lag is that lag.
+	// source.LagReporter) exceeded Config.LagAlert; Lag is that lag.
 	EventPipelineLagging EventKind = "pipeline.lagging"
 	// EventPipelineRecovered: after EventPipelineLagging, the lag fell
 	// back to or below Config.LagAlert; Lag is the lag now.

@@ -1,4 +1,4 @@
-package pipeline_test
+package runner_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/openetl/etl/checkpoint"
-	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/internal/runner"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
 )
@@ -31,8 +31,8 @@ func newFixture(t *testing.T, streams, rows int) *fixture {
 	}
 }
 
-func (f *fixture) config(lanes int) pipeline.Config {
-	return pipeline.Config{
+func (f *fixture) config(lanes int) runner.Config {
+	return runner.Config{
 		Name: "p", Source: f.src, Destination: f.dst, Store: f.store,
 		Lanes: lanes, BatchRows: 16, EpochInterval: 5 * time.Millisecond,
 		CommitBackoff: time.Millisecond, NewEngine: newFakeEngine,
@@ -74,7 +74,7 @@ func TestSyncExactlyOnce(t *testing.T) {
 		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) {
 			f := newFixture(t, 3, 500)
 			f.src.badEvery = 10
-			res, err := pipeline.Sync(context.Background(), f.config(lanes))
+			res, err := runner.Sync(context.Background(), f.config(lanes))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +89,7 @@ func TestSyncExactlyOnce(t *testing.T) {
 				}
 			}
 			// A second sync finds nothing new and commits no epoch.
-			res2, err := pipeline.Sync(context.Background(), f.config(lanes))
+			res2, err := runner.Sync(context.Background(), f.config(lanes))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,11 +103,11 @@ func TestSyncExactlyOnce(t *testing.T) {
 
 func TestSyncResumesAfterMoreData(t *testing.T) {
 	f := newFixture(t, 2, 100)
-	if _, err := pipeline.Sync(context.Background(), f.config(1)); err != nil {
+	if _, err := runner.Sync(context.Background(), f.config(1)); err != nil {
 		t.Fatal(err)
 	}
 	f.src.rows = 250
-	res, err := pipeline.Sync(context.Background(), f.config(1))
+	res, err := runner.Sync(context.Background(), f.config(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestCommitFailureIsRecoveredByNextAttempt(t *testing.T) {
 	cfg.EpochInterval = time.Hour // one epoch
 	cfg.CommitRetries = 2
 	f.dst.commitErr = errors.New("destination down")
-	_, err := pipeline.Sync(context.Background(), cfg)
+	_, err := runner.Sync(context.Background(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "destination down") {
 		t.Fatalf("want the commit error, got %v", err)
 	}
@@ -134,18 +134,18 @@ func TestCommitFailureIsRecoveredByNextAttempt(t *testing.T) {
 	}
 	// Committed but not applied: its quarantine is staged, not published.
 	ctx := context.Background()
-	if _, err := f.store.ReadFile(ctx, "p", pipeline.QuarantineName("s0", 1)); !errors.Is(err, checkpoint.ErrNotFound) {
+	if _, err := f.store.ReadFile(ctx, "p", runner.QuarantineName("s0", 1)); !errors.Is(err, checkpoint.ErrNotFound) {
 		t.Fatalf("quarantine published before the epoch was applied: %v", err)
 	}
 	f.dst.mu.Lock()
 	f.dst.commitErr = nil
 	f.dst.mu.Unlock()
-	if _, err := pipeline.Sync(ctx, cfg); err != nil {
+	if _, err := runner.Sync(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	f.checkExactlyOnce(t)
 	for _, s := range []string{"s0", "s1"} {
-		b, err := f.store.ReadFile(ctx, "p", pipeline.QuarantineName(s, 1))
+		b, err := f.store.ReadFile(ctx, "p", runner.QuarantineName(s, 1))
 		if err != nil || strings.Count(string(b), "\n") != 12 || !strings.Contains(string(b), `"reason":"parse_error"`) {
 			t.Fatalf("stream %s: published quarantine %q, %v; want 12 lines", s, b, err)
 		}
@@ -155,7 +155,7 @@ func TestCommitFailureIsRecoveredByNextAttempt(t *testing.T) {
 func TestCommitRetriedWithinAttempt(t *testing.T) {
 	f := newFixture(t, 1, 50)
 	f.dst.failOnce[1] = errors.New("transient")
-	if _, err := pipeline.Sync(context.Background(), f.config(1)); err != nil {
+	if _, err := runner.Sync(context.Background(), f.config(1)); err != nil {
 		t.Fatal(err)
 	}
 	f.checkExactlyOnce(t)
@@ -168,7 +168,7 @@ func TestRunStopsWithCleanFinalCheckpoint(t *testing.T) {
 	cfg.EpochInterval = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- pipeline.Run(ctx, cfg) }()
+	go func() { done <- runner.Run(ctx, cfg) }()
 	time.Sleep(150 * time.Millisecond)
 	cancel()
 	if err := <-done; err != nil {
@@ -182,7 +182,7 @@ func TestRunStopsWithCleanFinalCheckpoint(t *testing.T) {
 	}
 	f.src.rows = len(rows) + 1000 // beyond what any split has read
 	f.src.delay = 0
-	if _, err := pipeline.Sync(context.Background(), f.config(2)); err != nil {
+	if _, err := runner.Sync(context.Background(), f.config(2)); err != nil {
 		t.Fatal(err)
 	}
 	f.checkExactlyOnce(t)
@@ -199,7 +199,7 @@ func TestZombieIsFenced(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errA := make(chan error, 1)
-	go func() { errA <- pipeline.Run(ctx, cfgA) }()
+	go func() { errA <- runner.Run(ctx, cfgA) }()
 	time.Sleep(100 * time.Millisecond)
 
 	// B claims the pipeline while A runs; A must stop with ErrFenced.
@@ -213,7 +213,7 @@ func TestZombieIsFenced(t *testing.T) {
 	}()
 	cfgB := f.config(1)
 	cfgB.EpochInterval = 10 * time.Millisecond
-	if err := pipeline.Run(ctxB, cfgB); err != nil {
+	if err := runner.Run(ctxB, cfgB); err != nil {
 		t.Fatalf("B: %v", err)
 	}
 	wg.Wait()
@@ -228,14 +228,14 @@ func TestZombieIsFenced(t *testing.T) {
 	rows, _ := f.dst.rows()
 	f.src.rows = len(rows) + 1000 // beyond what any split has read
 	f.src.delay = 0
-	if _, err := pipeline.Sync(context.Background(), f.config(1)); err != nil {
+	if _, err := runner.Sync(context.Background(), f.config(1)); err != nil {
 		t.Fatal(err)
 	}
 	f.checkExactlyOnce(t)
 }
 
 func TestValidate(t *testing.T) {
-	err := (&pipeline.Config{Name: "bad name", Lanes: -1}).Validate()
+	err := (&runner.Config{Name: "bad name", Lanes: -1}).Validate()
 	for _, want := range []string{"name", "source: missing", "destination: missing", "checkpoints: missing", "lanes"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v; want it to mention %q", err, want)
@@ -252,14 +252,14 @@ func TestLostFirstEpochStartsOver(t *testing.T) {
 	cfg.EpochInterval = time.Hour // one final epoch
 	cfg.CommitRetries = 1
 	f.dst.commitErr = errors.New("destination down")
-	if _, err := pipeline.Sync(context.Background(), cfg); err == nil {
+	if _, err := runner.Sync(context.Background(), cfg); err == nil {
 		t.Fatal("first sync succeeded despite the failing commit")
 	}
 	f.dst.mu.Lock()
 	f.dst.commitErr = nil
 	clear(f.dst.staged) // the staged data is gone
 	f.dst.mu.Unlock()
-	res, err := pipeline.Sync(context.Background(), cfg)
+	res, err := runner.Sync(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,11 +301,11 @@ func (quietSplit) Read(ctx context.Context, e source.Emitter, _ bool) error {
 func TestResumePointsWithoutRecordsAreCheckpointed(t *testing.T) {
 	src := &quietSource{fakeSource{streams: 1}}
 	store := checkpoint.NewMem()
-	cfg := pipeline.Config{Name: "quiet", Source: src, Destination: newMemDest(), Store: store,
+	cfg := runner.Config{Name: "quiet", Source: src, Destination: newMemDest(), Store: store,
 		EpochInterval: 5 * time.Millisecond, NewEngine: newFakeEngine}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(150 * time.Millisecond); cancel() }()
-	if err := pipeline.Run(ctx, cfg); err != nil {
+	if err := runner.Run(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	_, head, err := store.Claim(context.Background(), "quiet")
@@ -327,7 +327,7 @@ func TestByteBudgetClosesEpochs(t *testing.T) {
 	cfg := f.config(1)
 	cfg.EpochInterval = time.Hour
 	cfg.EpochBytes = 1000 // records carry ~4 bytes of key and payload
-	res, err := pipeline.Sync(context.Background(), cfg)
+	res, err := runner.Sync(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package pipeline_test
+package runner_test
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/internal/runner"
 )
 
 func TestRedactSecrets(t *testing.T) {
@@ -28,7 +28,7 @@ func TestRedactSecrets(t *testing.T) {
 		{"aws_secret_access_key = hunter2", "aws_secret_access_key = xxxxx"},
 		{"api_key: hunter2", "api_key: xxxxx"},
 	} {
-		got := pipeline.RedactSecrets(tc.in)
+		got := runner.RedactSecrets(tc.in)
 		if strings.Contains(got, "hunter") || !strings.Contains(got, tc.keep) {
 			t.Errorf("RedactSecrets(%q) = %q; want it to contain %q and no secret", tc.in, got, tc.keep)
 		}
@@ -39,7 +39,7 @@ func TestRedactSecrets(t *testing.T) {
 		"stream \"orders\": 10 rows, epoch 3",
 		"http://db:5432/x",
 	} {
-		if got := pipeline.RedactSecrets(s); got != s {
+		if got := runner.RedactSecrets(s); got != s {
 			t.Errorf("RedactSecrets(%q) = %q, want it unchanged", s, got)
 		}
 	}
@@ -61,7 +61,7 @@ func TestLoggerRedacts(t *testing.T) {
 			if name == "json" {
 				h = slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})
 			}
-			log := pipeline.RedactingLogger(slog.New(h))
+			log := runner.RedactingLogger(slog.New(h))
 			log = log.With("dsn", "postgres://app:hunter2@db/x")
 			err := fmt.Errorf("source: open: %w", errors.New("connect mysql app:hunter2@tcp(db:3306)/x: refused"))
 			log.Debug("connecting to postgres://app:hunter2@db/x", "err", err,

@@ -1,4 +1,4 @@
-package pipeline_test
+package runner_test
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/openetl/etl/engine"
-	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/internal/runner"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
 )
@@ -63,10 +63,10 @@ func TestSchemaEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev.wait(t, pipeline.EventSyncSucceeded, 1)
-	got := map[string]pipeline.Event{}
+	ev.wait(t, runner.EventSyncSucceeded, 1)
+	got := map[string]runner.Event{}
 	for _, e := range ev.all() {
-		if e.Kind == pipeline.EventSchemaChanged || e.Kind == pipeline.EventSchemaBlocked {
+		if e.Kind == runner.EventSchemaChanged || e.Kind == runner.EventSchemaBlocked {
 			if e.Epoch < 1 || e.Epoch > res.Epoch || e.Generation != 1 || e.Pipeline != "p" {
 				t.Errorf("%s: %+v (last epoch %d)", e.Kind, e, res.Epoch)
 			}
@@ -75,13 +75,13 @@ func TestSchemaEvents(t *testing.T) {
 	}
 	for _, s := range []string{"s0", "s1"} {
 		for col, want := range map[string]struct {
-			kind             pipeline.EventKind
+			kind             runner.EventKind
 			change, from, to string
 		}{
-			"a": {pipeline.EventSchemaChanged, "added", "", "int64"},
-			"b": {pipeline.EventSchemaChanged, "widened", "int64", "float64"},
-			"c": {pipeline.EventSchemaBlocked, "blocked", "", "utf8"},
-			"d": {pipeline.EventSchemaBlocked, "discarded", "", ""},
+			"a": {runner.EventSchemaChanged, "added", "", "int64"},
+			"b": {runner.EventSchemaChanged, "widened", "int64", "float64"},
+			"c": {runner.EventSchemaBlocked, "blocked", "", "utf8"},
+			"d": {runner.EventSchemaBlocked, "discarded", "", ""},
 		} {
 			e, ok := got[s+"."+col]
 			if !ok || e.Kind != want.kind || e.Change != want.change || e.From != want.from || e.To != want.to {
@@ -121,12 +121,12 @@ func TestRecoveryEventsRetryLogsAndAttemptMetrics(t *testing.T) {
 			cfg.OnEvent = ev.on
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			cfg.MeterProvider, cfg.TracerProvider = mp, tracenoop.NewTracerProvider()
-			cfg.Monitor = pipeline.NewMonitor(cfg)
+			cfg.Monitor = runner.NewMonitor(cfg)
 			f.dst.commitErr = errors.New("destination down")
 			if _, err := syncWithin(t, cfg); err == nil {
 				t.Fatal("sync with a failing destination succeeded")
 			}
-			failed := ev.wait(t, pipeline.EventSyncFailed, 1)
+			failed := ev.wait(t, runner.EventSyncFailed, 1)
 			if failed.Err == nil || !strings.Contains(failed.Err.Error(), "destination down") || failed.Generation != 1 {
 				t.Errorf("sync.failed %+v", failed)
 			}
@@ -146,10 +146,10 @@ func TestRecoveryEventsRetryLogsAndAttemptMetrics(t *testing.T) {
 			if _, err := syncWithin(t, cfg); err != nil {
 				t.Fatal(err)
 			}
-			ev.wait(t, pipeline.EventSyncSucceeded, 1)
-			var rec []pipeline.Event
+			ev.wait(t, runner.EventSyncSucceeded, 1)
+			var rec []runner.Event
 			for _, e := range ev.all() {
-				if e.Kind == pipeline.EventEpochRecovered {
+				if e.Kind == runner.EventEpochRecovered {
 					rec = append(rec, e)
 				}
 			}
@@ -161,9 +161,9 @@ func TestRecoveryEventsRetryLogsAndAttemptMetrics(t *testing.T) {
 			}
 
 			ms := collectMetrics(t, reader)
-			pipe := pipeline.AttrPipeline.String("p")
+			pipe := runner.AttrPipeline.String("p")
 			for outcome, want := range map[string]int64{"failed": 1, "succeeded": 1} {
-				set := attribute.NewSet(pipe, pipeline.AttrOutcome.String(outcome))
+				set := attribute.NewSet(pipe, runner.AttrOutcome.String(outcome))
 				if got := sumValue(t, ms["openetl.attempts"], set); got != want {
 					t.Errorf("openetl.attempts{outcome=%s} = %d, want %d", outcome, got, want)
 				}
@@ -185,12 +185,12 @@ func TestCancelledSyncStops(t *testing.T) {
 	cfg := f.config(1)
 	cfg.OnEvent = ev.on
 	cfg.MeterProvider, cfg.TracerProvider = mp, tracenoop.NewTracerProvider()
-	cfg.Monitor = pipeline.NewMonitor(cfg)
+	cfg.Monitor = runner.NewMonitor(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { _, err := pipeline.Sync(ctx, cfg); done <- err }()
-	ev.wait(t, pipeline.EventEpochCommitted, 1)
+	go func() { _, err := runner.Sync(ctx, cfg); done <- err }()
+	ev.wait(t, runner.EventEpochCommitted, 1)
 	cancel()
 	select {
 	case err := <-done:
@@ -200,18 +200,18 @@ func TestCancelledSyncStops(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Sync still runs a minute after its context was cancelled")
 	}
-	stopped := ev.wait(t, pipeline.EventSyncStopped, 1)
+	stopped := ev.wait(t, runner.EventSyncStopped, 1)
 	if !errors.Is(stopped.Err, context.Canceled) || !stopped.Bounded || stopped.Epoch < 1 {
 		t.Errorf("sync.stopped %+v", stopped)
 	}
-	if n := ev.count(pipeline.EventSyncFailed) + ev.count(pipeline.EventSyncSucceeded); n != 0 {
+	if n := ev.count(runner.EventSyncFailed) + ev.count(runner.EventSyncSucceeded); n != 0 {
 		t.Errorf("%d other terminal events", n)
 	}
-	if st := cfg.Monitor.Status(); st.Phase != pipeline.PhaseStopped || st.LastError != "" {
+	if st := cfg.Monitor.Status(); st.Phase != runner.PhaseStopped || st.LastError != "" {
 		t.Errorf("status %+v", st)
 	}
 	ms := collectMetrics(t, reader)
-	set := attribute.NewSet(pipeline.AttrPipeline.String("p"), pipeline.AttrOutcome.String("stopped"))
+	set := attribute.NewSet(runner.AttrPipeline.String("p"), runner.AttrOutcome.String("stopped"))
 	if got := sumValue(t, ms["openetl.attempts"], set); got != 1 {
 		t.Errorf("openetl.attempts{outcome=stopped} = %d", got)
 	}
@@ -234,7 +234,7 @@ func (fixedLagSplit) Lag() (int64, string, time.Duration, bool) {
 	return 42, "byte", 3 * time.Second, true
 }
 
-// TestLagMetrics: what splits report through LagReporter reaches
+// TestLagMetrics: what splits report through source.LagReporter reaches
 // openetl.job.lag (in the source's unit) and openetl.job.lag.age, per
 // split, and the status's backlog and lag.
 func TestLagMetrics(t *testing.T) {
@@ -245,7 +245,7 @@ func TestLagMetrics(t *testing.T) {
 	cfg := f.config(1)
 	cfg.Source = lagSource{f.src}
 	cfg.MeterProvider, cfg.TracerProvider = mp, tracenoop.NewTracerProvider()
-	cfg.Monitor = pipeline.NewMonitor(cfg)
+	cfg.Monitor = runner.NewMonitor(cfg)
 	if _, err := syncWithin(t, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -256,10 +256,10 @@ func TestLagMetrics(t *testing.T) {
 	if m := ms["openetl.job.lag.age"]; m.Unit != "s" || m.Description == "" {
 		t.Errorf("openetl.job.lag.age: unit %q, description %q", m.Unit, m.Description)
 	}
-	pipe := pipeline.AttrPipeline.String("p")
+	pipe := runner.AttrPipeline.String("p")
 	for _, split := range []string{"s0", "s1"} {
-		sp := pipeline.AttrSplit.String(split)
-		if got := gaugeValue(t, ms["openetl.job.lag"], attribute.NewSet(pipe, sp, pipeline.AttrLagUnit.String("byte"))); got != 42 {
+		sp := runner.AttrSplit.String(split)
+		if got := gaugeValue(t, ms["openetl.job.lag"], attribute.NewSet(pipe, sp, runner.AttrLagUnit.String("byte"))); got != 42 {
 			t.Errorf("openetl.job.lag{split=%s} = %d, want 42", split, got)
 		}
 		g, _ := ms["openetl.job.lag.age"].Data.(metricdata.Gauge[float64])

@@ -1,4 +1,4 @@
-package pipeline_test
+package runner_test
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/internal/runner"
 	"github.com/openetl/etl/internal/testutil"
-	"github.com/openetl/etl/pipeline"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
 )
@@ -207,7 +207,7 @@ func TestEmptyResumeStateIsKept(t *testing.T) {
 	cfg := f.config(1)
 	cfg.Source = src
 	for i := range 2 {
-		res, err := pipeline.Sync(context.Background(), cfg)
+		res, err := runner.Sync(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,15 +230,15 @@ func (f *fixture) checkWritersClosed(t *testing.T) {
 }
 
 // syncWithin runs Sync and fails the test if it hangs.
-func syncWithin(t *testing.T, cfg pipeline.Config) (pipeline.Result, error) {
+func syncWithin(t *testing.T, cfg runner.Config) (runner.Result, error) {
 	t.Helper()
 	type out struct {
-		res pipeline.Result
+		res runner.Result
 		err error
 	}
 	ch := make(chan out, 1)
 	go func() {
-		res, err := pipeline.Sync(context.Background(), cfg)
+		res, err := runner.Sync(context.Background(), cfg)
 		ch <- out{res, err}
 	}()
 	select {
@@ -246,7 +246,7 @@ func syncWithin(t *testing.T, cfg pipeline.Config) (pipeline.Result, error) {
 		return o.res, o.err
 	case <-time.After(60 * time.Second):
 		t.Fatal("Sync hangs")
-		return pipeline.Result{}, nil
+		return runner.Result{}, nil
 	}
 }
 
@@ -372,18 +372,18 @@ func TestSyncCancelAbandons(t *testing.T) {
 	cfg := f.config(2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg.OnProgress = func(p pipeline.Progress) {
+	cfg.OnProgress = func(p runner.Progress) {
 		if p.Epoch >= 2 {
 			cancel()
 		}
 	}
 	type out struct {
-		res pipeline.Result
+		res runner.Result
 		err error
 	}
 	ch := make(chan out, 1)
 	go func() {
-		res, err := pipeline.Sync(ctx, cfg)
+		res, err := runner.Sync(ctx, cfg)
 		ch <- out{res, err}
 	}()
 	var o out
@@ -436,7 +436,7 @@ func TestZombieManySplits(t *testing.T) {
 	f := newFixture(t, 8, 1_000_000)
 	f.src.delay = 5 * time.Microsecond
 	f.src.rpEvery = 3
-	mk := func() pipeline.Config {
+	mk := func() runner.Config {
 		cfg := f.config(2)
 		cfg.BatchRows = 1
 		cfg.EpochInterval = time.Millisecond
@@ -447,7 +447,7 @@ func TestZombieManySplits(t *testing.T) {
 	errA := make(chan error, 1)
 	progressA := make(chan struct{}, 1)
 	cfgA := mk()
-	cfgA.OnProgress = func(p pipeline.Progress) {
+	cfgA.OnProgress = func(p runner.Progress) {
 		if p.Epoch >= 3 {
 			select {
 			case progressA <- struct{}{}:
@@ -455,7 +455,7 @@ func TestZombieManySplits(t *testing.T) {
 			}
 		}
 	}
-	go func() { errA <- pipeline.Run(ctxA, cfgA) }()
+	go func() { errA <- runner.Run(ctxA, cfgA) }()
 	select {
 	case <-progressA:
 	case <-time.After(30 * time.Second):
@@ -465,13 +465,13 @@ func TestZombieManySplits(t *testing.T) {
 	ctxB, cancelB := context.WithCancel(context.Background())
 	defer cancelB()
 	cfgB := mk()
-	cfgB.OnProgress = func(p pipeline.Progress) {
+	cfgB.OnProgress = func(p runner.Progress) {
 		if p.Committed["s0"].Read > 0 {
 			cancelB()
 		}
 	}
 	errB := make(chan error, 1)
-	go func() { errB <- pipeline.Run(ctxB, cfgB) }()
+	go func() { errB <- runner.Run(ctxB, cfgB) }()
 	for _, ch := range []struct {
 		name  string
 		err   chan error
@@ -523,12 +523,12 @@ func TestFailedAttemptReleasesRecords(t *testing.T) {
 
 // runThenCancel runs cfg with Run, calls wait, cancels, and fails the test
 // unless Run returns nil within a minute (a clean final checkpoint).
-func runThenCancel(t *testing.T, cfg pipeline.Config, wait func()) {
+func runThenCancel(t *testing.T, cfg runner.Config, wait func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- pipeline.Run(ctx, cfg) }()
+	go func() { done <- runner.Run(ctx, cfg) }()
 	wait()
 	cancel()
 	select {

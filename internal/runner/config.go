@@ -1,8 +1,10 @@
-// Package pipeline is the runner: it reads a source's splits, turns their
+// Package runner is the runner: it reads a source's splits, turns their
 // records into Arrow through the engine, writes them through a
 // destination's writer lanes and commits them in epochs through the
-// checkpoint log. Package etl wraps it in a builder; most users never
-// import this package.
+// checkpoint log. It is internal: package etl, its only public way in,
+// wraps it in a builder and a Pipeline and owns the types hosts see
+// (Event, Status, Progress, Result); package sim drives it directly to
+// inject its faults.
 //
 // One attempt (Sync or Run) runs these goroutines:
 //
@@ -15,7 +17,7 @@
 // Barriers are aligned: a split that has placed barrier N emits nothing more
 // until every split has placed it, so each epoch holds exactly the records
 // between two sets of resume points.
-package pipeline
+package runner
 
 import (
 	"errors"
@@ -91,7 +93,7 @@ type Config struct {
 	OnEvent    func(Event)
 	EventQueue int
 	// LagAlert is the lag (the largest age a split reports through
-	// LagReporter) above which EventPipelineLagging is emitted, and at
+	// source.LagReporter) above which EventPipelineLagging is emitted, and at
 	// or below which EventPipelineRecovered follows; default 0, no lag
 	// events.
 	LagAlert time.Duration
@@ -130,10 +132,10 @@ type Progress struct {
 	Totals map[string]checkpoint.Counts
 	// Streams holds per-stream reads, counts and snapshot progress
 	// (rows copied and estimated, from splits implementing
-	// SnapshotReporter).
+	// source.SnapshotReporter).
 	Streams map[string]StreamStatus
 	// Lag is the largest age of unread data the splits report (LagKnown
-	// false when none implements LagReporter or none can tell), and
+	// false when none implements source.LagReporter or none can tell), and
 	// Backlog the splits' distance to the source's end, summed per unit.
 	Lag      time.Duration
 	LagKnown bool

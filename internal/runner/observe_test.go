@@ -1,4 +1,4 @@
-package pipeline_test
+package runner_test
 
 import (
 	"context"
@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/openetl/etl/checkpoint"
-	"github.com/openetl/etl/pipeline"
+	"github.com/openetl/etl/internal/runner"
 	"github.com/openetl/etl/source"
 )
 
 // reportingSource has one stream "s0" and one split that implements
-// LagReporter and SnapshotReporter: it copies rows records as a
+// source.LagReporter and source.SnapshotReporter: it copies rows records as a
 // snapshot, reporting an age of an hour until it is half-way and has
 // been polled there, then none.
 type reportingSource struct {
@@ -91,25 +91,25 @@ func (sp *reportingSplit) Read(ctx context.Context, e source.Emitter, bounded bo
 }
 
 // TestLagAndSnapshotReports checks that what splits report through
-// LagReporter and SnapshotReporter reaches the progress callback, the
+// source.LagReporter and source.SnapshotReporter reaches the progress callback, the
 // status and the lag events.
 func TestLagAndSnapshotReports(t *testing.T) {
 	src := &reportingSource{rows: 1000}
 	var mu sync.Mutex
-	var events []pipeline.Event
-	var progress []pipeline.Progress
-	cfg := pipeline.Config{
+	var events []runner.Event
+	var progress []runner.Progress
+	cfg := runner.Config{
 		Name: "lag", Source: src, Destination: newMemDest(), Store: checkpoint.NewMem(),
 		BatchRows: 16, EpochInterval: 5 * time.Millisecond, NewEngine: newFakeEngine,
 		LagAlert: time.Minute,
-		OnEvent: func(e pipeline.Event) {
+		OnEvent: func(e runner.Event) {
 			mu.Lock()
 			events = append(events, e)
 			mu.Unlock()
 		},
-		OnProgress: func(p pipeline.Progress) { progress = append(progress, p) },
+		OnProgress: func(p runner.Progress) { progress = append(progress, p) },
 	}
-	cfg.Monitor = pipeline.NewMonitor(cfg)
+	cfg.Monitor = runner.NewMonitor(cfg)
 	res, err := syncWithin(t, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -123,12 +123,12 @@ func TestLagAndSnapshotReports(t *testing.T) {
 	for {
 		mu.Lock()
 		n := len(events)
-		last := pipeline.EventKind("")
+		last := runner.EventKind("")
 		if n > 0 {
 			last = events[n-1].Kind
 		}
 		mu.Unlock()
-		if last == pipeline.EventSyncSucceeded {
+		if last == runner.EventSyncSucceeded {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -139,12 +139,12 @@ func TestLagAndSnapshotReports(t *testing.T) {
 	var lagging, recovered int
 	for _, e := range events {
 		switch e.Kind {
-		case pipeline.EventPipelineLagging:
+		case runner.EventPipelineLagging:
 			if recovered > 0 || e.Lag != time.Hour {
 				t.Errorf("pipeline.lagging %+v after %d pipeline.recovered", e, recovered)
 			}
 			lagging++
-		case pipeline.EventPipelineRecovered:
+		case runner.EventPipelineRecovered:
 			if lagging == 0 || e.Lag != 0 {
 				t.Errorf("pipeline.recovered %+v before pipeline.lagging", e)
 			}
@@ -191,29 +191,29 @@ func TestLagAndSnapshotReports(t *testing.T) {
 func TestRunStopEvents(t *testing.T) {
 	f := newFixture(t, 2, 1_000_000)
 	f.src.delay = 10 * time.Microsecond
-	events := make(chan pipeline.Event, 10_000)
+	events := make(chan runner.Event, 10_000)
 	cfg := f.config(2)
-	cfg.OnEvent = func(e pipeline.Event) { events <- e }
-	cfg.Monitor = pipeline.NewMonitor(cfg)
+	cfg.OnEvent = func(e runner.Event) { events <- e }
+	cfg.Monitor = runner.NewMonitor(cfg)
 	runThenCancel(t, cfg, func() {
 		for cfg.Monitor.Status().Epoch < 1 {
 			time.Sleep(time.Millisecond)
 		}
 	})
-	var got []pipeline.Event
+	var got []runner.Event
 	for e := range events {
 		got = append(got, e)
-		if e.Kind == pipeline.EventSyncStopped || e.Kind == pipeline.EventSyncFailed || e.Kind == pipeline.EventSyncSucceeded {
+		if e.Kind == runner.EventSyncStopped || e.Kind == runner.EventSyncFailed || e.Kind == runner.EventSyncSucceeded {
 			break
 		}
 	}
 	last := got[len(got)-1]
-	if got[0].Kind != pipeline.EventSyncStarted || got[0].Bounded || last.Kind != pipeline.EventSyncStopped || last.Err != nil {
+	if got[0].Kind != runner.EventSyncStarted || got[0].Bounded || last.Kind != runner.EventSyncStopped || last.Err != nil {
 		t.Fatalf("first %+v, last %+v", got[0], last)
 	}
 	var epochs uint64
 	for _, e := range got {
-		if e.Kind == pipeline.EventEpochCommitted {
+		if e.Kind == runner.EventEpochCommitted {
 			epochs++
 			if e.Epoch != epochs {
 				t.Fatalf("epoch.committed %d, want %d", e.Epoch, epochs)
@@ -221,7 +221,7 @@ func TestRunStopEvents(t *testing.T) {
 		}
 	}
 	st := cfg.Monitor.Status()
-	if st.Phase != pipeline.PhaseStopped || st.Epoch != epochs || last.Epoch != epochs || st.LastError != "" || st.Bounded {
+	if st.Phase != runner.PhaseStopped || st.Epoch != epochs || last.Epoch != epochs || st.LastError != "" || st.Bounded {
 		t.Errorf("status %+v, last event %+v, %d epoch.committed events", st, last, epochs)
 	}
 }

@@ -1,4 +1,4 @@
-package pipeline
+package runner
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 )
 
 // instrumentationName names the meter and tracer the runner uses.
-const instrumentationName = "github.com/openetl/etl/pipeline"
+const instrumentationName = "github.com/openetl/etl"
 
 // The attribute keys of the runner's metrics and spans.
 const (
