@@ -7,7 +7,6 @@ import (
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/engine"
-	"github.com/openetl/etl/sink"
 )
 
 // Errors of a Pipeline's own.
@@ -26,7 +25,7 @@ var (
 // and, where the checkpoint store records it, the host and process that
 // claimed it.
 func IsFenced(err error) bool {
-	return errors.Is(err, checkpoint.ErrFenced) || errors.Is(err, sink.ErrFenced)
+	return errors.Is(err, checkpoint.ErrFenced) // sink.ErrFenced is the same error
 }
 
 // IsPermanent reports whether running the same Pipeline again would fail

@@ -172,6 +172,10 @@ func TestInspectIsReadOnly(t *testing.T) {
 
 func TestErrorPredicates(t *testing.T) {
 	fenced := fmt.Errorf("commit: %w", checkpoint.ErrFenced)
+	// One sentinel for a fenced attempt, wherever it is noticed.
+	if !errors.Is(fmt.Errorf("x: %w", sink.ErrFenced), checkpoint.ErrFenced) || !errors.Is(fenced, sink.ErrFenced) {
+		t.Error("sink.ErrFenced and checkpoint.ErrFenced are different errors")
+	}
 	for _, tc := range []struct {
 		err                  error
 		permanent, retryable bool

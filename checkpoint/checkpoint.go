@@ -165,7 +165,8 @@ var (
 	// without touching the destination. The error's message names the
 	// newer generation and, when HEAD records it, its holder (host,
 	// process and claim time).
-	ErrFenced = errors.New("checkpoint: fenced by a newer generation")
+	// sink.ErrFenced is this same error, which destinations wrap.
+	ErrFenced = errors.New("fenced by a newer generation")
 	// ErrConflict is returned by Commit when HEAD no longer points at the
 	// record's Prev although the generation is unchanged, or when a record
 	// of the same epoch and generation exists with other content (two

@@ -11,7 +11,6 @@ package sink
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -212,5 +211,9 @@ type Finisher interface {
 var (
 	// ErrFenced is wrapped by Commit when a newer generation has raised
 	// the destination's fence: this attempt is a zombie and must stop.
-	ErrFenced = errors.New("sink: fenced by a newer generation")
+	// It is checkpoint.ErrFenced, the one sentinel for a fenced attempt
+	// wherever it is noticed (the checkpoint log's HEAD, a destination's
+	// fence): errors.Is(err, sink.ErrFenced) and errors.Is(err,
+	// checkpoint.ErrFenced) say the same.
+	ErrFenced = checkpoint.ErrFenced
 )

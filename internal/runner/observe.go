@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/openetl/etl/checkpoint"
-	"github.com/openetl/etl/sink"
 )
 
 // This file is the runner's side of observability: status updates,
@@ -211,7 +210,7 @@ func (r *runner) progressNow(res Result) Progress {
 func (r *runner) end(ctx context.Context, res Result, err error) {
 	now := r.cfg.Now()
 	phase, kind := PhaseSucceeded, EventSyncSucceeded
-	fenced := errors.Is(err, checkpoint.ErrFenced) || errors.Is(err, sink.ErrFenced)
+	fenced := errors.Is(err, checkpoint.ErrFenced) // sink.ErrFenced is the same error
 	switch {
 	case err == nil && !r.bounded:
 		phase, kind = PhaseStopped, EventSyncStopped
