@@ -66,14 +66,41 @@ func TestTwoAttemptsAtOnce(t *testing.T) {
 		}
 		return p
 	}
-	a := build(5000) // slow: still running when B starts
+	// committed waits until p's attempt has committed an epoch: it has
+	// claimed the pipeline and runs.
+	committed := func(p *etl.Pipeline, failed <-chan error) bool {
+		for deadline := time.Now().Add(time.Minute); p.Status().Epochs == 0; time.Sleep(5 * time.Millisecond) {
+			select {
+			case err := <-failed:
+				t.Errorf("%s ended before it committed an epoch: %v", p.Name(), err)
+				return false
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s committed no epoch within a minute", p.Name())
+				return false
+			}
+		}
+		return true
+	}
+	a := build(5000) // slow, and a Run: still running when B starts
 	errA := make(chan error, 1)
 	go func() { errA <- a.Run(context.Background()) }()
-	time.Sleep(300 * time.Millisecond)
+	if !committed(a, errA) {
+		t.FailNow()
+	}
 
-	ctxB, cancelB := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	// B runs until it committed an epoch of its own.
+	b := build(5000)
+	ctxB, cancelB := context.WithCancel(context.Background())
 	defer cancelB()
-	if err := build(5000).Run(ctxB); err != nil {
+	bDone := make(chan error, 1)
+	go func() { bDone <- b.Run(ctxB) }()
+	if !committed(b, bDone) {
+		t.FailNow()
+	}
+	cancelB()
+	if err := <-bDone; err != nil {
 		t.Fatalf("B: %v", err)
 	}
 	select {

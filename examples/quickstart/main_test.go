@@ -13,7 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 	"testing"
 	"time"
 
@@ -306,6 +306,29 @@ func seededRNG(t *testing.T, stream uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, stream))
 }
 
+// startHeld starts the quickstart and blocks its output once it has
+// printed its first line: its first progress report (after its first
+// committed epoch, or a second in) then blocks, and with it the runner's
+// coordinator, which calls OnProgress, so no later barrier comes and the
+// run can't end before the test kills it, however fast the machine. The
+// kill lands while its first epoch runs or commits, or with the next one
+// read and written but not committed.
+func startHeld(t *testing.T, args []string) *testutil.Child {
+	t.Helper()
+	c := testutil.StartChild(t, exec.Command(bin, args...), testutil.Hold{})
+	for !strings.Contains(c.Output(), "\n") {
+		select {
+		case <-c.Wrote():
+		case <-c.Exited():
+			t.Fatalf("quickstart exited: %v\n%s", c.Err(), c.Output())
+		}
+	}
+	if err := c.BlockOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, c.Output())
+	}
+	return c
+}
+
 // TestQuickstartSurvivesSIGKILL kills the quickstart at random points,
 // reruns it to completion and checks every generated record landed
 // exactly once. OPENETL_SEED replays a failing seed.
@@ -314,27 +337,13 @@ func TestQuickstartSurvivesSIGKILL(t *testing.T) {
 	dir := t.TempDir()
 	const rows, malformed = 80_000, 0.002
 	args := []string{"-dir", dir, "-rows", strconv.Itoa(rows), "-malformed", "0.002", "-epoch", "150ms"}
-	killed := 0
-	for range 5 {
-		cmd := exec.Command(bin, args...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+	for i := range 5 {
+		c := startHeld(t, args)
 		time.Sleep(time.Duration(100+rng.IntN(900)) * time.Millisecond)
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		err := cmd.Wait()
-		if err != nil {
-			killed++
-		} else if !strings.Contains(out.String(), "committed") && !strings.Contains(out.String(), "nothing new") {
-			t.Fatalf("run exited 0 without a summary:\n%s", out.String())
+		if !c.Kill() {
+			t.Fatalf("run %d ended before the kill: %v\n%s", i, c.Err(), c.Output())
 		}
 	}
-	if killed == 0 {
-		t.Fatal("no run was killed before it finished: raise rows")
-	}
-	t.Logf("%d of 5 runs killed mid-way", killed)
 	out := run(t, args...)
 	verify(t, dir, rows, malformed, summary(t, out), false)
 }
@@ -342,56 +351,45 @@ func TestQuickstartSurvivesSIGKILL(t *testing.T) {
 // TestChaosTwoCopies runs two copies of the quickstart on the same
 // directory at once, again and again, SIGKILLing each at a random moment
 // (epochs every 20ms, so kills land in every protocol step, Commit
-// included); the younger copy fences the older. A final run completes and
-// every generated record must be there exactly once. OPENETL_SEED replays.
+// included); the younger copy fences the older, which then stops, or is
+// killed first. A final run completes and every generated record must be
+// there exactly once. OPENETL_SEED replays.
 func TestChaosTwoCopies(t *testing.T) {
 	rng := seededRNG(t, 1)
 	dir := t.TempDir()
 	const rows, malformed = 60_000, 0.002
 	args := []string{"-dir", dir, "-rows", strconv.Itoa(rows), "-malformed", "0.002", "-epoch", "20ms"}
-	fenced, killed := 0, 0
+	killed := 0
 	for round := range 8 {
-		var cmds [2]*exec.Cmd
-		var outs [2]bytes.Buffer
-		for i := range cmds {
+		var cs [2]*testutil.Child
+		for i := range cs {
 			if i == 1 {
 				time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
 			}
-			cmds[i] = exec.Command(bin, args...)
-			cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
-			if err := cmds[i].Start(); err != nil {
-				t.Fatal(err)
-			}
+			cs[i] = startHeld(t, args)
 		}
 		kill := [2]time.Duration{time.Duration(50+rng.IntN(700)) * time.Millisecond, time.Duration(50+rng.IntN(700)) * time.Millisecond}
-		done := make(chan int, 2)
-		for i := range cmds {
+		var wg sync.WaitGroup
+		ended := make([]bool, 2)
+		for i, c := range cs {
+			wg.Add(1)
 			go func() {
+				defer wg.Done()
 				time.Sleep(kill[i])
-				_ = cmds[i].Process.Signal(syscall.SIGKILL)
-				done <- i
+				ended[i] = !c.Kill()
 			}()
 		}
-		for i := range cmds {
-			err := cmds[i].Wait()
-			out := outs[i].String()
-			switch {
-			case err == nil:
-			case strings.Contains(out, "fenced"):
-				fenced++
-			case strings.Contains(err.Error(), "killed"):
-				killed++
-			default:
-				t.Fatalf("round %d copy %d: %v\n%s", round, i, err, out)
+		wg.Wait()
+		for i := range cs {
+			// Blocked output holds a fenced copy before it can print
+			// why and exit: it too ends by the kill.
+			if ended[i] {
+				t.Fatalf("round %d copy %d ended before its kill: %v\n%s", round, i, cs[i].Err(), cs[i].Output())
 			}
+			killed++
 		}
-		<-done
-		<-done
 	}
-	t.Logf("%d copies killed, %d fenced", killed, fenced)
-	if killed == 0 {
-		t.Fatal("no copy was killed mid-run: raise rows")
-	}
+	t.Logf("%d copies killed", killed)
 	out := run(t, args...)
 	verify(t, dir, rows, malformed, summary(t, out), false)
 }

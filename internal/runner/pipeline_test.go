@@ -167,10 +167,15 @@ func TestRunStopsWithCleanFinalCheckpoint(t *testing.T) {
 	cfg := f.config(2)
 	cfg.EpochInterval = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Stop once a few epochs are committed.
+	cfg.OnProgress = func(p runner.Progress) {
+		if p.Epoch >= 3 {
+			cancel()
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- runner.Run(ctx, cfg) }()
-	time.Sleep(150 * time.Millisecond)
-	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after cancel: %v", err)
 	}
@@ -198,25 +203,37 @@ func TestZombieIsFenced(t *testing.T) {
 	cfgA.EpochInterval = 10 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	runningA := make(chan struct{})
+	var once sync.Once
+	cfgA.OnProgress = func(p runner.Progress) {
+		if p.Epoch >= 1 {
+			once.Do(func() { close(runningA) })
+		}
+	}
 	errA := make(chan error, 1)
 	go func() { errA <- runner.Run(ctx, cfgA) }()
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-runningA:
+	case err := <-errA:
+		t.Fatalf("A ended before it committed an epoch: %v", err)
+	}
 
-	// B claims the pipeline while A runs; A must stop with ErrFenced.
-	var wg sync.WaitGroup
-	wg.Add(1)
+	// B claims the pipeline while A runs, and stops once it committed
+	// rows of its own; A must stop with ErrFenced.
 	ctxB, cancelB := context.WithCancel(context.Background())
-	go func() {
-		defer wg.Done()
-		time.Sleep(200 * time.Millisecond)
-		cancelB()
-	}()
+	defer cancelB()
 	cfgB := f.config(1)
 	cfgB.EpochInterval = 10 * time.Millisecond
+	cfgB.OnProgress = func(p runner.Progress) {
+		for _, c := range p.Committed {
+			if c.Read > 0 {
+				cancelB()
+			}
+		}
+	}
 	if err := runner.Run(ctxB, cfgB); err != nil {
 		t.Fatalf("B: %v", err)
 	}
-	wg.Wait()
 	select {
 	case err := <-errA:
 		if !errors.Is(err, checkpoint.ErrFenced) && !errors.Is(err, sink.ErrFenced) {
@@ -304,7 +321,13 @@ func TestResumePointsWithoutRecordsAreCheckpointed(t *testing.T) {
 	cfg := runner.Config{Name: "quiet", Source: src, Destination: newMemDest(), Store: store,
 		EpochInterval: 5 * time.Millisecond, NewEngine: newFakeEngine}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(150 * time.Millisecond); cancel() }()
+	defer cancel()
+	// Stop after a few epochs: acknowledgements run one behind.
+	cfg.OnProgress = func(p runner.Progress) {
+		if p.Epoch >= 3 {
+			cancel()
+		}
+	}
 	if err := runner.Run(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package clickhouse_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -9,13 +8,14 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink/clickhouse"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/faker"
@@ -66,7 +66,7 @@ func child() error {
 		return err
 	}
 	defer store.Close(ctx)
-	p, err := etl.NewPipeline("chkill").From(src).To(dst).Checkpoints(store).
+	p, err := etl.NewPipeline("chkill").From(testutil.HoldSource(src)).To(dst).Checkpoints(store).
 		Mode(delivery.Merge, faker.Customers).Lanes(2).
 		EpochEvery(100*time.Millisecond, 0).Build()
 	if err != nil {
@@ -172,11 +172,8 @@ func TestPipelineMerge(t *testing.T) {
 	dir := t.TempDir()
 	const rows = 20_000
 	for range 2 {
-		cmd := runChild(t, db, dir, rows)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("pipeline: %v\n%s", err, out.String())
+		if c := testutil.StartChild(t, runChild(t, db, dir, rows), testutil.Hold{}); c.Wait() != nil {
+			t.Fatalf("pipeline: %v\n%s", c.Err(), c.Output())
 		}
 	}
 	checkTables(t, db, rows)
@@ -202,32 +199,23 @@ func TestPipelineSurvivesSIGKILL(t *testing.T) {
 	const rows = 150_000
 	killed := 0
 	for range 5 {
-		cmd := runChild(t, db, dir, rows)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+		// Held 1 to rows/6 records into what it reads, so it can't
+		// finish before the kill: killed at a random moment, or soon
+		// after it holds.
+		c := testutil.StartChild(t, runChild(t, db, dir, rows), testutil.Hold{After: 1 + rng.Int64N(rows/6)})
+		select {
+		case <-time.After(time.Duration(300+rng.IntN(1500)) * time.Millisecond):
+		case <-c.Held():
+			time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
 		}
-		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		err := cmd.Wait()
-		switch {
-		case err == nil:
-		case strings.Contains(err.Error(), "killed"):
-			killed++
-		default:
-			t.Fatalf("child: %v\n%s", err, out.String())
+		if !c.Kill() {
+			t.Fatalf("child ended before the kill: %v\n%s", c.Err(), c.Output())
 		}
-	}
-	if killed == 0 {
-		t.Fatal("no run was killed before it finished: raise rows")
+		killed++
 	}
 	t.Logf("%d of 5 runs killed mid-way", killed)
-	cmd := runChild(t, db, dir, rows)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("final run: %v\n%s", err, out.String())
+	if c := testutil.StartChild(t, runChild(t, db, dir, rows), testutil.Hold{}); c.Wait() != nil {
+		t.Fatalf("final run: %v\n%s", c.Err(), c.Output())
 	}
 	checkTables(t, db, rows)
 	// The epochs applied, each once.
@@ -257,53 +245,52 @@ func TestChaosTwoCopies(t *testing.T) {
 	dir := t.TempDir()
 	const rows = 100_000
 	fenced, killed := 0, 0
-	for round := range 4 {
-		var cmds [2]*exec.Cmd
-		var outs [2]bytes.Buffer
-		for i := range cmds {
+	for range 4 {
+		// Each copy holds 1 to rows/10 records into what it reads, so
+		// neither can finish before its kill: at a random moment, or soon
+		// after it holds.
+		var cs [2]*testutil.Child
+		for i := range cs {
 			if i == 1 {
 				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
 			}
-			cmds[i] = runChild(t, db, dir, rows)
-			cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
-			if err := cmds[i].Start(); err != nil {
-				t.Fatal(err)
-			}
+			cs[i] = testutil.StartChild(t, runChild(t, db, dir, rows), testutil.Hold{After: 1 + rng.Int64N(rows/10)})
 		}
-		done := make(chan struct{}, 2)
-		for i := range cmds {
+		var wg sync.WaitGroup
+		ended := make([]bool, 2)
+		for i, c := range cs {
 			wait := time.Duration(200+rng.IntN(1500)) * time.Millisecond
+			after := time.Duration(rng.IntN(200)) * time.Millisecond
+			wg.Add(1)
 			go func() {
-				time.Sleep(wait)
-				_ = cmds[i].Process.Signal(syscall.SIGKILL)
-				done <- struct{}{}
+				defer wg.Done()
+				select {
+				case <-time.After(wait):
+				case <-c.Held():
+					time.Sleep(after)
+				case <-c.Exited():
+				}
+				ended[i] = !c.Kill()
 			}()
 		}
-		for i := range cmds {
-			err := cmds[i].Wait()
-			out := outs[i].String()
+		wg.Wait()
+		for i, c := range cs {
 			switch {
-			case err == nil:
-			case strings.Contains(out, "fenced"):
-				fenced++
-			case strings.Contains(err.Error(), "killed"):
+			case !ended[i]:
 				killed++
+			case strings.Contains(c.Output(), "fenced"):
+				fenced++
 			default:
-				t.Fatalf("round %d copy %d: %v\n%s", round, i, err, out)
+				t.Fatalf("copy %d ended before its kill: %v\n%s", i, c.Err(), c.Output())
 			}
 		}
-		<-done
-		<-done
 	}
 	t.Logf("%d copies killed, %d fenced", killed, fenced)
 	if killed == 0 {
-		t.Fatal("no copy was killed mid-run: raise rows")
+		t.Fatal("no copy was killed mid-run")
 	}
-	cmd := runChild(t, db, dir, rows)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("final run: %v\n%s", err, out.String())
+	if c := testutil.StartChild(t, runChild(t, db, dir, rows), testutil.Hold{}); c.Wait() != nil {
+		t.Fatalf("final run: %v\n%s", c.Err(), c.Output())
 	}
 	checkTables(t, db, rows)
 }

@@ -1,7 +1,6 @@
 package iceberg_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io/fs"
@@ -12,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -56,7 +54,7 @@ func TestKillChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close(ctx)
-	p, err := etl.NewPipeline("kill").From(src).To(dst).Checkpoints(store).
+	p, err := etl.NewPipeline("kill").From(testutil.HoldSource(src)).To(dst).Checkpoints(store).
 		Mode(delivery.Merge, faker.Customers).Lanes(2).EpochEvery(20*time.Millisecond, 0).
 		Require(delivery.ExactlyOnce).Build()
 	if err != nil {
@@ -82,12 +80,10 @@ func seededRNG(t *testing.T) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, 3))
 }
 
-func child(dir string) (*exec.Cmd, *bytes.Buffer) {
+func child(dir string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), childEnv+"="+dir)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	return cmd, &out
+	return cmd
 }
 
 // TestSurvivesSIGKILL runs the pipeline in child processes, SIGKILLed at
@@ -102,48 +98,69 @@ func TestSurvivesSIGKILL(t *testing.T) {
 	}
 	rng := seededRNG(t)
 	dir := t.TempDir()
-	killed, fenced := 0, 0
-	for round := range 6 {
-		copies := 1 + round%2
-		cmds := make([]*exec.Cmd, copies)
-		outs := make([]*bytes.Buffer, copies)
-		for i := range cmds {
-			if i > 0 {
-				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-			}
-			cmds[i], outs[i] = child(dir)
-			if err := cmds[i].Start(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// Kill after a random number of new checkpoint records (1 to 8),
-		// or at a random moment of the next 0.4-2 s, whichever comes
-		// first: on a quiet machine a child can finish the whole sync in
-		// less than the shortest sleep.
-		want := countRecords(dir) + 1 + rng.IntN(8)
-		for deadline := time.Now().Add(time.Duration(400+rng.IntN(1600)) * time.Millisecond); time.Now().Before(deadline) && countRecords(dir) < want; {
-			time.Sleep(2 * time.Millisecond)
-		}
-		for i, c := range cmds {
-			_ = c.Process.Signal(syscall.SIGKILL)
-			if err := c.Wait(); err != nil {
-				if strings.Contains(outs[i].String(), "fenced") {
-					fenced++
-				} else {
-					killed++
-				}
-			}
-		}
-	}
+	killed, fenced := killRounds(t, rng, dir, killRows, 400, child)
 	t.Logf("%d children killed, %d stopped fenced", killed, fenced)
 	if killed == 0 {
-		t.Fatal("no child was killed before it finished: raise killRows")
+		t.Fatal("no child was killed before it finished")
 	}
-	c, out := child(dir)
-	if err := c.Run(); err != nil || !strings.Contains(out.String(), "SYNC-OK") {
-		t.Fatalf("final run: %v\n%s", err, out)
+	if c := testutil.StartChild(t, child(dir), testutil.Hold{}); c.Wait() != nil || !strings.Contains(c.Output(), "SYNC-OK") {
+		t.Fatalf("final run: %v\n%s", c.Err(), c.Output())
 	}
 	verifyFaker(t, dir)
+}
+
+// killRounds runs 6 rounds of children syncing rows records per stream
+// into dir, some rounds two copies at once (the second 0-300ms after the
+// first), killing them after 1 to 8 new checkpoint records, at a random
+// moment of the next minMs to 5*minMs ms, or soon after the last one
+// started holds, whichever comes first. Each child holds its splits
+// (testutil.Hold) up to rows/16 records into what it reads, the first
+// of two copies rows/16 to rows/8 (so that it still reads, and commits,
+// when the second claims the pipeline, and stops fenced), so none can
+// finish before the kill on a fast machine: at most 3/4 of the source is
+// read by then. It returns how many were killed and how many had
+// stopped, fenced by the younger copy.
+func killRounds(t *testing.T, rng *rand.Rand, dir string, rows int64, minMs int, child func(string) *exec.Cmd) (killed, fenced int) {
+	t.Helper()
+	for round := range 6 {
+		copies := 1 + round%2
+		cs := make([]*testutil.Child, copies)
+		for i := range cs {
+			after := 1 + rng.Int64N(rows/16)
+			if i > 0 {
+				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+			} else if copies > 1 {
+				after += rows / 16
+			}
+			cs[i] = testutil.StartChild(t, child(dir), testutil.Hold{After: after})
+		}
+		want := countRecords(dir) + 1 + rng.IntN(8)
+		deadline := time.After(time.Duration(minMs+rng.IntN(4*minMs)) * time.Millisecond)
+		tick := time.NewTicker(2 * time.Millisecond)
+	wait:
+		for countRecords(dir) < want {
+			select {
+			case <-deadline:
+				break wait
+			case <-cs[copies-1].Held():
+				time.Sleep(time.Duration(rng.IntN(50)) * time.Millisecond)
+				break wait
+			case <-tick.C:
+			}
+		}
+		tick.Stop()
+		for _, c := range cs {
+			switch {
+			case c.Kill():
+				killed++
+			case strings.Contains(c.Output(), "fenced"):
+				fenced++
+			default:
+				t.Fatalf("child ended before the kill: %v\n%s", c.Err(), c.Output())
+			}
+		}
+	}
+	return killed, fenced
 }
 
 // verifyFaker compares what pyiceberg reads with what the faker generates.

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -225,7 +224,7 @@ func restSync(ctx context.Context, t testing.TB, uri, ns, dir string, rows int64
 		return etl.Result{}, err
 	}
 	defer store.Close(ctx)
-	p, err := etl.NewPipeline("kill").From(src).To(dst).Checkpoints(store).
+	p, err := etl.NewPipeline("kill").From(testutil.HoldSource(src)).To(dst).Checkpoints(store).
 		Mode(delivery.Merge, faker.Customers).Lanes(2).EpochEvery(every, 0).
 		Require(delivery.ExactlyOnce).Build()
 	if err != nil {
@@ -274,51 +273,19 @@ func TestRestSurvivesSIGKILL(t *testing.T) {
 	ns := restNamespace("kill")
 	dir := t.TempDir()
 	rng := seededRNG(t)
-	child := func() (*exec.Cmd, *bytes.Buffer) {
+	child := func(dir string) *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestRestKillChild$", "-test.count=1", "-test.v")
 		cmd.Env = append(os.Environ(), restChildEnv+"="+uri+" "+ns+" "+dir)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		return cmd, &out
+		return cmd
 	}
-	killed, fenced := 0, 0
-	for round := range 6 {
-		copies := 1 + round%2
-		cmds := make([]*exec.Cmd, copies)
-		outs := make([]*bytes.Buffer, copies)
-		for i := range cmds {
-			if i > 0 {
-				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-			}
-			cmds[i], outs[i] = child()
-			if err := cmds[i].Start(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// As in TestSurvivesSIGKILL: after 1 to 8 new checkpoint records
-		// or a random moment, whichever comes first.
-		want := countRecords(dir) + 1 + rng.IntN(8)
-		for deadline := time.Now().Add(time.Duration(600+rng.IntN(2000)) * time.Millisecond); time.Now().Before(deadline) && countRecords(dir) < want; {
-			time.Sleep(2 * time.Millisecond)
-		}
-		for i, c := range cmds {
-			_ = c.Process.Signal(syscall.SIGKILL)
-			if err := c.Wait(); err != nil {
-				if strings.Contains(outs[i].String(), "fenced") {
-					fenced++
-				} else {
-					killed++
-				}
-			}
-		}
-	}
+	// As TestSurvivesSIGKILL, with a longer random moment.
+	killed, fenced := killRounds(t, rng, dir, restKillRows, 600, child)
 	t.Logf("%d children killed, %d stopped fenced", killed, fenced)
 	if killed == 0 {
-		t.Fatal("no child was killed before it finished: raise restKillRows")
+		t.Fatal("no child was killed before it finished")
 	}
-	c, out := child()
-	if err := c.Run(); err != nil || !strings.Contains(out.String(), "SYNC-OK") {
-		t.Fatalf("final run: %v\n%s", err, out)
+	if c := testutil.StartChild(t, child(dir), testutil.Hold{}); c.Wait() != nil || !strings.Contains(c.Output(), "SYNC-OK") {
+		t.Fatalf("final run: %v\n%s", c.Err(), c.Output())
 	}
 	verifyFakerTables(t, readREST(t, uri, ns), restKillRows)
 }

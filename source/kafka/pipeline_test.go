@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink/parquet"
 	"github.com/openetl/etl/source/kafka"
 )
@@ -56,7 +56,7 @@ func syncOnce(ctx context.Context, brokers []string, topic, dir string, cfg kafk
 		return etl.Result{}, err
 	}
 	defer store.Close(context.Background())
-	p, err := etl.NewPipeline(pipelineName).From(src).To(dst).Checkpoints(store).
+	p, err := etl.NewPipeline(pipelineName).From(testutil.HoldSource(src)).To(dst).Checkpoints(store).
 		Require(delivery.ExactlyOnce).EpochEvery(100*time.Millisecond, 0).BatchSize(512, 0).Build()
 	if err != nil {
 		return etl.Result{}, err
@@ -259,15 +259,13 @@ func killTest(t *testing.T, brokers []string, topic string, n, kills int) {
 	}
 	send(n)
 	childEnv, _ := json.Marshal(map[string]any{"Brokers": brokers, "Topic": topic, "Dir": dir})
-	start := func() (*exec.Cmd, *strings.Builder) {
+	// Each child holds its partitions 1 to n/12 records into what it
+	// reads (each round adds about n/6 per partition), so it can't finish
+	// before the kill however fast the machine.
+	start := func(h testutil.Hold) *testutil.Child {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestChildSync$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "KAFKA_TEST_CHILD="+string(childEnv))
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd, &out
+		return testutil.StartChild(t, cmd, h)
 	}
 	// Each child is killed at a random moment after it committed an epoch
 	// (HEAD changed), so the kills land between and inside epochs rather
@@ -280,15 +278,12 @@ func killTest(t *testing.T, brokers []string, topic string, n, kills int) {
 	killed := 0
 	for i := range kills {
 		before := headStamp()
-		cmd, out := start()
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		var err error
+		c := start(testutil.Hold{After: 1 + rand.Int64N(int64(n/12))})
 		done := false
 	wait:
 		for {
 			select {
-			case err = <-exited:
+			case <-c.Exited():
 				done = true
 				break wait
 			case <-time.After(5 * time.Millisecond):
@@ -299,15 +294,13 @@ func killTest(t *testing.T, brokers []string, topic string, n, kills int) {
 		}
 		if !done {
 			time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
-			cmd.Process.Signal(syscall.SIGKILL)
-			err = <-exited
 		}
-		if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && st.Signaled() {
+		if c.Kill() {
 			killed++
 		} else {
-			t.Logf("child %d ended before the kill: %v", i, err)
-			if err != nil {
-				t.Fatalf("child %d failed:\n%s", i, out)
+			t.Logf("child %d ended before the kill: %v", i, c.Err())
+			if c.Err() != nil {
+				t.Fatalf("child %d failed:\n%s", i, c.Output())
 			}
 		}
 		send(n / 2)
@@ -315,10 +308,10 @@ func killTest(t *testing.T, brokers []string, topic string, n, kills int) {
 	if killed < kills/2 {
 		t.Errorf("only %d of %d children were killed before they finished: make the backlog larger", killed, kills)
 	}
-	cmd, out := start()
+	c := start(testutil.Hold{})
 	t0 := time.Now()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("final child: %v\n%s", err, out)
+	if err := c.Wait(); err != nil {
+		t.Fatalf("final child: %v\n%s", err, c.Output())
 	}
 	t.Logf("%d children SIGKILLed, %d messages; the last child took %v", killed, len(want), time.Since(t0))
 	msgs, _ := parquetColumn(t, filepath.Join(dir, "tables"), topic, "msg")

@@ -12,8 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,7 +41,7 @@ func TestChildSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close(context.Background())
-	if _, err := syncOnce(context.Background(), src, c.Dir); err != nil {
+	if _, err := syncOnce(context.Background(), testutil.HoldSource(src), c.Dir); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -55,7 +53,9 @@ func TestChildSync(t *testing.T) {
 // showed the snapshot split part way; the next child's first checkpoint
 // must show it resumed from there, not restarted), then three times while
 // it streams (a backlog of 200k row changes in large transactions each
-// time). Once the writer stops, a last child runs to the end; the Parquet
+// time). Each child holds at a resume point a few chunks (or row changes)
+// on (testutil.Hold), so a fast machine can't finish its work before the
+// kill. Once the writer stops, a last child runs to the end; the Parquet
 // output, read by pyarrow and applied in seq order (each key's latest
 // version, deletes removing it), must equal the table, with no version of
 // a row written twice.
@@ -118,17 +118,14 @@ func TestKill(t *testing.T) {
 
 	const chunk = 2000
 	childEnv, _ := json.Marshal(map[string]any{"DSN": d, "DB": db, "Dir": dir, "Chunk": chunk})
-	start := func() (*exec.Cmd, *strings.Builder, chan error) {
+	// A child holds at a resume point of the split the kill is meant for
+	// (testutil.Hold), so it can't finish before the kill, however fast
+	// the machine; the kill comes at a random moment after the checkpoint
+	// the test waits for, or at the hold.
+	start := func(h testutil.Hold) *testutil.Child {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestChildSync$", "-test.count=1", "-test.timeout=5m")
 		cmd.Env = append(os.Environ(), "MYSQL_TEST_CHILD="+string(childEnv))
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		return cmd, &out, exited
+		return testutil.StartChild(t, cmd, h)
 	}
 	// The checkpoint records committed so far (HEAD changes at a claim
 	// already; a record is written per committed epoch).
@@ -170,17 +167,19 @@ func TestKill(t *testing.T) {
 			execSQL(t, d, bulk...)
 		}
 		before := records()
-		cmd, out, exited := start()
-		var err error
+		var c *testutil.Child
 		done := false
 		if i < snapKills {
-			// Inside the snapshot: once this child committed a checkpoint
-			// with the snapshot part way, at a random moment after it.
+			// Inside the snapshot: held 1 to 12 chunks after where it
+			// resumed (3 children take at most 36 of its 150), killed once
+			// it committed a checkpoint with the snapshot part way, at a
+			// random moment after it.
+			c = start(testutil.Hold{After: int64(chunk * (1 + rng.IntN(12))), Splits: "^snapshot:"})
 			checked := false
 		snap:
 			for {
 				select {
-				case err = <-exited:
+				case <-c.Exited():
 					done = true
 					break snap
 				case <-time.After(5 * time.Millisecond):
@@ -208,11 +207,14 @@ func TestKill(t *testing.T) {
 				time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
 			}
 		} else {
-			// While streaming: after the child committed an epoch.
+			// While streaming: held 1,000 to 100,000 row changes into its
+			// backlog (at least 190,000: the bulk updates alone), killed
+			// at a random moment after it committed an epoch.
+			c = start(testutil.Hold{After: int64(1000 + rng.IntN(100_000)), Splits: "^binlog:"})
 		wait:
 			for {
 				select {
-				case err = <-exited:
+				case <-c.Exited():
 					done = true
 					break wait
 				case <-time.After(5 * time.Millisecond):
@@ -225,14 +227,10 @@ func TestKill(t *testing.T) {
 				time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
 			}
 		}
-		if !done {
-			cmd.Process.Signal(syscall.SIGKILL)
-			err = <-exited
-		}
-		if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && st.Signaled() {
+		if c.Kill() {
 			killed++
-		} else if err != nil {
-			t.Fatalf("child %d failed:\n%s", i, out)
+		} else if c.Err() != nil {
+			t.Fatalf("child %d failed: %v\n%s", i, c.Err(), c.Output())
 		} else {
 			t.Logf("child %d ended before the kill", i)
 		}
@@ -252,10 +250,10 @@ func TestKill(t *testing.T) {
 	if killed < 5 || inSnapshot < snapKills {
 		t.Errorf("%d children killed, %d of them inside the snapshot: want at least 5 and %d", killed, inSnapshot, snapKills)
 	}
-	_, out, exited := start()
+	c := start(testutil.Hold{})
 	t0 := time.Now()
-	if err := <-exited; err != nil {
-		t.Fatalf("final child: %v\n%s", err, out)
+	if err := c.Wait(); err != nil {
+		t.Fatalf("final child: %v\n%s", err, c.Output())
 	}
 	t.Logf("%d children SIGKILLed (%d during the snapshot); the last child took %v", killed, inSnapshot, time.Since(t0))
 

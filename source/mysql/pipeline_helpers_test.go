@@ -16,12 +16,13 @@ import (
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink/parquet"
+	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/mysql"
 )
 
 // syncOnce runs one Sync of a pipeline reading src into sink/parquet
 // under dir/tables, with its checkpoints under dir/checkpoints.
-func syncOnce(ctx context.Context, src *mysql.Source, dir string) (etl.Result, error) {
+func syncOnce(ctx context.Context, src source.Source, dir string) (etl.Result, error) {
 	bucket, err := fileblob.OpenBucket(filepath.Join(dir, "tables"), &fileblob.Options{CreateDir: true, Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
 	if err != nil {
 		return etl.Result{}, err

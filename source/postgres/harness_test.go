@@ -11,6 +11,7 @@ import (
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink/parquet"
 	"github.com/openetl/etl/source/postgres"
 )
@@ -63,7 +64,7 @@ func (h *harness) build(epochEvery time.Duration) (*etl.Pipeline, func(), error)
 		closeAll()
 		return nil, nil, err
 	}
-	b := etl.NewPipeline("pg").From(src).To(dst).Checkpoints(store)
+	b := etl.NewPipeline("pg").From(testutil.HoldSource(src)).To(dst).Checkpoints(store)
 	if epochEvery > 0 {
 		b = b.EpochEvery(epochEvery, 0)
 	}

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -149,23 +148,23 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 	}()
 	defer stopWriter()
 
-	start := func() *exec.Cmd {
+	start := func(hold testutil.Hold) *testutil.Child {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "OPENETL_PG_CHILD=1", "OPENETL_PG_DSN="+d+"&logical_decoding_work_mem=64kB", "OPENETL_PG_PUB="+pub, "OPENETL_PG_SLOT="+slot,
 			"OPENETL_PG_TABLES="+h.tables, "OPENETL_PG_CKPTS="+h.ckpts, "OPENETL_PG_CHUNK=2000")
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
+		return testutil.StartChild(t, cmd, hold)
 	}
-	kill := func(cmd *exec.Cmd) {
-		cmd.Process.Signal(syscall.SIGKILL)
-		cmd.Wait()
+	// The child runs until it is killed (Run, not Sync).
+	kill := func(c *testutil.Child, i int) {
+		if !c.Kill() {
+			t.Fatalf("child %d ended before the kill: %v\n%s", i, c.Err(), c.Output())
+		}
 	}
 
-	// Kill 1: inside the snapshot.
-	cmd := start()
+	// Kill 1: inside the snapshot. The child holds the snapshot split 1
+	// to 20 chunks into it (of 75), so it can't finish the snapshot
+	// before a checkpoint shows it part way, however fast the machine.
+	first := start(testutil.Hold{After: int64(2000 * (1 + rng.IntN(20))), Splits: "^snapshot:"})
 	midSnapshot := false
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !midSnapshot; time.Sleep(5 * time.Millisecond) {
 		if r := lastRecord(t, h.ckpts); r != nil {
@@ -179,15 +178,15 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 			}
 		}
 	}
-	kill(cmd)
+	kill(first, 1)
 	if !midSnapshot {
 		t.Fatal("no checkpoint showed the snapshot in progress: the kill did not land inside it")
 	}
 	// Kills 2 to 6: at random moments.
 	for i := 2; i <= 6; i++ {
-		cmd := start()
+		c := start(testutil.Hold{})
 		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
-		kill(cmd)
+		kill(c, i)
 		if r := lastRecord(t, h.ckpts); r != nil {
 			t.Logf("kill %d after epoch %d", i, r.Epoch)
 		}
