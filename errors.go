@@ -7,6 +7,7 @@ import (
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/engine"
+	"github.com/openetl/etl/source"
 )
 
 // Errors of a Pipeline's own.
@@ -34,8 +35,8 @@ func IsFenced(err error) bool {
 // configuration is wrong (a BuildError, an unmet delivery level, an
 // invalid name), the engine is not in this build, or an error in err's
 // chain says so itself with a method Permanent() bool returning true
-// (connectors mark errors such as a lost replication position this
-// way). Cancellation by the caller's context is neither permanent nor
+// (a connector's own mark), or it matches source.ErrPositionLost (the
+// source no longer has the data at the resume position). Cancellation by the caller's context is neither permanent nor
 // retryable.
 func IsPermanent(err error) bool {
 	if err == nil || isCancel(err) {
@@ -46,7 +47,7 @@ func IsPermanent(err error) bool {
 		return true
 	}
 	for _, target := range []error{ErrClosed, delivery.ErrUnmet, delivery.ErrInvalid, checkpoint.ErrBadName,
-		checkpoint.ErrConflict, engine.ErrUnavailable, engine.ErrState} {
+		checkpoint.ErrConflict, engine.ErrUnavailable, engine.ErrState, source.ErrPositionLost} {
 		if errors.Is(err, target) {
 			return true
 		}

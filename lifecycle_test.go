@@ -14,6 +14,7 @@ import (
 	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
+	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/sourcetest"
 )
 
@@ -185,6 +186,7 @@ func TestErrorPredicates(t *testing.T) {
 		{fenced, true, false},
 		{fmt.Errorf("x: %w", sink.ErrFenced), true, false},
 		{fmt.Errorf("level: %w", delivery.ErrUnmet), true, false},
+		{fmt.Errorf("open: %w", source.ErrPositionLost), true, false},
 		{&etl.BuildError{Pipeline: "p", Err: errors.New("bad")}, true, false},
 		{errors.Join(errors.New("io"), permanentErr{}), true, false},
 		{errors.New("connection refused"), false, true},

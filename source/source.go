@@ -289,4 +289,15 @@ var (
 	// line and sync events. After a few reopens in a row that committed
 	// nothing, the runner returns the error instead.
 	ErrReopen = errors.New("source: the catalog changed; reopen")
+
+	// ErrPositionLost is matched (errors.Is) by the error a connector's
+	// Open or Read returns when the data at a split's resume position is
+	// gone from the source for good: a replication slot dropped or past
+	// its WAL, a binlog purged, a Kafka offset removed by retention.
+	// Going on from the checkpoint would lose changes, so the attempt
+	// fails, and etl.IsPermanent reports it: the connector's own error
+	// says what to do (start over from a new snapshot, or let the
+	// connector re-snapshot by itself). Each built-in connector's
+	// position-lost error matches it.
+	ErrPositionLost = errors.New("source: resume position lost")
 )

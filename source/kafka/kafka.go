@@ -34,7 +34,7 @@ var (
 	// holds the offset the split must resume from (retention or
 	// compaction deleted it, or the topic was recreated): replaying from
 	// elsewhere would silently lose or repeat records.
-	ErrPositionLost = errors.New("kafka: resume offset no longer in the partition")
+	ErrPositionLost error = positionLost("kafka: resume offset no longer in the partition")
 )
 
 // Decoder says how a message becomes a record.
@@ -680,3 +680,9 @@ func (s *Source) listOffset(ctx context.Context, topic string, partition int32, 
 	}
 	return 0, fmt.Errorf("kafka: list offsets of %s/%d: partition missing from the response", topic, partition)
 }
+
+// positionLost is a sentinel that also matches source.ErrPositionLost.
+type positionLost string
+
+func (e positionLost) Error() string        { return string(e) }
+func (e positionLost) Is(target error) bool { return target == source.ErrPositionLost }

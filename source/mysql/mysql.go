@@ -161,9 +161,9 @@ func (e *PurgedError) Error() string {
 
 func (e *PurgedError) Unwrap() []error {
 	if e.Err != nil {
-		return []error{ErrBinlogPurged, e.Err}
+		return []error{ErrBinlogPurged, source.ErrPositionLost, e.Err}
 	}
-	return []error{ErrBinlogPurged}
+	return []error{ErrBinlogPurged, source.ErrPositionLost}
 }
 
 // SchemaChangeError says a table's columns changed while a Read streamed

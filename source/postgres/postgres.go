@@ -235,7 +235,9 @@ func (e *SlotError) Error() string {
 		"the changes in between are gone", e.Slot, e.Confirmed, e.Want)
 }
 
-func (e *SlotError) Unwrap() error { return e.Err }
+// Unwrap returns Err and source.ErrPositionLost: every SlotError means
+// the resume position is gone.
+func (e *SlotError) Unwrap() []error { return []error{e.Err, source.ErrPositionLost} }
 
 // Source reads a publication's tables through one logical replication
 // slot. Create it with New; close it with Close.
