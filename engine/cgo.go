@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -143,6 +144,7 @@ func New(cfg Config) (Engine, error) {
 		Name     string `json:"name"`
 		Type     string `json:"type"`
 		Nullable bool   `json:"nullable"`
+		Key      bool   `json:"key,omitempty"`
 	}
 	type spec struct {
 		Name    string `json:"name"`
@@ -163,7 +165,7 @@ func New(cfg Config) (Engine, error) {
 			sp.Format = "row"
 			sp.Columns = make([]col, 0, len(s.Columns))
 			for _, c := range s.Columns {
-				sp.Columns = append(sp.Columns, col{c.Name, c.Type, c.Nullable})
+				sp.Columns = append(sp.Columns, col{c.Name, c.Type, c.Nullable, slices.Contains(s.Key, c.Name)})
 			}
 		default:
 			return nil, fmt.Errorf("%w: stream %q has unknown format %d", ErrInvalidInput, s.Name, s.Format)
@@ -342,16 +344,24 @@ func (e *cEngine) held() ([]Held, error) {
 		return nil, fmt.Errorf("%w: importing held values: %v", ErrInternal, err)
 	}
 	defer r.Release()
+	if r.NumCols() != 5 {
+		return nil, fmt.Errorf("%w: unexpected held schema %s", ErrInternal, r.Schema())
+	}
 	rows, ok1 := r.Column(0).(*array.Uint32)
 	cols, ok2 := r.Column(1).(*array.String)
 	vals, ok3 := r.Column(2).(*array.Binary)
-	if !ok1 || !ok2 || !ok3 {
+	reasons, ok4 := r.Column(3).(*array.String)
+	details, ok5 := r.Column(4).(*array.String)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 		return nil, fmt.Errorf("%w: unexpected held schema %s", ErrInternal, r.Schema())
 	}
 	out := make([]Held, r.NumRows())
 	for i := range out {
 		// The values alias Rust memory freed with r: copy.
 		out[i] = Held{Row: int(rows.Value(i)), Column: strings.Clone(cols.Value(i)), Value: bytes.Clone(vals.Value(i))}
+		if reason := reasons.Value(i); reason != "" {
+			out[i].Reason, out[i].Detail = Reason(strings.Clone(reason)), strings.Clone(details.Value(i))
+		}
 	}
 	return out, nil
 }

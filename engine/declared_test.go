@@ -55,24 +55,28 @@ func TestDeclaredPostgresRows(t *testing.T) {
 	spec := rowSpec("t", source.TypesPostgres,
 		"id", "int8", "amount", "numeric(10,2)", "at", "timestamptz", "d", "date",
 		"tags", "_text", "blob", "bytea", "u", "uuid", "doc", "jsonb", "big", "numeric")
+	spec.Keyed, spec.Key = true, []string{"id"}
 	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
 	b := &engine.RawBatch{Stream: "t"}
 	b.Append(source.OpInsert, 1, []byte("1"), row("1", "12.30", "2024-01-02 03:04:05.5+02:00", "2024-01-02",
 		`{a,"b c",NULL}`, `\x0102`, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", `{"x":1}`, "123456789012345678901234567890.123456789"))
 	b.Append(source.OpUpdate, 2, []byte("2"), row("2", null, null, null, null, null, null, null, null))
-	b.Append(source.OpInsert, 3, []byte("3"), row("3", "1.234", null, null, null, null, null, null, null))     // scale
-	b.Append(source.OpInsert, 4, []byte("4"), row("4", "1", null, "2023-02-30", null, null, null, null, null)) // bad date
-	b.Append(source.OpInsert, 5, []byte("5"), row("99999999999999999999", null, null, null, null, null, null, null, null))
-	b.Append(source.OpInsert, 6, []byte("6"), append(row("6", null, null, null, null, null, null, null), 1)) // unchanged TOAST
+	b.Append(source.OpInsert, 3, []byte("3"), row("3", "1.234", null, null, null, null, null, null, null))                 // scale: the cell is held
+	b.Append(source.OpInsert, 4, []byte("4"), row("4", "1", null, "2023-02-30", null, null, null, null, null))             // bad date
+	b.Append(source.OpInsert, 5, []byte("5"), row("99999999999999999999", null, null, null, null, null, null, null, null)) // a key column
+	b.Append(source.OpInsert, 6, []byte("6"), append(row("6", null, null, null, null, null, null, null), 1))               // unchanged TOAST
 	b.Append(source.OpDelete, 7, []byte("7"), nil)
 	out := push(t, e, b)
 	var reasons []engine.Reason
 	for _, q := range out.Quarantined {
 		reasons = append(reasons, q.Reason)
 	}
-	equal(t, "reasons", reasons, []engine.Reason{engine.ReasonOutOfRange, engine.ReasonTypeConflict, engine.ReasonOutOfRange, engine.ReasonUnchanged})
+	equal(t, "reasons", reasons, []engine.Reason{engine.ReasonTypeConflict, engine.ReasonOutOfRange, engine.ReasonUnchanged})
+	equal(t, "held", len(out.Held), 1)
+	h := out.Held[0]
+	equal(t, "held cell", []any{h.Row, h.Column, string(h.Value), h.Reason}, []any{2, "amount", "1.234", engine.ReasonOutOfRange})
 	r := out.Record
-	equal(t, "rows", r.NumRows(), int64(3))
+	equal(t, "rows", r.NumRows(), int64(4))
 	wantTypes := map[string]arrow.DataType{
 		"id":     arrow.PrimitiveTypes.Int64,
 		"amount": &arrow.Decimal128Type{Precision: 10, Scale: 2},
@@ -98,10 +102,10 @@ func TestDeclaredPostgresRows(t *testing.T) {
 	equal(t, "tag null", vals.IsNull(2), true)
 	equal(t, "blob", column(t, r, "blob").(*array.Binary).Value(0), []byte{1, 2})
 	equal(t, "big", column(t, r, "big").(*array.String).Value(0), "123456789012345678901234567890.123456789")
-	equal(t, "ops", cells(t, r, "_openetl_op"), []string{"insert", "update", "delete"})
+	equal(t, "ops", cells(t, r, "_openetl_op"), []string{"insert", "update", "insert", "delete"})
 	for i := 1; i < 9; i++ {
-		if !r.Column(i).IsNull(1) || !r.Column(i).IsNull(2) {
-			t.Errorf("column %d: want nulls in rows 1 and 2", i)
+		if !r.Column(i).IsNull(1) || !r.Column(i).IsNull(2) || !r.Column(i).IsNull(3) {
+			t.Errorf("column %d: want nulls in rows 1 to 3", i)
 		}
 	}
 }
@@ -113,11 +117,15 @@ func TestDeclaredMySQLRows(t *testing.T) {
 	b.Append(source.OpInsert, 1, nil, row("18446744073709551615", "-0.5", "2024-01-02 03:04:05", "b"))
 	b.Append(source.OpInsert, 2, nil, row("-1", null, null, null))
 	out := push(t, e, b)
-	equal(t, "quarantined", len(out.Quarantined), 1)
-	equal(t, "reason", out.Quarantined[0].Reason, engine.ReasonOutOfRange)
+	// -1 is no bigint unsigned: the cell is held, the row lands.
+	equal(t, "quarantined", len(out.Quarantined), 0)
+	equal(t, "held", len(out.Held), 1)
+	equal(t, "held cell", []any{out.Held[0].Row, out.Held[0].Column, string(out.Held[0].Value), out.Held[0].Reason},
+		[]any{1, "u", "-1", engine.ReasonOutOfRange})
+	equal(t, "u null", column(t, out.Record, "u").IsNull(1), true)
 	equal(t, "u", column(t, out.Record, "u").(*array.Uint64).Value(0), uint64(18446744073709551615))
 	equal(t, "d", column(t, out.Record, "d").(*array.Decimal128).Value(0), decimal128.FromI64(-5000))
-	equal(t, "e", cells(t, out.Record, "e"), []string{"b"})
+	equal(t, "e", cells(t, out.Record, "e"), []string{"b", "<nil>"})
 }
 
 func TestDeclaredStateAndID(t *testing.T) {

@@ -73,7 +73,9 @@
 // does not parse as its type is ReasonTypeConflict, one that parses but
 // does not fit (overflow, more fractional digits than the scale, more than
 // 6 fractional digits of seconds, infinity, a zero date, NaN in a decimal)
-// is ReasonOutOfRange: nothing is rounded or truncated. The row's output
+// is ReasonOutOfRange: nothing is rounded or truncated, and it costs only
+// its cell, which is held (Output.Held, with the reason) while the row
+// lands with a null there. The row's output
 // columns are the declared columns, all nullable (Column.Nullable is not
 // enforced), then the metadata columns.
 //
@@ -344,11 +346,17 @@ type StreamSpec struct {
 	// Keyed says the stream has a primary key: a record without a key is
 	// quarantined ReasonMissingKey. Default false.
 	Keyed bool
+	// Key names the primary key's columns of a FormatRow stream: a value
+	// of a key column that its type can't hold quarantines its row
+	// (ReasonOutOfRange) instead of being held, since a row without its
+	// key can't be applied. Default none.
+	Key []string
 }
 
 // SpecOf returns the spec of a stream from a source's catalog.
 func SpecOf(s source.Stream) StreamSpec {
-	return StreamSpec{Name: s.Name, Format: s.Format, Types: s.Types, Columns: s.Columns, Keyed: len(s.PrimaryKey) > 0}
+	return StreamSpec{Name: s.Name, Format: s.Format, Types: s.Types, Columns: s.Columns, Keyed: len(s.PrimaryKey) > 0,
+		Key: s.PrimaryKey}
 }
 
 // ChangeKind is the kind of a SchemaChange.
@@ -412,10 +420,15 @@ type Output struct {
 	Quarantined []Quarantined
 	// SchemaChanges lists the push's schema outcomes; nil when none.
 	SchemaChanges []SchemaChange
-	// Held lists the values of columns held back (Config.Unsupported),
-	// by input row and then column, for the runner to keep under _held/
-	// with the row's key; nil when none. A row whose held value does not
-	// parse as its type is quarantined like any other.
+	// Held lists the values held back, by input row and then column, for
+	// the runner to keep under _held/ with the row's key; nil when none:
+	// the values of columns the destination can't take
+	// (Config.Unsupported), and the cells of declared rows whose value
+	// its column's Arrow type can't hold (Held.Reason ReasonOutOfRange:
+	// Postgres time 24:00:00, a timestamp past Arrow's microsecond range,
+	// infinity, a MySQL zero date), which cost only the cell: the row is
+	// in Record with a null there. A row with a value that is not of its
+	// type (held column or not) is quarantined like any other.
 	Held []Held
 	// Table is the stream's destination table name under NamingRules
 	// (also in the record schema's metadata under TableMetadataKey); the
@@ -423,14 +436,19 @@ type Output struct {
 	Table string
 }
 
-// Held is one value held back because the destination can't take its
-// column's type.
+// Held is one value held back: the destination can't take its column's
+// type, or its column's Arrow type can't hold it (Reason).
 type Held struct {
 	Row    int    // index of the record in the RawBatch (its key is there)
 	Column string // the column's destination name
 	// Value is the value's text: the source's text form for declared
 	// rows; for documents a string's content or another value's JSON text.
 	Value []byte
+	// Reason is empty for a value of a column the destination can't take
+	// (Config.Unsupported), and ReasonOutOfRange for a cell held on its
+	// own; Detail then says why, without row data.
+	Reason Reason
+	Detail string
 }
 
 // Releaser is implemented by engines (the Rust engine's) that can turn

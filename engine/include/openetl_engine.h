@@ -103,9 +103,11 @@ int32_t openetl_engine_state(void* eng, uint8_t** out, size_t* out_len, char** e
 int32_t openetl_engine_changes(void* eng, uint8_t** out, size_t* out_len, char** err);
 
 /* Moves the values the last push held back (columns of a type listed in
- * the config's "unsupported") out as {row uint32, column utf8, value
- * binary}: *n_rows is the count; when > 0 out_array/out_schema (released on
- * entry) receive the batch, owned by the caller. */
+ * the config's "unsupported", and cells whose value is out of range) out
+ * as {row uint32, column utf8, value binary, reason utf8, detail utf8}
+ * (reason and detail empty but for cells): *n_rows is the count; when
+ * > 0 out_array/out_schema (released on entry) receive the batch, owned by
+ * the caller. */
 int32_t openetl_engine_held(void* eng, struct ArrowArray* out_array, struct ArrowSchema* out_schema,
                             int64_t* n_rows, char** err);
 

@@ -83,9 +83,12 @@ type heldLine struct {
 	Value       string `json:"value,omitempty"`
 	ValueBase64 string `json:"value_base64,omitempty"`
 	// ID and Reason are set on values a destination's SchemaChecker
-	// rejected (Key is not: the row's _openetl_id finds it).
+	// rejected (Key is not: the row's _openetl_id finds it). Reason and
+	// Detail are set on a cell the engine held on its own (out_of_range:
+	// the row landed with a null there).
 	ID     string `json:"id,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // runEngine is the engine stage: it pushes raw batches through the engine,
@@ -269,6 +272,7 @@ func (r *runner) appendHeld(buf []byte, m pumpMsg, h engine.Held, table string, 
 	}
 	l.Key, l.KeyBase64 = textOrBase64(key)
 	l.Value, l.ValueBase64 = textOrBase64(h.Value)
+	l.Reason, l.Detail = string(h.Reason), h.Detail
 	line, _ := json.Marshal(l) // only strings and numbers: cannot fail
 	buf = append(buf, line...)
 	return append(buf, '\n')

@@ -55,8 +55,9 @@
 //	                      read as DOUBLE in the snapshot: MySQL prints it
 //	                      with 6 digits)
 //	BIT                   an unsigned number
-//	DATE, DATETIME, TIME  as MySQL prints them; zero dates included (the
-//	                      engine quarantines them: no Arrow date holds one)
+//	DATE, DATETIME, TIME  as MySQL prints them; zero dates included (no
+//	                      Arrow date holds one: the engine holds the cell
+//	                      under _held/ and the row lands with a null there)
 //	TIMESTAMP             in UTC: the snapshot runs with time_zone '+00:00',
 //	                      the binlog's epoch seconds are formatted in UTC;
 //	                      the machine's zone (time.Local) never shows

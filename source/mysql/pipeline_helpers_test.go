@@ -23,6 +23,11 @@ import (
 // syncOnce runs one Sync of a pipeline reading src into sink/parquet
 // under dir/tables, with its checkpoints under dir/checkpoints.
 func syncOnce(ctx context.Context, src source.Source, dir string) (etl.Result, error) {
+	return syncEvents(ctx, src, dir, nil)
+}
+
+// syncEvents is syncOnce with the pipeline's events, when onEvent is set.
+func syncEvents(ctx context.Context, src source.Source, dir string, onEvent func(etl.Event)) (etl.Result, error) {
 	bucket, err := fileblob.OpenBucket(filepath.Join(dir, "tables"), &fileblob.Options{CreateDir: true, Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
 	if err != nil {
 		return etl.Result{}, err
@@ -37,7 +42,11 @@ func syncOnce(ctx context.Context, src source.Source, dir string) (etl.Result, e
 		return etl.Result{}, err
 	}
 	defer store.Close(context.Background())
-	p, err := etl.NewPipeline("my").From(src).To(dst).Checkpoints(store).EpochEvery(200*time.Millisecond, 0).Build()
+	b := etl.NewPipeline("my").From(src).To(dst).Checkpoints(store).EpochEvery(200*time.Millisecond, 0)
+	if onEvent != nil {
+		b = b.OnEvent(onEvent, 0)
+	}
+	p, err := b.Build()
 	if err != nil {
 		return etl.Result{}, err
 	}
@@ -124,9 +133,21 @@ var lastTypes map[string]string
 // the checkpoints directory).
 func quarantineLines(t testing.TB, dir, stream string) []map[string]any {
 	t.Helper()
+	return sideLines(t, dir, "_quarantine", stream)
+}
+
+// heldLines reads a stream's held values (JSON lines under the
+// checkpoints directory).
+func heldLines(t testing.TB, dir, stream string) []map[string]any {
+	t.Helper()
+	return sideLines(t, dir, "_held", stream)
+}
+
+func sideLines(t testing.TB, dir, kind, stream string) []map[string]any {
+	t.Helper()
 	ckpt := filepath.Join(dir, "checkpoints")
-	files, _ := filepath.Glob(filepath.Join(ckpt, "*", "my", "_quarantine", stream, "*.jsonl"))
-	more, _ := filepath.Glob(filepath.Join(ckpt, "my", "_quarantine", stream, "*.jsonl"))
+	files, _ := filepath.Glob(filepath.Join(ckpt, "*", "my", kind, stream, "*.jsonl"))
+	more, _ := filepath.Glob(filepath.Join(ckpt, "my", kind, stream, "*.jsonl"))
 	files = append(files, more...)
 	var out []map[string]any
 	for _, f := range files {

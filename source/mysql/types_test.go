@@ -104,7 +104,7 @@ func goldenTable(db, tbl string, cols []golden) string {
 
 // goldenInserts inserts the golden rows with ids base+1 .. base+4, under
 // time_zone '+05:30', and a row base+5 of zero dates (sql_mode allowing
-// them): a value no Arrow date holds, which the engine quarantines.
+// them): values no Arrow date holds, whose cells the engine holds.
 func goldenInserts(db, tbl string, cols []golden, base int) []string {
 	sqls := []string{"SET time_zone = '+05:30'", "SET sql_mode = ''"}
 	for r := range 4 {
@@ -222,7 +222,9 @@ func colName(i int) string {
 // TestGoldenTypesPipeline syncs the golden rows into sink/parquet, by
 // the snapshot (ids 1-5) and then the binlog (ids 11-15), and reads them
 // back with pyarrow: every value arrives exactly, with its Arrow type;
-// the zero-date rows are quarantined (out_of_range), not written.
+// the zero dates, which no Arrow date holds, cost only their cells: the
+// rows land with nulls there, and the values are held under _held/ with
+// reason out_of_range.
 func TestGoldenTypesPipeline(t *testing.T) {
 	d := dsn(t)
 	db := database(t, d)
@@ -241,17 +243,45 @@ func TestGoldenTypesPipeline(t *testing.T) {
 	execSQL(t, d, goldenInserts(db, "gold", cols, 0)...)
 	dir := t.TempDir()
 	res := sync(t, newSource(t, d, db, mysql.Config{}), dir)
-	if c := res.Streams["gold"]; c.Read != 5 || c.Written != 4 || c.Quarantined != 1 {
-		t.Fatalf("snapshot sync counts %+v, want 5 read, 4 written, 1 quarantined", c)
+	if c := res.Streams["gold"]; c.Read != 5 || c.Written != 5 || c.Quarantined != 0 || c.Held != 3 {
+		t.Fatalf("snapshot sync counts %+v, want 5 read and written, 3 cells held", c)
 	}
 	execSQL(t, d, goldenInserts(db, "gold", cols, 10)...)
 	res = sync(t, newSource(t, d, db, mysql.Config{}), dir)
-	if c := res.Streams["gold"]; c.Read != 5 || c.Written != 4 || c.Quarantined != 1 {
-		t.Fatalf("stream sync counts %+v, want 5 read, 4 written, 1 quarantined", c)
+	if c := res.Streams["gold"]; c.Read != 5 || c.Written != 5 || c.Quarantined != 0 || c.Held != 3 {
+		t.Fatalf("stream sync counts %+v, want 5 read and written, 3 cells held", c)
 	}
-	rows := readRows(t, dir, "gold")
-	if len(rows) != 8 {
-		t.Fatalf("read %d rows, want 8", len(rows))
+	all := readRows(t, dir, "gold")
+	if len(all) != 10 {
+		t.Fatalf("read %d rows, want 10", len(all))
+	}
+	var rows []map[string]any
+	for k, row := range all {
+		if k%5 != 4 {
+			rows = append(rows, row)
+			continue
+		}
+		// The zero-date row: id and nulls.
+		if id := fmt.Sprint(row["id"]); id != fmt.Sprint(5+10*(k/5)) {
+			t.Fatalf("row %d has id %s, want the zero-date row", k, id)
+		}
+		for _, c := range cols {
+			if row[c.name] != nil {
+				t.Errorf("zero-date row %v: column %s is %v, want null", row["id"], c.name, row[c.name])
+			}
+		}
+	}
+	held := map[string]int{}
+	for _, l := range heldLines(t, dir, "gold") {
+		held[fmt.Sprint(l["key"] != nil, " ", l["column"], "=", l["value"], " ", l["reason"])]++
+	}
+	want := map[string]int{"true dt=0000-00-00 out_of_range": 2, "true dtm=0000-00-00 00:00:00 out_of_range": 2,
+		"true ts0=0000-00-00 00:00:00 out_of_range": 2}
+	if fmt.Sprint(held) != fmt.Sprint(want) {
+		t.Errorf("held values %v, want %v", held, want)
+	}
+	if q := quarantineLines(t, dir, "gold"); len(q) != 0 {
+		t.Errorf("quarantined %v, want none", q)
 	}
 	for _, c := range cols {
 		if lastTypes[c.name] != c.arrowType {
@@ -269,15 +299,6 @@ func TestGoldenTypesPipeline(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(c.arrow[r]) || (got == nil) != (c.arrow[r] == nil) {
 				t.Errorf("id %s column %s (%s): read back %#v, want %#v", wantID, c.name, c.typ, got, c.arrow[r])
 			}
-		}
-	}
-	q := quarantineLines(t, dir, "gold")
-	if len(q) != 2 {
-		t.Fatalf("%d quarantined rows, want 2: %v", len(q), q)
-	}
-	for _, l := range q {
-		if l["reason"] != "out_of_range" {
-			t.Errorf("quarantined %v, want reason out_of_range", l)
 		}
 	}
 }

@@ -677,6 +677,7 @@ impl Engine {
                     row,
                     column: fields[col].name().clone(),
                     value,
+                    cell: None,
                 })
                 .collect();
             let mut i = 0;

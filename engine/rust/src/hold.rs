@@ -11,6 +11,12 @@
 //!
 //! A held value's text is the source's text form for declared rows, and
 //! for documents a string's content or any other value's JSON text.
+//!
+//! A declared row's cell whose value is outside its column's Arrow type
+//! (`out_of_range`: Postgres `time '24:00:00'`, a timestamp past Arrow's
+//! microsecond range, infinity, a MySQL zero date) is held on its own: the
+//! row lands with a null in that column and the value comes back as a held
+//! record with the reason, instead of the whole row being quarantined.
 
 use std::sync::Arc;
 
@@ -21,6 +27,7 @@ use serde_json::Value;
 use crate::coerce::{self, Src};
 use crate::error::Error;
 use crate::infer::ColumnType;
+use crate::quarantine::Reject;
 use crate::state::StreamSchema;
 use crate::{nested, rows};
 
@@ -82,9 +89,15 @@ pub struct Held {
     /// The destination name of the column.
     pub column: String,
     pub value: Vec<u8>,
+    /// Why this one cell was held (`out_of_range`, with a detail without
+    /// row data); `None` for a value of a column whose type the
+    /// destination can't take.
+    pub cell: Option<Reject>,
 }
 
-/// The held batch `row uint32, column utf8, value binary`; `None` if empty.
+/// The held batch `row uint32, column utf8, value binary, reason utf8,
+/// detail utf8` (reason and detail empty but for cells held on their
+/// own); `None` if empty.
 pub fn batch(held: &[Held]) -> Result<Option<RecordBatch>, Error> {
     if held.is_empty() {
         return Ok(None);
@@ -92,12 +105,28 @@ pub fn batch(held: &[Held]) -> Result<Option<RecordBatch>, Error> {
     let row: UInt32Array = held.iter().map(|h| h.row).collect();
     let column: StringArray = held.iter().map(|h| Some(h.column.as_str())).collect();
     let value: BinaryArray = held.iter().map(|h| Some(h.value.as_slice())).collect();
+    let reason: StringArray = held
+        .iter()
+        .map(|h| Some(h.cell.as_ref().map_or("", |c| c.reason.as_str())))
+        .collect();
+    let detail: StringArray = held
+        .iter()
+        .map(|h| Some(h.cell.as_ref().map_or("", |c| c.detail.as_str())))
+        .collect();
     let schema = Schema::new(vec![
         Field::new("row", DataType::UInt32, false),
         Field::new("column", DataType::Utf8, false),
         Field::new("value", DataType::Binary, false),
+        Field::new("reason", DataType::Utf8, false),
+        Field::new("detail", DataType::Utf8, false),
     ]);
-    let cols: Vec<ArrayRef> = vec![Arc::new(row), Arc::new(column), Arc::new(value)];
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(row),
+        Arc::new(column),
+        Arc::new(value),
+        Arc::new(reason),
+        Arc::new(detail),
+    ];
     Ok(Some(RecordBatch::try_new(Arc::new(schema), cols)?))
 }
 

@@ -401,7 +401,9 @@ pub unsafe extern "C" fn openetl_engine_changes(
 }
 
 /// Moves the values the last push held back out as a batch
-/// `row uint32, column utf8, value binary` (see [`hold`]): `*n_rows` is the
+/// `row uint32, column utf8, value binary, reason utf8, detail utf8`
+/// (see [`hold`]; reason and detail are empty but for cells held on their
+/// own): `*n_rows` is the
 /// count, and when > 0 `out_array`/`out_schema` (released on entry)
 /// receive the batch, owned by the caller.
 ///

@@ -31,6 +31,9 @@ pub struct DeclColumn {
     pub type_name: String,
     pub decl: Decl,
     pub nullable: bool,
+    /// The column is part of the stream's primary key: a value out of
+    /// range there quarantines the row (a key can't be held).
+    pub key: bool,
 }
 
 /// A declared (FormatRow) stream's schema.

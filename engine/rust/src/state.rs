@@ -68,6 +68,7 @@ pub fn declared_from_json(types: Types, cols: &[Value], what: &str) -> Result<De
             .and_then(Value::as_str)
             .ok_or_else(|| format!("{what}: column {name:?} has no type"))?;
         let nullable = m.get("nullable").and_then(Value::as_bool).unwrap_or(true);
+        let key = m.get("key").and_then(Value::as_bool).unwrap_or(false);
         if name.is_empty() || name.starts_with(RESERVED_PREFIX) {
             return Err(format!("{what}: column name {name:?} is empty or reserved"));
         }
@@ -80,6 +81,7 @@ pub fn declared_from_json(types: Types, cols: &[Value], what: &str) -> Result<De
             type_name: ty.to_string(),
             decl,
             nullable,
+            key,
         });
     }
     Ok(DeclStream {
@@ -92,7 +94,13 @@ fn declared_to_json(d: &DeclStream) -> Value {
     Value::Array(
         d.columns
             .iter()
-            .map(|c| json!({"name": c.name, "type": c.type_name, "nullable": c.nullable}))
+            .map(|c| {
+                let mut v = json!({"name": c.name, "type": c.type_name, "nullable": c.nullable});
+                if c.key {
+                    v["key"] = Value::Bool(true);
+                }
+                v
+            })
             .collect(),
     )
 }

@@ -146,7 +146,7 @@ fn postgres_types_exactly() {
 }
 
 #[test]
-fn postgres_values_out_of_range_or_conflicting_are_quarantined() {
+fn postgres_values_conflicting_are_quarantined_out_of_range_held() {
     let cases: &[(usize, &str, Reason)] = &[
         (0, "40000", Reason::OutOfRange),
         (1, "x", Reason::TypeConflict),
@@ -157,7 +157,10 @@ fn postgres_values_out_of_range_or_conflicting_are_quarantined() {
         (9, "zz", Reason::TypeConflict),
         (10, "2023-02-29", Reason::TypeConflict),
         (10, "infinity", Reason::OutOfRange),
+        (11, "24:00:00", Reason::OutOfRange),
+        (13, "294276-12-31 23:59:59.999999", Reason::OutOfRange),
         (14, "infinity", Reason::OutOfRange),
+        (14, "294276-12-31 23:59:59.999999+00", Reason::OutOfRange),
         (13, "2024-01-02 03:04:05+02", Reason::TypeConflict),
         (16, "not-a-uuid", Reason::TypeConflict),
         (17, "{", Reason::TypeConflict),
@@ -170,15 +173,54 @@ fn postgres_values_out_of_range_or_conflicting_are_quarantined() {
         v[*col] = Some(text);
         let row = pg_row(&v);
         let out = push(&mut e, "t", &[(1, &row), (1, &pg_row(&good()))]);
-        assert_eq!(out.quarantined.len(), 1, "{col} {text}");
-        assert_eq!(out.quarantined[0].row, 0);
-        assert_eq!(
-            out.quarantined[0].reason, *reason,
-            "{col} {text}: {}",
-            out.quarantined[0].detail
+        if *reason == Reason::TypeConflict {
+            // Not a value of its type: the row is quarantined.
+            assert_eq!(out.quarantined.len(), 1, "{col} {text}");
+            assert_eq!(out.quarantined[0].row, 0);
+            assert_eq!(
+                out.quarantined[0].reason, *reason,
+                "{col} {text}: {}",
+                out.quarantined[0].detail
+            );
+            assert_eq!(out.record.unwrap().num_rows(), 1);
+            assert!(e.held().is_empty(), "{col} {text}");
+            continue;
+        }
+        // A value of its type its Arrow type can't hold: the cell is held,
+        // the row lands with a null there.
+        assert!(
+            out.quarantined.is_empty(),
+            "{col} {text}: {:?}",
+            out.quarantined
         );
-        assert_eq!(out.record.unwrap().num_rows(), 1);
+        let r = out.record.unwrap();
+        assert_eq!(r.num_rows(), 2);
+        assert!(r.column(*col).is_null(0), "{col} {text}");
+        assert!(!r.column(*col).is_null(1), "{col} {text}");
+        let other = if *col == 0 { 1 } else { 0 };
+        assert!(!r.column(other).is_null(0), "the row's other cells land");
+        let held = e.held();
+        assert_eq!(held.len(), 1, "{col} {text}");
+        let h = &held[0];
+        assert_eq!((h.row, h.value.as_slice()), (0, text.as_bytes()));
+        assert_eq!(h.column, r.schema().field(*col).name().as_str());
+        let cell = h.cell.as_ref().expect("a cell hold has its reason");
+        assert_eq!(cell.reason, Reason::OutOfRange, "{col} {text}");
+        assert!(
+            cell.detail.contains("out of range") || cell.detail.contains("fractional"),
+            "{}",
+            cell.detail
+        );
     }
+    // A row with a held cell and a value of the wrong type is quarantined
+    // whole, and holds nothing.
+    let mut v = good();
+    v[11] = Some("24:00:00");
+    v[16] = Some("not-a-uuid");
+    let out = push(&mut e, "t", &[(1, &pg_row(&v)), (1, &pg_row(&good()))]);
+    assert_eq!(out.quarantined.len(), 1);
+    assert_eq!(out.quarantined[0].reason, Reason::TypeConflict);
+    assert!(e.held().is_empty());
     // Malformed payloads, unchanged values, wrong counts.
     let mut unchanged = pg_row(&good()[..20]);
     unchanged.push(1);
@@ -210,6 +252,35 @@ fn postgres_values_out_of_range_or_conflicting_are_quarantined() {
         out.record.unwrap().num_rows(),
         1,
         "a key-only delete is taken"
+    );
+}
+
+#[test]
+fn out_of_range_key_quarantines_its_row() {
+    // A key cell can't be held: the row would land without its key.
+    let cfg = r#"{"streams":[{"name":"k","format":"row","columns":[
+      {"name":"id","type":"date","key":true},{"name":"t","type":"time"}]}]}"#;
+    let mut e = engine(cfg);
+    let out = push(
+        &mut e,
+        "k",
+        &[
+            (1, &encode(&[Some(b"infinity"), Some(b"01:00:00")])),
+            (1, &encode(&[Some(b"2024-01-01"), Some(b"24:00:00")])),
+        ],
+    );
+    assert_eq!(out.quarantined.len(), 1);
+    assert_eq!(
+        (out.quarantined[0].row, out.quarantined[0].reason),
+        (0, Reason::OutOfRange)
+    );
+    assert_eq!(e.held().len(), 1);
+    assert_eq!((e.held()[0].row, e.held()[0].column.as_str()), (1, "t"));
+    // The key mark survives the state.
+    assert!(
+        String::from_utf8(e.state())
+            .unwrap()
+            .contains(r#""key":true"#)
     );
 }
 
@@ -276,7 +347,22 @@ fn mysql_types_exactly() {
         None,
     ]);
     let out = push(&mut e, "m", &[(1, &bad)]);
-    assert_eq!(out.quarantined[0].reason, Reason::OutOfRange);
+    assert!(out.quarantined.is_empty());
+    assert!(out.record.unwrap().column(0).is_null(0));
+    let held = e.held();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].value, b"-1");
+    assert_eq!(
+        held[0].cell.as_ref().map(|c| c.reason),
+        Some(Reason::OutOfRange)
+    );
+    // Zero dates: no Arrow date holds one; only the cell is held.
+    let mut zero: Vec<Option<&[u8]>> = vec![None; 13];
+    zero[5] = Some(b"0000-00-00 00:00:00");
+    let out = push(&mut e, "m", &[(1, &encode(&zero))]);
+    assert!(out.quarantined.is_empty());
+    assert_eq!(e.held().len(), 1);
+    assert_eq!(e.held()[0].column, "dt");
 }
 
 #[test]

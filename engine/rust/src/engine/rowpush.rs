@@ -1,6 +1,9 @@
 //! The push of a declared (FormatRow) stream: each row's values are
-//! coerced to the declared types; a row with any value that can't be
-//! represented is quarantined whole.
+//! coerced to the declared types. A row with a value that is not of its
+//! type (or not sent, or a malformed payload) is quarantined whole; a
+//! value of its type that its column's Arrow type can't hold
+//! (`out_of_range`) costs only that cell, which is held (see
+//! [`crate::hold`]) while the row lands with a null there.
 
 use std::sync::Arc;
 
@@ -12,7 +15,7 @@ use crate::coerce::{self, Src, Val};
 use crate::error::Error;
 use crate::input::RawRows;
 use crate::meta::{self, OP_DELETE};
-use crate::quarantine::{Quarantined, Reason};
+use crate::quarantine::{Quarantined, Reason, Reject};
 use crate::route;
 use crate::rows::{self, Entry};
 
@@ -48,6 +51,9 @@ impl Engine {
         let lanes = self.cfg.lanes;
         let payload_buf = rows.payload_buffer();
         let mut quarantined = Vec::new();
+        // Cells held on their own: input row, column, the value's bytes
+        // in the payload buffer, the detail.
+        let mut cells: Vec<(u32, usize, usize, usize, String)> = Vec::new();
 
         for i in 0..rows.len() {
             let op = rows.op(i);
@@ -81,6 +87,7 @@ impl Engine {
                 continue;
             }
             let (vmark, emark, amark) = (sc.vals.len(), sc.elems.len(), sc.arena.len());
+            let cmark = cells.len();
             let base = rows.payload_start(i);
             let result = if payload.is_empty() && op == OP_DELETE {
                 sc.vals.resize(vmark + ncols, Val::Null);
@@ -134,6 +141,13 @@ impl Engine {
                             end: (base + last.1) as u32,
                         }),
                         Ok(v) => sc.vals.push(v),
+                        // A value of its type that the Arrow type can't
+                        // hold: the cell is held, the row goes on (but for
+                        // a key column: a row needs its key).
+                        Err((Reason::OutOfRange, detail)) if !col.key => {
+                            sc.vals.push(Val::Null);
+                            cells.push((i as u32, ci, base + last.0, base + last.1, detail));
+                        }
                         Err(e) => {
                             res = Err(e);
                             break;
@@ -156,6 +170,7 @@ impl Engine {
                     }
                 }
                 Err((reason, detail)) => {
+                    cells.truncate(cmark);
                     sc.vals.truncate(vmark);
                     sc.elems.truncate(emark);
                     sc.arena.truncate(amark);
@@ -194,7 +209,7 @@ impl Engine {
 
         let mut fields: Vec<Field> = Vec::with_capacity(ncols + 4);
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(ncols + 4);
-        let mut held: Vec<(u32, usize, Vec<u8>)> = Vec::new();
+        let mut held: Vec<(u32, usize, Vec<u8>, Option<Reject>)> = Vec::new();
         for (c, col) in decl.columns.iter().enumerate() {
             fields.push(col.decl.field(&col.name));
             if held_cols[c] {
@@ -203,7 +218,7 @@ impl Engine {
                         let v = payload_buf
                             .get(start as usize..end as usize)
                             .ok_or_else(|| Error::internal("a held value outside the payload"))?;
-                        held.push((r, c, v.to_vec()));
+                        held.push((r, c, v.to_vec(), None));
                     }
                 }
                 cols.push(Arc::new(arrow_array::NullArray::new(n)));
@@ -227,16 +242,30 @@ impl Engine {
             stream,
             &mut fields,
         );
-        if held_cols.iter().any(|&h| h) {
+        for (row, col, start, end, detail) in cells {
+            let v = payload_buf
+                .get(start..end)
+                .ok_or_else(|| Error::internal("a held cell outside the payload"))?;
+            held.push((
+                row,
+                col,
+                v.to_vec(),
+                Some(Reject::new(Reason::OutOfRange, detail)),
+            ));
+        }
+        if !held.is_empty() {
             held.sort_by_key(|h| (h.0, h.1));
             self.held = held
                 .into_iter()
-                .map(|(row, col, value)| crate::hold::Held {
+                .map(|(row, col, value, cell)| crate::hold::Held {
                     row,
                     column: fields[col].name().clone(),
                     value,
+                    cell,
                 })
                 .collect();
+        }
+        if held_cols.iter().any(|&h| h) {
             let mut i = 0;
             fields.retain(|_| (!held_cols[i], i += 1).0);
             let mut i = 0;
