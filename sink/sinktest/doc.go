@@ -22,6 +22,16 @@
 // "<check>_<x>", and writes the checkpoint records Recover gets itself
 // (Pipeline, Epoch, Generation, one committable per lane).
 //
+// Each batch is built in memory the suite owns, and the suite releases it
+// as Write returns, as the runner does (see sink.Writer.Write). Once
+// nothing holds it (a writer that called Retain holds it until its
+// Release), the suite overwrites its buffers (values, offsets, validity)
+// with 0xDB bytes. A writer that kept references into a batch without
+// Retain (the batch, its arrays, or strings and slices read from them
+// zero-copy) then writes the poison, or panics reading a released array,
+// and the check fails saying so. Once a check's writers are closed, every
+// batch must be released: a Retain without its Release fails the check.
+//
 // Options.Visible is how the suite sees what a reader would: it returns a
 // stream's rows, each with its _openetl_id and _openetl_seq, so a
 // destination must keep those metadata columns (and may keep the others;

@@ -162,7 +162,9 @@ func Run(t *testing.T, newDestination func(t *testing.T) sink.Destination, opts 
 				want:     make(map[string][]wantRow),
 				next:     make(map[string]int),
 				allowed:  make(map[string]bool),
+				mem:      new(poisonAllocator),
 			}
+			t.Cleanup(s.checkReleased) // after the writers' Close
 			s.dest = s.destination()
 			s.class = s.dest.Class()
 			c.run(s)
@@ -173,7 +175,8 @@ func Run(t *testing.T, newDestination func(t *testing.T) sink.Destination, opts 
 // RowsFromRecord returns the rows of rec, read back from a destination, as
 // Rows: ID from _openetl_id (a string column), Seq from _openetl_seq (an
 // integer column), Op from _openetl_op when present, and every other
-// column in Values (by GetOneForMarshal; nil for a null).
+// column in Values (by GetOneForMarshal; nil for a null). The Rows hold
+// copies: they stay valid after rec is released.
 func RowsFromRecord(rec arrow.RecordBatch) ([]Row, error) {
 	sc := rec.Schema()
 	col := func(name string) arrow.Array {
@@ -186,14 +189,15 @@ func RowsFromRecord(rec arrow.RecordBatch) ([]Row, error) {
 	if ids == nil || seqs == nil {
 		return nil, fmt.Errorf("sinktest: rows without %s or %s: the destination must keep the metadata columns (schema %s)", ColID, ColSeq, sc)
 	}
+	// Strings are copied: a Row outlives the batch it came from.
 	str := func(a arrow.Array, i int) (string, bool) {
 		switch a := a.(type) {
 		case *array.String:
-			return a.Value(i), true
+			return strings.Clone(a.Value(i)), true
 		case *array.LargeString:
-			return a.Value(i), true
+			return strings.Clone(a.Value(i)), true
 		case *array.StringView:
-			return a.Value(i), true
+			return strings.Clone(a.Value(i)), true
 		case *array.Binary:
 			return string(a.Value(i)), true
 		}
@@ -224,7 +228,14 @@ func RowsFromRecord(rec arrow.RecordBatch) ([]Row, error) {
 			if f.Name == ColID || f.Name == ColSeq || f.Name == ColOp {
 				continue
 			}
-			r.Values[f.Name] = rec.Column(j).GetOneForMarshal(i)
+			v := rec.Column(j).GetOneForMarshal(i)
+			switch x := v.(type) {
+			case string:
+				v = strings.Clone(x)
+			case []byte:
+				v = slices.Clone(x)
+			}
+			r.Values[f.Name] = v
 		}
 		rows[i] = r
 	}
@@ -245,6 +256,8 @@ type suite struct {
 	want    map[string][]wantRow // stream → rows committed so far
 	next    map[string]int       // stream → next row number
 	allowed map[string]bool      // IDs that may be visible (once) but need not be
+
+	mem *poisonAllocator // every batch's buffers (poison.go)
 }
 
 // wantRow is a row the suite wrote.
@@ -277,11 +290,12 @@ func (s *suite) destination() sink.Destination {
 }
 
 // lane wraps a Writer so that the test closes it once, at the end at the
-// latest.
+// latest; its calls (poison.go) turn a writer's panic into an error.
 type lane struct {
 	sink.Writer
 	n      int
 	closed bool
+	mem    *poisonAllocator
 }
 
 func (s *suite) writer(d sink.Destination, n int) *lane {
@@ -290,7 +304,7 @@ func (s *suite) writer(d sink.Destination, n int) *lane {
 	if err != nil {
 		s.t.Fatalf("Writer(%q, lane %d): %v", s.pipeline, n, err)
 	}
-	l := &lane{Writer: w, n: n}
+	l := &lane{Writer: w, n: n, mem: s.mem}
 	s.t.Cleanup(func() {
 		if !l.closed {
 			_ = w.Close(context.Background())
@@ -382,11 +396,15 @@ func noteOf(n int) string          { return fmt.Sprintf("note-%d", n) }
 // rows builds the next n rows of stream without recording them as
 // expected.
 func (s *suite) rows(stream string, n int, wide bool) (arrow.RecordBatch, []wantRow) {
+	return s.rowsIn(s.mem, stream, n, wide)
+}
+
+func (s *suite) rowsIn(mem memory.Allocator, stream string, n int, wide bool) (arrow.RecordBatch, []wantRow) {
 	s.mu.Lock()
 	from := s.next[stream]
 	s.next[stream] = from + n
 	s.mu.Unlock()
-	b := array.NewRecordBuilder(memory.DefaultAllocator, schema(wide))
+	b := array.NewRecordBuilder(mem, schema(wide))
 	defer b.Release()
 	meta := 2
 	if wide {
@@ -484,7 +502,14 @@ func (s *suite) compare(when, stream string, got []Row, want []wantRow) {
 			t.Errorf("%s: stream %s: "+format, append([]any{when, stream}, args...)...)
 		}
 	}
+	poisonedRows := 0
 	for _, r := range got {
+		if field, v, ok := poisoned(r); ok {
+			if poisonedRows++; poisonedRows == 1 {
+				report("a row reads back poisoned (%s = %s): %s", field, v, poisonedMessage)
+			}
+			continue
+		}
 		seen[r.ID]++
 		w, ok := byID[r.ID]
 		switch {
@@ -519,6 +544,9 @@ func (s *suite) compare(when, stream string, got []Row, want []wantRow) {
 				report("row %s (row %d, seq %d) was committed but is not visible", w.id, w.n, w.seq)
 			}
 		}
+	}
+	if poisonedRows > 1 {
+		report("%d of the %d visible rows read back poisoned", poisonedRows, len(got))
 	}
 	if missing > 1 {
 		report("%d of the %d committed rows are not visible", missing, len(want))
