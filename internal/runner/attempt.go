@@ -183,6 +183,16 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 
 func (r *runner) run(ctx context.Context) (res Result, err error) {
 	cfg := r.cfg
+	defer func() {
+		// An attempt that failed after its claim (in recovery, say) still
+		// had its generation, and the epoch it resumed from.
+		if res.Generation == 0 && r.gen != 0 {
+			res.Generation, res.Epoch = r.gen, headEpoch(r.head)
+			if r.head != nil {
+				res.Totals = maps.Clone(r.head.Totals)
+			}
+		}
+	}()
 	bounded := r.bounded
 	log := cfg.Logger.With("pipeline", cfg.Name)
 

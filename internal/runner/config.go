@@ -146,6 +146,8 @@ type Progress struct {
 
 // Result is what an attempt did.
 type Result struct {
+	// Generation is the generation the attempt claimed, also when it
+	// failed after the claim; 0 when it failed before.
 	Generation checkpoint.Generation
 	// Epoch is the last committed epoch, from this attempt or, when it
 	// committed nothing, the one it resumed from.

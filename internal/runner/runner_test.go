@@ -273,9 +273,13 @@ func TestSplitErrorFailsSync(t *testing.T) {
 func TestOpenErrorFailsSync(t *testing.T) {
 	f := newFixture(t, 2, 10)
 	f.src.openErr = errors.New("no such slot")
-	_, err := syncWithin(t, f.config(2))
+	res, err := syncWithin(t, f.config(2))
 	if !errors.Is(err, f.src.openErr) {
 		t.Fatalf("want the open error, got %v", err)
+	}
+	// It failed after its claim: the Result says which generation it had.
+	if res.Generation != 1 || res.Epoch != 0 || res.Epochs != 0 {
+		t.Errorf("result of the failed sync %+v, want generation 1 and nothing committed", res)
 	}
 	checkNoRunnerGoroutines(t)
 	f.checkWritersClosed(t)
@@ -287,6 +291,12 @@ func TestOpenErrorFailsSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.checkExactlyOnce(t)
+	// A failed sync that resumed from an epoch reports it, and the totals.
+	f.src.openErr = errors.New("no such slot")
+	res, err = syncWithin(t, f.config(2))
+	if !errors.Is(err, f.src.openErr) || res.Generation != 3 || res.Epoch == 0 || res.Totals["s0"].Written != 10 {
+		t.Errorf("failed sync after a committed one: %+v, %v; want generation 3, the epoch and totals it resumed from", res, err)
+	}
 }
 
 // A split that returns nil with records after its last resume point
