@@ -24,7 +24,9 @@ var (
 // took over: the attempt that returned it is a zombie and should not be
 // retried by the host. The error's message names the newer generation
 // and, where the checkpoint store records it, the host and process that
-// claimed it.
+// claimed it. It is false for a *sink.AheadError: a fence raised by a
+// generation the checkpoint store never issued means the store was lost,
+// not that another attempt runs.
 func IsFenced(err error) bool {
 	return errors.Is(err, checkpoint.ErrFenced) // sink.ErrFenced is the same error
 }

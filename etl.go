@@ -295,7 +295,14 @@ func (p *Pipeline) Status() Status { return statusOf(p.cfg.Monitor.Status()) }
 // what is new. Cancelling ctx abandons the sync: what was committed
 // stays, the rest is read again next time. If a newer attempt claims the
 // pipeline meanwhile, Sync stops with an error wrapping
-// checkpoint.ErrFenced without committing anything more.
+// checkpoint.ErrFenced without committing anything more. If the
+// destination holds epochs the checkpoint store doesn't know (the store
+// was lost, replaced or restored from an older copy), Sync writes
+// nothing and fails with a *sink.AheadError (errors.Is(err,
+// sink.ErrAhead); IsPermanent), every time, until the store is restored
+// or the pipeline starts over into an empty destination or under a new
+// name. A failed Sync's Result still carries the generation it claimed,
+// if it got that far.
 //
 // One Pipeline runs one Sync or Run at a time: a call while another runs
 // returns ErrBusy at once, without touching the checkpoint store (two
@@ -315,8 +322,10 @@ func (p *Pipeline) Sync(ctx context.Context) (Result, error) {
 // EpochEvery), until ctx is cancelled; it then places a final barrier,
 // commits it (within StopTimeout) and returns nil. It returns an error if
 // the attempt fails, wrapping checkpoint.ErrFenced when a newer attempt
-// took the pipeline over. A host restarts Run after an error at its own
-// pace; each start recovers from the last checkpoint.
+// took the pipeline over, and with a *sink.AheadError when the
+// destination is ahead of the checkpoint store (see Sync), which no
+// restart mends. A host restarts Run after an error at its own pace;
+// each start recovers from the last checkpoint.
 //
 // Like Sync, Run returns ErrBusy while another Sync or Run of this
 // Pipeline runs, and ErrClosed after Close.

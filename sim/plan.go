@@ -136,6 +136,10 @@ type workload struct {
 	// canDropStaged: the destination can discard staged data (the fake
 	// always can; a Target when it has DropStaged).
 	canDropStaged bool
+	// loseStore: after the planned attempts, one attempt runs with the
+	// checkpoint store lost (an empty one), claimed past the fence's
+	// generation first when lostPastFence.
+	loseStore, lostPastFence bool
 }
 
 func (w *workload) String() string {
@@ -257,6 +261,10 @@ func newWorkload(seed uint64, opts Options, decl *declared) *workload {
 			}
 		}
 	}
+	// A stream of its own too: the plans stay what they were.
+	rng3 := rand.New(rand.NewPCG(seed, 0x1057570e))
+	w.loseStore = rng3.IntN(3) == 0
+	w.lostPastFence = rng3.IntN(2) == 0
 	return w
 }
 

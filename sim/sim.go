@@ -76,7 +76,14 @@
 //     attempt claims the pipeline and runs, then goes on;
 //   - source disconnects, destination write errors, and staged data that
 //     expires between attempts (Recover then reports the epoch lost and
-//     the log rewinds).
+//     the log rewinds);
+//   - after the planned attempts, for a third of the seeds (a random
+//     stream of its own) but deliver-ack ones, the checkpoint store
+//     lost: one attempt runs
+//     with an empty store (its generation below the destination's fence,
+//     or claimed past it), and must fail with sink.ErrAhead, not fenced,
+//     before writing anything; the real store is back for the attempts
+//     after it.
 //
 // A crash kills the attempt's "process": its context is cancelled and
 // every view it holds (the fake source's, the destination's and the
@@ -109,6 +116,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -117,7 +125,9 @@ import (
 	"time"
 
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/engine"
+	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source/sourcetest"
 )
@@ -325,6 +335,68 @@ func releaseOnRecover(a *attempt, early []*attempt) []*attempt {
 	return nil
 }
 
+// storeLost runs attempt n with an empty checkpoint store, as if the
+// store had been lost, when the destination (not deliver-ack) holds rows
+// and HEAD's epoch is applied: the attempt must fail with sink.ErrAhead (not fenced)
+// before it writes anything. With lostPastFence the empty store is first
+// claimed as often as the real one was, so that the attempt's generation
+// is above the destination's fence, which then can't refuse it. The real
+// store is back for the attempts after it.
+func (s *sim) storeLost(n int) error {
+	head := s.store.head()
+	visible := 0
+	for _, st := range s.w.streams {
+		vis, _, err := s.dst.contents(st.Name, s.w.modes[st.Name] == delivery.Merge)
+		if err != nil {
+			return fmt.Errorf("sim: reading stream %s: %w", st.Name, err)
+		}
+		visible += len(vis)
+	}
+	switch {
+	case s.w.class == sink.DeliverAck:
+		s.logf("the checkpoint store would be lost, but a deliver-ack destination need not keep which epochs it applied")
+		return nil
+	case head == nil || !s.dst.applied(head.Epoch) || visible == 0:
+		s.logf("the checkpoint store would be lost, but the destination holds nothing it could be ahead with")
+		return nil
+	}
+	a, err := s.newAttempt(n, attemptPlan{})
+	if err != nil {
+		return err
+	}
+	lost := &simStore{inner: checkpoint.NewMem()}
+	a.store = &attemptStore{s: lost, a: a}
+	ctx := context.Background()
+	if s.w.lostPastFence {
+		g, _, err := s.store.inner.Head(ctx, pipelineName)
+		if err != nil {
+			return fmt.Errorf("sim: %w", err)
+		}
+		for range g {
+			if _, _, err := lost.inner.Claim(ctx, pipelineName); err != nil {
+				return fmt.Errorf("sim: %w", err)
+			}
+		}
+		s.logf("the checkpoint store is lost: attempt %d starts with an empty one, claimed %d times (the destination's fence is at most %d)", n, g, g)
+	} else {
+		s.logf("the checkpoint store is lost: attempt %d starts with an empty one", n)
+	}
+	s.rep.Attempts++
+	a.start()
+	if !a.wait() {
+		a.letGo()
+		s.violate("attempt %d (checkpoint store lost) did not return within %v", n, s.opts.AttemptTimeout)
+		return nil
+	}
+	if !errors.Is(a.err, sink.ErrAhead) || errors.Is(a.err, sink.ErrFenced) || errors.Is(a.err, checkpoint.ErrFenced) {
+		s.violate("attempt %d, with the checkpoint store lost while the destination has applied epoch %d, returned %v: want an error wrapping sink.ErrAhead, not fenced",
+			n, head.Epoch, a.err)
+	}
+	s.logf("the checkpoint store is back")
+	s.checkProgress(fmt.Sprintf("after attempt %d (checkpoint store lost)", n))
+	return nil
+}
+
 func (s *sim) run() error {
 	var zombies []*attempt
 	defer func() {
@@ -402,6 +474,12 @@ func (s *sim) run() error {
 			return nil
 		}
 		s.checkProgress(fmt.Sprintf("after attempt %d", n))
+	}
+	if s.w.loseStore && len(zombies) == 0 {
+		n++
+		if err := s.storeLost(n); err != nil {
+			return err
+		}
 	}
 	s.src.SetHorizon(-1)
 	s.logf("the source's log holds every record")

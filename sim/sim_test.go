@@ -139,6 +139,26 @@ func TestCatchesDoubleApply(t *testing.T) {
 	findViolations(t, sinktest.FakeDoubleApply, 1000, "applied twice")
 }
 
+// The simulation catches a destination whose Recover does not check for
+// epochs the checkpoint log doesn't know: with the store lost and the
+// new log's generation past the fence, the attempt skips the new
+// epochs as applied instead of failing with sink.ErrAhead.
+func TestCatchesSkipAhead(t *testing.T) {
+	opts := ciOptions
+	opts.Broken = sinktest.FakeSkipAhead
+	for seed := uint64(1); seed <= 200; seed++ {
+		rep, err := sim.Run(seed, opts)
+		if err != nil && !errors.Is(err, sim.ErrViolation) {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if containsAny(rep.Violations, "want an error wrapping sink.ErrAhead") {
+			t.Logf("seed %d caught the %v destination: %v", seed, opts.Broken, rep.Violations)
+			return
+		}
+	}
+	t.Fatalf("no seed of 200 caught the %v destination", opts.Broken)
+}
+
 func containsAny(l []string, subs ...string) bool {
 	all := strings.Join(l, "\n")
 	for _, s := range subs {

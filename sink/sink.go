@@ -11,7 +11,9 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -185,6 +187,11 @@ type Writer interface {
 	// It raises the destination's fence to gen, so that a Commit by an
 	// older generation fails from now on, and reports whether head's
 	// epoch (nil for a new pipeline) is applied, recoverable or lost.
+	// It fails with an error wrapping ErrFenced, raising nothing, when a
+	// newer generation has raised the fence; and, before it raises the
+	// fence, with an *AheadError (see CheckAhead) when the destination
+	// has applied an epoch of the pipeline after head's epoch (any epoch,
+	// when head is nil): the checkpoint log was lost or replaced.
 	Recover(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) (Outcome, error)
 
 	// Close releases the writer's resources and discards rows written
@@ -216,4 +223,105 @@ var (
 	// fence): errors.Is(err, sink.ErrFenced) and errors.Is(err,
 	// checkpoint.ErrFenced) say the same.
 	ErrFenced = checkpoint.ErrFenced
+	// ErrAhead is matched (errors.Is) by the *AheadError that Recover,
+	// and the runner's recovery, return when the destination holds more
+	// of the pipeline than the checkpoint log knows.
+	ErrAhead = errors.New("sink: destination is ahead of the checkpoint log")
 )
+
+// AheadError says that the destination holds an epoch or a generation
+// of the pipeline that the checkpoint log does not know: the log is
+// empty, or its HEAD is at an earlier epoch than one the destination has
+// applied, or the destination's fence was raised by a generation the log
+// never issued. The checkpoint store was lost, replaced by another, or
+// restored from an older copy. Writing on would be writing "past" the
+// destination: its newer epochs would be skipped as applied while the
+// log's records claim their rows, or rows would land twice. Nothing is
+// written; every attempt fails the same way until the user either
+// restores the checkpoint store that wrote the destination, or starts
+// over into an empty destination or under a new pipeline name (which
+// reads everything again).
+//
+// Recover must check it before it raises the fence, so that the store,
+// once restored, is not fenced by the attempts that failed. A Writer
+// returns it (wrapped or not) when it finds an applied epoch of the
+// pipeline after head's (any epoch, when head is nil); the runner
+// returns it when Recover reports ErrFenced although no newer attempt
+// has claimed the pipeline in the log. errors.Is(err, ErrAhead) matches
+// it.
+type AheadError struct {
+	// Pipeline is the pipeline's name.
+	Pipeline string
+	// Where says what at the destination holds it: a table or stream,
+	// or its fence.
+	Where string
+	// Epoch is the epoch applied there (0 when unknown, for a fence);
+	// Generation the generation that applied it or raised the fence (0
+	// when unknown).
+	Epoch      uint64
+	Generation checkpoint.Generation
+	// HeadEpoch is the epoch of the log's HEAD record, 0 for none;
+	// Claimed is the generation the attempt claimed in the log.
+	HeadEpoch uint64
+	Claimed   checkpoint.Generation
+	// Detail is what the destination reported, when the runner made the
+	// error from it (a fence above Claimed); "" otherwise.
+	Detail string
+}
+
+func (e *AheadError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sink: pipeline %q: destination is ahead of the checkpoint log: %s ", e.Pipeline, e.Where)
+	switch {
+	case e.Epoch > 0 && e.Generation > 0:
+		fmt.Fprintf(&b, "holds epoch %d (generation %d)", e.Epoch, e.Generation)
+	case e.Epoch > 0:
+		fmt.Fprintf(&b, "holds epoch %d", e.Epoch)
+	case e.Generation > 0:
+		fmt.Fprintf(&b, "was raised by generation %d, which the log never issued", e.Generation)
+	default:
+		b.WriteString("was raised by a generation the log never issued")
+	}
+	if e.Detail != "" {
+		fmt.Fprintf(&b, " (%s)", e.Detail)
+	}
+	if e.HeadEpoch > 0 {
+		fmt.Fprintf(&b, "; the log's HEAD is at epoch %d", e.HeadEpoch)
+	} else {
+		b.WriteString("; the log has no record")
+	}
+	fmt.Fprintf(&b, " (this attempt: generation %d)", e.Claimed)
+	b.WriteString(": the checkpoint store was lost, replaced or restored from an older copy;" +
+		" nothing was written: restore the store that wrote this destination, or start over into an empty destination or under a new pipeline name")
+	return b.String()
+}
+
+// Is reports whether target is ErrAhead.
+func (e *AheadError) Is(target error) bool { return target == ErrAhead }
+
+// Permanent returns true: running the pipeline again fails the same way
+// until a person restores the store or starts over.
+func (e *AheadError) Permanent() bool { return true }
+
+// CheckAhead is the check every Writer's Recover makes, before it
+// raises the fence, for each place it keeps an applied epoch of the
+// pipeline: epoch, applied by generation applied (0 when it doesn't
+// keep it), found in where. It returns an error wrapping ErrFenced when
+// applied is above claimed, the generation Recover got (a newer
+// attempt applied it, or the log never issued that generation: the
+// runner tells which); an *AheadError when epoch is after the epoch of
+// head, the record Recover got (nil: none); nil otherwise.
+func CheckAhead(pipeline, where string, epoch uint64, applied, claimed checkpoint.Generation, head *checkpoint.Record) error {
+	if applied > claimed {
+		return fmt.Errorf("sink: pipeline %q: %s holds epoch %d applied by generation %d, above generation %d: %w",
+			pipeline, where, epoch, applied, claimed, ErrFenced)
+	}
+	var headEpoch uint64
+	if head != nil {
+		headEpoch = head.Epoch
+	}
+	if epoch <= headEpoch {
+		return nil
+	}
+	return &AheadError{Pipeline: pipeline, Where: where, Epoch: epoch, Generation: applied, HeadEpoch: headEpoch, Claimed: claimed}
+}

@@ -378,11 +378,15 @@ func validStreamName(n string) bool {
 }
 
 // recover raises the destination's fence and makes sure HEAD's epoch is
-// applied, rewinding the log past epochs the destination lost.
+// applied, rewinding the log past epochs the destination lost. A
+// destination ahead of the log fails it with a *sink.AheadError.
 func (r *runner) recover(ctx context.Context, log *slog.Logger) error {
 	for {
 		out, err := r.writers[0].Recover(ctx, r.gen, r.head)
 		if err != nil {
+			if errors.Is(err, sink.ErrFenced) {
+				err = r.fenceAhead(ctx, err)
+			}
 			return fmt.Errorf("destination: recover: %w", err)
 		}
 		if r.head == nil && out != sink.Applied {
@@ -425,6 +429,21 @@ func (r *runner) recover(ctx context.Context, log *slog.Logger) error {
 			return fmt.Errorf("destination: recover returned unknown outcome %v", out)
 		}
 	}
+}
+
+// fenceAhead decides what Recover's fenced error means. A fence above
+// this attempt's generation was raised by a newer attempt, which claimed
+// the pipeline in the log before raising it — unless the log never
+// issued that generation: the store was lost or replaced, and the
+// destination is ahead of it. If the log's HEAD (Store.Head) still
+// belongs to this attempt's generation, no newer attempt exists. An
+// error of the store leaves the fenced error as it is.
+func (r *runner) fenceAhead(ctx context.Context, fenced error) error {
+	if g, _, err := r.cfg.Store.Head(ctx, r.cfg.Name); err != nil || g != r.gen {
+		return fenced
+	}
+	return &sink.AheadError{Pipeline: r.cfg.Name, Where: "the generation fence", HeadEpoch: headEpoch(r.head),
+		Claimed: r.gen, Detail: fenced.Error()}
 }
 
 // commitDest calls Commit on lane 0 with retries and backoff, in a span

@@ -335,13 +335,19 @@ func (w *writer) checkFence(ctx context.Context, gen uint64) error {
 // Applied when it is recorded in _openetl_epochs (or had no rows, or head
 // is nil), Recoverable when each of its blocks is still staged or already
 // in its table, Lost otherwise. It fails with an error wrapping
-// sink.ErrFenced when a newer generation has recovered.
+// sink.ErrFenced when a newer generation has recovered, and, before it
+// raises the fence, with a *sink.AheadError when _openetl_epochs records
+// an epoch of the pipeline after head's (any, when head is nil): the
+// checkpoint log was lost or replaced.
 func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) (sink.Outcome, error) {
 	if gen == 0 {
 		return 0, errors.New("clickhouse: Recover with generation 0")
 	}
 	g := uint64(gen)
 	if err := w.checkFence(ctx, g); err != nil {
+		return 0, err
+	}
+	if err := w.checkAhead(ctx, gen, head); err != nil {
 		return 0, err
 	}
 	if err := w.d.conn.Exec(ctx, raiseFence(w.d.db, w.pipeline, g)); err != nil {
@@ -370,6 +376,28 @@ func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *c
 	}
 	w.d.log.Info("clickhouse: recovered", "pipeline", w.pipeline, "generation", g, "epoch", epoch, "outcome", out.String())
 	return out, nil
+}
+
+// checkAhead fails with a *sink.AheadError when the pipeline's last
+// applied epoch is after head's.
+func (w *writer) checkAhead(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) error {
+	var epoch, applied uint64
+	q := fmt.Sprintf("SELECT epoch, generation FROM %s WHERE pipeline = %s ORDER BY epoch DESC LIMIT 1",
+		qualified(w.d.db, epochsTable), quoteString(w.pipeline))
+	rows, err := w.d.conn.Query(ctx, q)
+	if err != nil {
+		return fmt.Errorf("clickhouse: look up the last applied epoch of %q: %w", w.pipeline, err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if err := rows.Scan(&epoch, &applied); err != nil {
+			return fmt.Errorf("clickhouse: look up the last applied epoch of %q: %w", w.pipeline, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("clickhouse: look up the last applied epoch of %q: %w", w.pipeline, err)
+	}
+	return sink.CheckAhead(w.pipeline, "table "+qualified(w.d.db, epochsTable), epoch, checkpoint.Generation(applied), gen, head)
 }
 
 func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Outcome, error) {

@@ -27,12 +27,13 @@ func TestUUIDIntoLegacyFixedString(t *testing.T) {
 		{Name: colOp, Type: arrow.BinaryTypes.String},
 		{Name: colSeq, Type: arrow.PrimitiveTypes.Int64},
 	}, nil)
+	var head *checkpoint.Record // the log's, as the runner keeps it
 	epoch := func(d *Destination, gen uint64, id int64, u []byte) {
 		t.Helper()
 		sw, _ := d.Writer(ctx, "legacy", 0)
 		w := sw.(*writer)
 		defer w.Close(ctx)
-		if _, err := w.Recover(ctx, checkpoint.Generation(gen), nil); err != nil {
+		if _, err := w.Recover(ctx, checkpoint.Generation(gen), head); err != nil {
 			t.Fatal(err)
 		}
 		b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
@@ -54,6 +55,7 @@ func TestUUIDIntoLegacyFixedString(t *testing.T) {
 		if err := w.Commit(ctx, gen, []sink.Committable{c}); err != nil {
 			t.Fatal(err)
 		}
+		head = &checkpoint.Record{Pipeline: "legacy", Epoch: gen, Generation: checkpoint.Generation(gen), Committables: [][]byte{c}}
 	}
 	old, err := New(ctx, Config{Conn: conn, Database: db})
 	if err != nil {

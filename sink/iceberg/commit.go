@@ -308,6 +308,11 @@ func dataFiles(fs []fileDesc, spec ice.PartitionSpec, sc *ice.Schema) ([]ice.Dat
 // before Finish): then Recover commits them all, as Finish would have,
 // and reports Applied, and this attempt starts a new refresh.
 //
+// Before it raises any fence it fails with a *sink.AheadError when a
+// table's epoch marker of the pipeline is after head's epoch (any epoch
+// when head is nil): the checkpoint log was lost or replaced, and the
+// tables hold epochs it doesn't know.
+//
 // Tables created after Recover start with no fence; a zombie committing
 // to such a table can still not apply an epoch twice (the epoch marker is
 // checked atomically with each commit).
@@ -315,7 +320,7 @@ func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *c
 	if gen == 0 {
 		return 0, errors.New("iceberg: Recover with generation 0")
 	}
-	if err := w.raiseFences(ctx, gen); err != nil {
+	if err := w.raiseFences(ctx, gen, head); err != nil {
 		return 0, err
 	}
 	w.gen.Store(uint64(gen))
@@ -343,8 +348,10 @@ func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *c
 	return out, nil
 }
 
-// raiseFences raises the fence on every table of the pipeline.
-func (w *writer) raiseFences(ctx context.Context, gen checkpoint.Generation) error {
+// raiseFences raises the fence on every table of the pipeline, once
+// each has been checked: not fenced by a newer generation, and no epoch
+// after head's.
+func (w *writer) raiseFences(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) error {
 	ok, err := w.d.cat.CheckNamespaceExists(ctx, w.d.ns)
 	if err != nil {
 		return fmt.Errorf("iceberg: namespace %v: %w", w.d.ns, err)
@@ -360,7 +367,35 @@ func (w *writer) raiseFences(ctx context.Context, gen checkpoint.Generation) err
 		idents = append(idents, ident)
 	}
 	req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: uint64(gen)}
+	var ours []table.Identifier
 	for _, ident := range idents {
+		tbl, err := w.d.cat.LoadTable(ctx, ident)
+		if errors.Is(err, catalog.ErrNoSuchTable) {
+			continue // dropped meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("iceberg: load table %v: %w", ident, err)
+		}
+		props := tbl.Properties()
+		_, marked := props[epochKey(w.pipeline)]
+		if _, fenced := props[fenceKey(w.pipeline)]; !marked && !fenced {
+			continue // not a table of this pipeline
+		}
+		// A zombie learns it is one first: a newer generation may have
+		// applied epochs after this one's head.
+		if err := req.Validate(tbl.Metadata()); err != nil {
+			return err
+		}
+		m, err := readMarkers(props, w.pipeline)
+		if err != nil {
+			return err
+		}
+		if err := sink.CheckAhead(w.pipeline, fmt.Sprintf("table %v", ident), m.epoch, m.gen, gen, head); err != nil {
+			return err
+		}
+		ours = append(ours, ident)
+	}
+	for _, ident := range ours {
 		if err := w.raiseFence(ctx, ident, gen, req); err != nil {
 			return err
 		}

@@ -242,6 +242,12 @@ func (w *writer) checkFence(ctx context.Context, gen checkpoint.Generation) erro
 // runner writes that epoch's number again from the record before, and
 // the new epoch must not be skipped as applied.
 //
+// Before it raises the fence it fails with a *sink.AheadError when a
+// stream of the pipeline under the prefix has a manifest at an epoch
+// after head's (any epoch when head is nil): the checkpoint log was lost
+// or replaced, and the destination holds epochs it doesn't know. That
+// takes a listing of the prefix and a manifest read per stream.
+//
 // The fence is the highest marker under _openetl/{pipeline}/fence/: a
 // marker per generation rather than one object overwritten, so that two
 // attempts recovering at once can't lower it; markers below gen are then
@@ -249,6 +255,14 @@ func (w *writer) checkFence(ctx context.Context, gen checkpoint.Generation) erro
 func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) (sink.Outcome, error) {
 	if gen == 0 {
 		return 0, errors.New("parquet: Recover with generation 0")
+	}
+	// A zombie learns it is one first: a newer generation may have
+	// applied epochs after this one's head.
+	if err := w.checkFence(ctx, gen); err != nil {
+		return 0, err
+	}
+	if err := w.checkAhead(ctx, gen, head); err != nil {
+		return 0, err
 	}
 	if err := w.raiseFence(ctx, gen); err != nil {
 		return 0, err
@@ -264,6 +278,32 @@ func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *c
 	}
 	w.d.log.Info("parquet: recovered", "pipeline", w.pipeline, "generation", gen, "epoch", epoch, "outcome", out.String())
 	return out, nil
+}
+
+// checkAhead fails with a *sink.AheadError when a stream of the
+// pipeline has a manifest at an epoch after head's.
+func (w *writer) checkAhead(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) error {
+	names, err := streamDirs(ctx, w.d.bucket, w.d.prefix)
+	if err != nil {
+		return err
+	}
+	for _, s := range names {
+		m, err := w.current(ctx, s)
+		if err != nil {
+			return err
+		}
+		if m == nil || m.Pipeline != w.pipeline {
+			continue
+		}
+		where := fmt.Sprintf("stream %q", s)
+		if w.d.prefix != "" {
+			where += fmt.Sprintf(" under prefix %q", w.d.prefix)
+		}
+		if err := sink.CheckAhead(w.pipeline, where, m.Epoch, m.Generation, gen, head); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (w *writer) raiseFence(ctx context.Context, gen checkpoint.Generation) error {

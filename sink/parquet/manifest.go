@@ -78,6 +78,26 @@ func ReadManifest(ctx context.Context, bucket *blob.Bucket, prefix, stream strin
 // Streams lists, sorted, the streams under prefix that have a manifest.
 func Streams(ctx context.Context, bucket *blob.Bucket, prefix string) ([]string, error) {
 	prefix = normPrefix(prefix)
+	names, err := streamDirs(ctx, bucket, prefix)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, name := range names {
+		v, err := blobVersions{bucket}.latest(ctx, manifestDir(prefix, name), 0)
+		if err != nil {
+			return nil, err
+		}
+		if v > 0 {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// streamDirs lists, sorted, the directories under prefix (normalized)
+// that are named like a stream, with a manifest or not.
+func streamDirs(ctx context.Context, bucket *blob.Bucket, prefix string) ([]string, error) {
 	var out []string
 	it := bucket.List(&blob.ListOptions{Prefix: prefix, Delimiter: "/"})
 	for {
@@ -92,14 +112,7 @@ func Streams(ctx context.Context, bucket *blob.Bucket, prefix string) ([]string,
 			continue
 		}
 		name := strings.TrimSuffix(strings.TrimPrefix(obj.Key, prefix), "/")
-		if checkName("stream", name) != nil {
-			continue
-		}
-		v, err := blobVersions{bucket}.latest(ctx, manifestDir(prefix, name), 0)
-		if err != nil {
-			return nil, err
-		}
-		if v > 0 {
+		if checkName("stream", name) == nil {
 			out = append(out, name)
 		}
 	}

@@ -87,6 +87,12 @@
 //   - CloseDiscards (not DeliverAck): rows written after the last
 //     PreCommit are never visible once the writer is closed, whether the
 //     epoch before was committed or not.
+//   - Ahead (not DeliverAck): after two epochs are applied, Recover with
+//     a nil head (the checkpoint store was lost) or with the first
+//     epoch's record (restored from an older copy) fails with a
+//     *sink.AheadError (errors.Is sink.ErrAhead, not sink.ErrFenced) and
+//     changes nothing visible; it raises no fence, so the log restored as
+//     it was recovers with a lower generation and carries on.
 //
 // What the suite can't do for you: make staged data disappear, so the
 // Lost outcome is not checked; inject faults under load; check

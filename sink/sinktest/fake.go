@@ -33,6 +33,10 @@ const (
 	// FakeDoubleApply: Commit is not idempotent: committing an applied
 	// epoch again applies its rows again.
 	FakeDoubleApply
+	// FakeSkipAhead: Recover does not check for applied epochs after the
+	// head it gets (see sink.AheadError), so a lost checkpoint log's new
+	// epochs are skipped as applied.
+	FakeSkipAhead
 )
 
 // String names the variant.
@@ -44,6 +48,8 @@ func (b FakeBroken) String() string {
 		return "skip-fence"
 	case FakeDoubleApply:
 		return "double-apply"
+	case FakeSkipAhead:
+		return "skip-ahead"
 	}
 	return fmt.Sprintf("broken(%d)", uint8(b))
 }
@@ -409,6 +415,17 @@ func (w *fakeWriter) Recover(ctx context.Context, gen checkpoint.Generation, hea
 	defer st.mu.Unlock()
 	if f := st.fence[w.pipeline]; f > gen {
 		return 0, fmt.Errorf("sinktest: recover by generation %d, fence at %d: %w", gen, f, sink.ErrFenced)
+	}
+	if st.cfg.Broken != FakeSkipAhead {
+		// Checked before the fence rises, so that the log, once restored,
+		// is not fenced by the attempts that failed here.
+		var last uint64
+		for e := range st.applied[w.pipeline] {
+			last = max(last, e)
+		}
+		if err := sink.CheckAhead(w.pipeline, "the fake destination", last, 0, gen, head); err != nil {
+			return 0, err
+		}
 	}
 	st.fence[w.pipeline] = gen
 	w.gen = gen

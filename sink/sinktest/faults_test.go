@@ -8,6 +8,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 )
@@ -134,7 +135,8 @@ func TestWithFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := w2.Recover(ctx, 4, nil); err != nil || out != sink.Applied {
+	head := &checkpoint.Record{Pipeline: "p", Epoch: 1, Generation: 3, Committables: [][]byte{c}}
+	if out, err := w2.Recover(ctx, 4, head); err != nil || out != sink.Applied {
 		t.Fatalf("recover through another view: %v %v", out, err)
 	}
 }

@@ -34,6 +34,7 @@ const (
 	CheckConcurrent    = "Concurrent"
 	CheckLanes         = "Lanes"
 	CheckCloseDiscards = "CloseDiscards"
+	CheckAhead         = "Ahead"
 )
 
 // The metadata columns of every batch the suite writes, as the engine
@@ -113,6 +114,7 @@ var checks = []check{
 	{CheckConcurrent, (*suite).checkConcurrent},
 	{CheckLanes, (*suite).checkLanes},
 	{CheckCloseDiscards, (*suite).checkCloseDiscards},
+	{CheckAhead, (*suite).checkAhead},
 }
 
 // Run runs the conformance checks against the destinations
@@ -592,5 +594,22 @@ func (s *suite) fenced(what string, err error) {
 		s.t.Errorf("%s: nil error, want one wrapping sink.ErrFenced", what)
 	case !errors.Is(err, sink.ErrFenced):
 		s.t.Errorf("%s: %v, want an error wrapping sink.ErrFenced", what, err)
+	}
+}
+
+// ahead checks that err is the error of a destination ahead of the log,
+// and not a fencing error.
+func (s *suite) ahead(what string, err error) {
+	s.t.Helper()
+	var ae *sink.AheadError
+	switch {
+	case err == nil:
+		s.t.Errorf("%s: nil error, want one wrapping a *sink.AheadError", what)
+	case !errors.Is(err, sink.ErrAhead) || !errors.As(err, &ae):
+		s.t.Errorf("%s: %v, want an error wrapping a *sink.AheadError (errors.Is sink.ErrAhead)", what, err)
+	case errors.Is(err, sink.ErrFenced):
+		s.t.Errorf("%s: %v: wraps sink.ErrFenced too, but no newer generation recovered", what, err)
+	case ae.Pipeline != s.pipeline:
+		s.t.Errorf("%s: %v: AheadError.Pipeline = %q, want %q", what, err, ae.Pipeline, s.pipeline)
 	}
 }

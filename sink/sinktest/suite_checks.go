@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/sink"
 )
 
@@ -402,4 +403,48 @@ func (s *suite) checkCloseDiscards() {
 	c3 := s.preCommit(w3, 3)
 	s.commit(w3, 3, c3)
 	s.checkVisible("after an attempt closed with rows it never pre-committed", a, b)
+}
+
+func (s *suite) checkAhead() {
+	if !s.exactlyOnce() {
+		s.t.Skip("a deliver-ack destination need not keep which epochs it applied")
+	}
+	a := s.stream("a")
+	w := s.writer(s.dest, 0)
+	s.recoverGen(w, 1, nil)
+	r1 := s.write(w, a, 6, false)
+	c1 := s.preCommit(w, 1)
+	s.commit(w, 1, c1)
+	r2 := s.write(w, a, 4, false)
+	c2 := s.preCommit(w, 2)
+	s.commit(w, 2, c2)
+	s.expect(a, r1, r2)
+	s.close(w)
+
+	// The checkpoint store is lost: the next attempts start a new, empty
+	// log, with generations above the fence (below it, Recover's fenced
+	// error is what the runner tells apart from a newer attempt's).
+	for gen := checkpoint.Generation(2); gen <= 3; gen++ {
+		lw := s.writer(s.destination(), 0)
+		_, err := lw.Recover(s.ctx(), gen, nil)
+		s.ahead(fmt.Sprintf("Recover(%d, nil head) of a destination that applied epoch 2", gen), err)
+	}
+	// The store is restored from an older copy: HEAD is epoch 1.
+	ow := s.writer(s.destination(), 0)
+	_, err := ow.Recover(s.ctx(), 4, s.head(1, 1, c1))
+	s.ahead("Recover(4, head epoch 1) of a destination that applied epoch 2", err)
+	s.checkVisible("after the refused recoveries", a)
+
+	// The store is restored as it was: its next generation, below those
+	// of the refused attempts, recovers (they raised no fence) and
+	// carries on.
+	rw := s.writer(s.destination(), 0)
+	if out := s.recoverGen(rw, 2, s.head(2, 1, c2)); out != sink.Applied {
+		s.t.Errorf("Recover(2, head epoch 2) of the restored log after Commit(2) = %v, want applied", out)
+	}
+	r3 := s.write(rw, a, 5, false)
+	c3 := s.preCommit(rw, 3)
+	s.commit(rw, 3, c3)
+	s.expect(a, r3)
+	s.checkVisible("after the restored log's Commit(3)", a)
 }

@@ -179,8 +179,18 @@ func (w *memWriter) Recover(ctx context.Context, gen checkpoint.Generation, head
 	if f := w.st.fence[w.pipeline]; f > gen && w.d.bug != "fence-lowers" {
 		return 0, fmt.Errorf("generation %d fenced by %d: %w", gen, f, sink.ErrFenced)
 	}
+	ahead := sink.CheckAhead(w.pipeline, "memDest", w.st.applied[w.pipeline], 0, gen, head)
+	if w.d.bug == "no-ahead-check" {
+		ahead = nil
+	}
+	if ahead != nil && w.d.bug != "ahead-after-fence" {
+		return 0, ahead
+	}
 	w.st.fence[w.pipeline] = gen
 	w.gen = gen
+	if ahead != nil { // ahead-after-fence: refused once the fence is raised
+		return 0, ahead
+	}
 	switch {
 	case head == nil && w.d.bug == "recover-nil-recoverable":
 		return sink.Recoverable, nil
@@ -254,6 +264,8 @@ func TestSuiteFails(t *testing.T) {
 		{"applies-all-staged", []string{"Concurrent", "Zombie"}, true},
 		{"lane0-only", []string{"Lanes"}, false},
 		{"close-keeps", []string{"CloseDiscards"}, false},
+		{"no-ahead-check", []string{"Ahead"}, false},
+		{"ahead-after-fence", []string{"Ahead"}, false},
 	} {
 		name := c.bug
 		if name == "" {
