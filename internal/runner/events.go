@@ -42,7 +42,11 @@ const (
 	EventSchemaChanged EventKind = "schema.changed"
 	// EventSchemaBlocked: the stream's schema policy refused a change
 	// ("blocked": the record is quarantined) or dropped a new field
-	// ("discarded"); fields as EventSchemaChanged.
+	// ("discarded"); fields as EventSchemaChanged. Change "held": values
+	// of Column are held back under _held/ — the destination can't take
+	// the column (its sink.SchemaChecker or Capabilities.Unsupported), or
+	// cells of it hold values its type can't (the rows land with a null
+	// there); once per attempt for each, with Detail saying which.
 	EventSchemaBlocked EventKind = "schema.blocked"
 	// EventSourceReset: split Split could not go on from its resume
 	// state and started over from a new snapshot of its streams (as the

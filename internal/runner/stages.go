@@ -102,6 +102,7 @@ func (r *runner) runEngine(ctx context.Context) error {
 	got := 0
 	counts := map[string]checkpoint.Counts{}
 	side := map[sideKey][]byte{}
+	heldSeen := map[heldKey]bool{} // reported in this attempt
 	for {
 		var m pumpMsg
 		select {
@@ -111,7 +112,7 @@ func (r *runner) runEngine(ctx context.Context) error {
 		}
 		switch m.kind {
 		case msgBatch:
-			if err := r.push(ctx, m, counts, side, open); err != nil {
+			if err := r.push(ctx, m, counts, side, heldSeen, open); err != nil {
 				return err
 			}
 		case msgBarrier:
@@ -155,7 +156,8 @@ func (r *runner) runEngine(ctx context.Context) error {
 	}
 }
 
-func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoint.Counts, side map[sideKey][]byte, epoch uint64) error {
+func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoint.Counts, side map[sideKey][]byte,
+	heldSeen map[heldKey]bool, epoch uint64) error {
 	b := m.batch
 	defer r.putBatch(b)
 	t0 := time.Now()
@@ -189,8 +191,11 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 	if len(out.Held) > 0 {
 		k := sideKey{kindHeld, b.Stream}
 		buf := side[k]
-		for _, h := range out.Held {
+		for i, h := range out.Held {
 			buf = r.appendHeld(buf, m, h, out.Table, epoch)
+			if i == 0 || h.Column != out.Held[i-1].Column || h.Reason != out.Held[i-1].Reason {
+				r.reportHeld(heldSeen, b.Stream, h, epoch)
+			}
 		}
 		side[k] = buf
 	}
@@ -276,6 +281,35 @@ func (r *runner) appendHeld(buf []byte, m pumpMsg, h engine.Held, table string, 
 	line, _ := json.Marshal(l) // only strings and numbers: cannot fail
 	buf = append(buf, line...)
 	return append(buf, '\n')
+}
+
+// heldKey is one kind of hold of a stream's column: its values (Reason
+// empty) or cells of it (a Reason).
+type heldKey struct {
+	stream, column string
+	reason         engine.Reason
+}
+
+// reportHeld reports, once per attempt for each stream, column and
+// reason, that the engine holds values back: a Warn line and a
+// schema.blocked event (change "held"), as for the columns a
+// destination's SchemaChecker rejects.
+func (r *runner) reportHeld(seen map[heldKey]bool, stream string, h engine.Held, epoch uint64) {
+	k := heldKey{stream, h.Column, h.Reason}
+	if seen[k] {
+		return
+	}
+	seen[k] = true
+	detail := h.Detail
+	if h.Reason == "" {
+		detail = "the destination can't take the column's type (sink.Capabilities.Unsupported)"
+		r.log.Warn("the destination can't take a column: its values are held", "stream", stream, "column", h.Column)
+	} else {
+		r.log.Warn("values the column's type can't hold are held; their rows land with a null there", "stream", stream,
+			"column", h.Column, "reason", string(h.Reason), "detail", h.Detail)
+	}
+	r.mon.emit(Event{Kind: EventSchemaBlocked, Generation: r.gen, Epoch: epoch, Stream: stream, Column: h.Column,
+		Change: "held", Detail: detail})
 }
 
 // textOrBase64 returns b as text when it is UTF-8, else as base64.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/openetl/etl"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/postgres"
 )
@@ -548,7 +549,8 @@ func TestSlotLostAndTeardown(t *testing.T) {
 
 // TestIntervalHeld: sink/parquet can't write intervals, so an interval
 // column's values are held (kept under the pipeline's _held/ files)
-// rather than failing the sync or being dropped; the other columns land.
+// rather than failing the sync or being dropped; the other columns land,
+// and a schema.blocked event (change "held") names the column.
 func TestIntervalHeld(t *testing.T) {
 	d := dsn(t)
 	tbl, pub, slot := name("ival"), name("pub"), name("slot")
@@ -557,8 +559,19 @@ func TestIntervalHeld(t *testing.T) {
 		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
 	dropSlotAtCleanup(t, d, slot)
 	h := newHarness(t, d, postgres.Config{Publication: pub, Slot: slot})
+	events := newEventLog()
+	h.onEvent = events.add
 	if _, err := h.sync(); err != nil {
 		t.Fatalf("sync with an interval column: %v", err)
+	}
+	var blocked []string
+	for _, e := range events.wait(t) {
+		if e.Kind == etl.EventSchemaBlocked {
+			blocked = append(blocked, e.Stream+"."+e.Column+" "+e.Change)
+		}
+	}
+	if want := []string{tbl + ".span held"}; !slices.Equal(blocked, want) {
+		t.Errorf("schema.blocked events %q, want %q", blocked, want)
 	}
 	if got := h.rows(tbl); !slices.Equal(got, []string{"insert 1", "insert 2"}) {
 		t.Errorf("rows %q", got)

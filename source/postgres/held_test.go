@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/openetl/etl"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/postgres"
 )
@@ -57,7 +58,7 @@ func heldLines(t *testing.T, h *harness) []string {
 // timestamptz, past Arrow's microsecond range, infinity) cost only their
 // cells: the rows land, with nulls there, and the values are held under
 // _held/ with reason out_of_range, from the snapshot and from the change
-// stream.
+// stream; a schema.blocked event (change "held") names each column.
 func TestOutOfRangeCellsHeld(t *testing.T) {
 	d := dsn(t)
 	tbl, pub, slot := name("range"), name("pub"), name("slot")
@@ -68,12 +69,23 @@ func TestOutOfRangeCellsHeld(t *testing.T) {
 		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
 	dropSlotAtCleanup(t, d, slot)
 	h := newHarness(t, d, postgres.Config{Publication: pub, Slot: slot})
+	events := newEventLog()
+	h.onEvent = events.add
 	res, err := h.sync()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c := res.Streams[tbl]; c.Read != 2 || c.Written != 2 || c.Quarantined != 0 || c.Held != 4 {
 		t.Fatalf("snapshot sync counts %+v, want 2 read and written, 4 cells held", c)
+	}
+	blocked := map[string]bool{}
+	for _, e := range events.wait(t) {
+		if e.Kind == etl.EventSchemaBlocked && e.Change == "held" && e.Stream == tbl && strings.Contains(e.Detail, "out of range") {
+			blocked[e.Column] = true
+		}
+	}
+	if len(blocked) != 4 || !blocked["tm"] || !blocked["ts"] || !blocked["tstz"] || !blocked["d"] {
+		t.Errorf("schema.blocked events for %v, want tm, ts, tstz and d", blocked)
 	}
 	execSQL(t, d, fmt.Sprintf("INSERT INTO %s VALUES (3, '24:00:00', '-infinity', '2024-01-01 00:00:00+00', '2024-01-02', 'c')", tbl))
 	res, err = h.sync()
