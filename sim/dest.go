@@ -244,7 +244,7 @@ func (d *targetDest) keyed(stream string) ([]sinktest.FakeRow, error) {
 	for _, r := range rows {
 		fr := sinktest.FakeRow{Stream: stream, ID: r.ID, Op: r.Op, Seq: r.Seq}
 		if isTombstone(r) {
-			fr.Op = "delete"
+			fr.Op = sink.OpDelete
 		}
 		if v, ok := r.Values["id"]; ok && v != nil {
 			fr.Key = valueStr(v)
@@ -268,7 +268,7 @@ func (d *targetDest) contents(stream string, merged bool) (map[string]int, []sin
 		}
 		fr := sinktest.FakeRow{Stream: stream, ID: r.ID, Op: r.Op, Seq: r.Seq, Values: map[string]any{}}
 		for k, v := range r.Values {
-			if strings.HasPrefix(k, "_openetl_") {
+			if strings.HasPrefix(k, sink.ReservedPrefix) {
 				continue
 			}
 			fr.Values[k] = v
@@ -283,10 +283,10 @@ func (d *targetDest) contents(stream string, merged bool) (map[string]int, []sin
 
 // isTombstone reports whether r is a deleted key's row.
 func isTombstone(r sinktest.Row) bool {
-	if r.Op == "delete" {
+	if r.Op == sink.OpDelete {
 		return true
 	}
-	switch v := r.Values["_openetl_deleted"].(type) {
+	switch v := r.Values[sink.ColumnDeleted].(type) {
 	case bool:
 		return v
 	case string:

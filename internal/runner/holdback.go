@@ -49,7 +49,7 @@ func (r *runner) holdBack(ctx context.Context, m pumpMsg, table string, rec arro
 	if len(cs.drop) == 0 {
 		return rec, nil
 	}
-	id, seq, op := metaColumn(rec, "_openetl_id"), metaColumn(rec, "_openetl_seq"), metaColumn(rec, "_openetl_op")
+	id, seq, op := metaColumn(rec, sink.ColumnID), metaColumn(rec, sink.ColumnSeq), metaColumn(rec, sink.ColumnOp)
 	seqs, _ := seq.(*array.Int64)
 	k := sideKey{kindHeld, m.batch.Stream}
 	buf := side[k]

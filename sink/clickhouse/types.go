@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/openetl/etl/sink"
+
 	"github.com/apache/arrow-go/v18/arrow"
 )
 
@@ -61,12 +63,12 @@ func ServerFeatures(version string) Features {
 
 // Metadata columns: the engine's, and the ones this destination adds.
 const (
-	colID       = "_openetl_id"
-	colOp       = "_openetl_op"
-	colSeq      = "_openetl_seq"
-	colSyncedAt = "_openetl_synced_at"
+	colID       = sink.ColumnID
+	colOp       = sink.ColumnOp
+	colSeq      = sink.ColumnSeq
+	colSyncedAt = sink.ColumnSyncedAt
 	// colDeleted is 1 for a row deleted at the source (merge tables).
-	colDeleted = "_openetl_deleted"
+	colDeleted = sink.ColumnDeleted
 	// colBatch is the staged block a row came from: what makes an apply
 	// verifiable after a crash (see doc.go).
 	colBatch = "_openetl_batch"
@@ -174,8 +176,8 @@ func mapType(f Features, field arrow.Field, key bool) (colType, error) {
 // MySQL, utf8 holding the label). Such a field is mapped like a
 // dictionary: LowCardinality(String).
 const (
-	logicalTypeKey  = "openetl.logical_type"
-	logicalTypeEnum = "enum"
+	logicalTypeKey  = sink.LogicalTypeKey
+	logicalTypeEnum = sink.LogicalTypeEnum
 )
 
 // declaredEnum reports whether field's metadata marks it an enum.

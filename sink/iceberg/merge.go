@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/openetl/etl/sink"
+
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/compute"
@@ -15,9 +17,9 @@ import (
 
 // Metadata columns merge mode reads and writes.
 const (
-	colSeq     = "_openetl_seq"
-	colOp      = "_openetl_op"
-	colDeleted = "_openetl_deleted"
+	colSeq     = sink.ColumnSeq
+	colOp      = sink.ColumnOp
+	colDeleted = sink.ColumnDeleted
 )
 
 // winner is the latest version of one key in the epoch.
@@ -198,7 +200,7 @@ func withDeleted(ctx context.Context, r arrow.RecordBatch, hard bool) (arrow.Rec
 	defer b.Release()
 	b.Reserve(ops.Len())
 	for i := 0; i < ops.Len(); i++ {
-		del := ops.IsValid(i) && ops.Value(i) == "delete"
+		del := ops.IsValid(i) && ops.Value(i) == sink.OpDelete
 		if hard {
 			b.UnsafeAppend(!del)
 		} else {

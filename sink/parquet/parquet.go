@@ -181,8 +181,8 @@ func New(cfg Config) (*Destination, error) {
 	props := append(slices.Clip(base),
 		// Unique per row: a dictionary only costs hashing and is
 		// thrown away at the first page.
-		pq.WithDictionaryFor("_openetl_id", false),
-		pq.WithDictionaryFor("_openetl_seq", false))
+		pq.WithDictionaryFor(sink.ColumnID, false),
+		pq.WithDictionaryFor(sink.ColumnSeq, false))
 	if cfg.Dictionary == DictionaryNone {
 		props = append(props, pq.WithDictionaryDefault(false))
 	}

@@ -474,17 +474,17 @@ func (st *fakeDestState) rows(stream string, rec arrow.RecordBatch) ([]FakeRow, 
 		for i := range n {
 			v := cell(col, i)
 			switch f.Name {
-			case "_openetl_id":
+			case sink.ColumnID:
 				out[i].ID, _ = v.(string)
-			case "_openetl_op":
+			case sink.ColumnOp:
 				out[i].Op, _ = v.(string)
-			case "_openetl_seq":
+			case sink.ColumnSeq:
 				s, ok := v.(int64)
 				if !ok {
 					return nil, fmt.Errorf("sinktest: stream %q: _openetl_seq is %T, want int64", stream, v)
 				}
 				out[i].Seq = s
-			case "_openetl_synced_at", "_openetl_deleted":
+			case sink.ColumnSyncedAt, sink.ColumnDeleted:
 			default:
 				out[i].Values[f.Name] = v
 				if j, ok := keyCols[f.Name]; ok && v != nil {
@@ -580,7 +580,7 @@ func (d *FakeDestination) Rows(stream string) []FakeRow {
 	}
 	out := make([]FakeRow, 0, len(t.byKey))
 	for _, r := range t.byKey {
-		if r.Op != "delete" {
+		if r.Op != sink.OpDelete {
 			out = append(out, r)
 		}
 	}

@@ -100,10 +100,10 @@ func (s *suite) checkReleased() {
 // poisoned reports which field of r reads the poison, if any.
 func poisoned(r Row) (field, value string, ok bool) {
 	if strings.IndexByte(r.ID, poison) >= 0 {
-		return ColID, short(r.ID), true
+		return sink.ColumnID, short(r.ID), true
 	}
 	if fmt.Sprint(r.Seq) == poisonInt {
-		return ColSeq, poisonInt, true
+		return sink.ColumnSeq, poisonInt, true
 	}
 	for k, v := range r.Values {
 		var str string

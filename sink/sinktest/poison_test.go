@@ -64,7 +64,7 @@ func (w *holdWriter) Write(ctx context.Context, stream string, rec arrow.RecordB
 		}
 	case "keeps-views":
 		col := func(name string) arrow.Array { return rec.Column(rec.Schema().FieldIndices(name)[0]) }
-		ids, seqs := col(sinktest.ColID).(*array.String), col(sinktest.ColSeq).(*array.Int64).Int64Values()
+		ids, seqs := col(sink.ColumnID).(*array.String), col(sink.ColumnSeq).(*array.Int64).Int64Values()
 		vals := col("value").(*array.String)
 		rows := make([]stagedRow, rec.NumRows())
 		for i := range rows {

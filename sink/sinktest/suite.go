@@ -37,16 +37,6 @@ const (
 	CheckAhead         = "Ahead"
 )
 
-// The metadata columns of every batch the suite writes, as the engine
-// writes them (after the stream's own columns). A destination must keep
-// _openetl_id and _openetl_seq so that Options.Visible can report them.
-const (
-	ColID       = "_openetl_id"
-	ColOp       = "_openetl_op"
-	ColSeq      = "_openetl_seq"
-	ColSyncedAt = "_openetl_synced_at"
-)
-
 // Defaults of Options.
 const (
 	DefaultPipeline = "sinktest"
@@ -187,9 +177,9 @@ func RowsFromRecord(rec arrow.RecordBatch) ([]Row, error) {
 		}
 		return nil
 	}
-	ids, seqs, ops := col(ColID), col(ColSeq), col(ColOp)
+	ids, seqs, ops := col(sink.ColumnID), col(sink.ColumnSeq), col(sink.ColumnOp)
 	if ids == nil || seqs == nil {
-		return nil, fmt.Errorf("sinktest: rows without %s or %s: the destination must keep the metadata columns (schema %s)", ColID, ColSeq, sc)
+		return nil, fmt.Errorf("sinktest: rows without %s or %s: the destination must keep the metadata columns (schema %s)", sink.ColumnID, sink.ColumnSeq, sc)
 	}
 	// Strings are copied: a Row outlives the batch it came from.
 	str := func(a arrow.Array, i int) (string, bool) {
@@ -209,7 +199,7 @@ func RowsFromRecord(rec arrow.RecordBatch) ([]Row, error) {
 	for i := range rows {
 		id, ok := str(ids, i)
 		if !ok {
-			return nil, fmt.Errorf("sinktest: %s is %s, want a string column", ColID, ids.DataType())
+			return nil, fmt.Errorf("sinktest: %s is %s, want a string column", sink.ColumnID, ids.DataType())
 		}
 		var seq int64
 		switch a := seqs.(type) {
@@ -220,14 +210,14 @@ func RowsFromRecord(rec arrow.RecordBatch) ([]Row, error) {
 		case *array.Int32:
 			seq = int64(a.Value(i))
 		default:
-			return nil, fmt.Errorf("sinktest: %s is %s, want an integer column", ColSeq, seqs.DataType())
+			return nil, fmt.Errorf("sinktest: %s is %s, want an integer column", sink.ColumnSeq, seqs.DataType())
 		}
 		r := Row{ID: id, Seq: seq, Values: make(map[string]any, len(sc.Fields()))}
 		if ops != nil {
 			r.Op, _ = str(ops, i)
 		}
 		for j, f := range sc.Fields() {
-			if f.Name == ColID || f.Name == ColSeq || f.Name == ColOp {
+			if f.Name == sink.ColumnID || f.Name == sink.ColumnSeq || f.Name == sink.ColumnOp {
 				continue
 			}
 			v := rec.Column(j).GetOneForMarshal(i)
@@ -378,10 +368,10 @@ func schema(wide bool) *arrow.Schema {
 		fs = append(fs, arrow.Field{Name: "note", Type: arrow.BinaryTypes.String, Nullable: true})
 	}
 	fs = append(fs,
-		arrow.Field{Name: ColID, Type: arrow.BinaryTypes.String},
-		arrow.Field{Name: ColOp, Type: arrow.BinaryTypes.String},
-		arrow.Field{Name: ColSeq, Type: arrow.PrimitiveTypes.Int64},
-		arrow.Field{Name: ColSyncedAt, Type: &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}},
+		arrow.Field{Name: sink.ColumnID, Type: arrow.BinaryTypes.String},
+		arrow.Field{Name: sink.ColumnOp, Type: arrow.BinaryTypes.String},
+		arrow.Field{Name: sink.ColumnSeq, Type: arrow.PrimitiveTypes.Int64},
+		arrow.Field{Name: sink.ColumnSyncedAt, Type: &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}},
 	)
 	return arrow.NewSchema(fs, nil)
 }
@@ -426,7 +416,7 @@ func (s *suite) rowsIn(mem memory.Allocator, stream string, n int, wide bool) (a
 			b.Field(2).(*array.StringBuilder).Append(noteOf(k))
 		}
 		b.Field(meta).(*array.StringBuilder).Append(w.id)
-		b.Field(meta + 1).(*array.StringBuilder).Append("insert")
+		b.Field(meta + 1).(*array.StringBuilder).Append(sink.OpInsert)
 		b.Field(meta + 2).(*array.Int64Builder).Append(w.seq)
 		b.Field(meta + 3).(*array.TimestampBuilder).Append(arrow.Timestamp(syncedAt.UnixMicro()))
 	}
@@ -530,10 +520,10 @@ func (s *suite) compare(when, stream string, got []Row, want []wantRow) {
 			continue
 		}
 		if r.Seq != w.seq {
-			report("row %s: %s = %d, want %d", r.ID, ColSeq, r.Seq, w.seq)
+			report("row %s: %s = %d, want %d", r.ID, sink.ColumnSeq, r.Seq, w.seq)
 		}
-		if r.Op != "" && r.Op != "insert" {
-			report("row %s: %s = %q, want \"insert\"", r.ID, ColOp, r.Op)
+		if r.Op != "" && r.Op != sink.OpInsert {
+			report("row %s: %s = %q, want \"insert\"", r.ID, sink.ColumnOp, r.Op)
 		}
 		if r.Values != nil {
 			s.checkValues(r, w, report)
