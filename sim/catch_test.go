@@ -37,7 +37,9 @@ func caught50(t *testing.T, base uint64, broken sinktest.FakeBroken) (bool, uint
 func TestTargetCatchesWithin50Seeds(t *testing.T) {
 	for _, broken := range []sinktest.FakeBroken{sinktest.FakeDoubleApply, sinktest.FakeSkipFence} {
 		t.Run(broken.String(), func(t *testing.T) {
-			base := baseSeed(t) + 7_000_000
+			// Fixed seeds: the rate is a property of the fault plans, and
+			// CI must not fail on a commit's unlucky draw.
+			base := uint64(7_000_000)
 			missed := 0
 			for rep := range *flagCatchReps {
 				if ok, _ := caught50(t, base+uint64(rep)*50, broken); !ok {

@@ -251,9 +251,9 @@ func newWorkload(seed uint64, opts Options, decl *declared) *workload {
 		// thousands: 50 must find either bug nearly always.
 		rng3 := rand.New(rand.NewPCG(seed, 0x3c0ffee))
 		for i := range w.attempts {
-			if rng3.IntN(4) > 0 {
+			if rng3.IntN(8) > 0 {
 				w.attempts[i].faults = append(w.attempts[i].faults,
-					fault{at: pDstCommit, nth: 1 + rng3.IntN(3)/2, act: errAfter, times: 1, reason: "Commit lands, its response is lost"})
+					fault{at: pDstCommit, nth: 1 + rng3.IntN(4)/3, act: errAfter, times: 1, reason: "Commit lands, its response is lost"})
 			}
 			if i+1 < len(w.attempts) && rng3.IntN(3) == 0 {
 				w.attempts[i].faults = append(w.attempts[i].faults,

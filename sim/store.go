@@ -203,3 +203,18 @@ func epochOf(r *checkpoint.Record) uint64 {
 	}
 	return r.Epoch
 }
+
+// epochWrote reports whether the record of epoch by gen counts a written
+// row (true when it can't tell: the record is missing).
+func (s *sim) epochWrote(epoch uint64, gen checkpoint.Generation) bool {
+	rec, err := s.store.inner.Get(context.Background(), pipelineName, checkpoint.Ref{Epoch: epoch, Generation: gen})
+	if err != nil {
+		return true
+	}
+	for _, c := range rec.Counts {
+		if c.Written > 0 {
+			return true
+		}
+	}
+	return false
+}

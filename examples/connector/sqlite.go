@@ -285,9 +285,10 @@ func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *c
 	if err != nil {
 		return 0, err
 	}
-	if applied > epoch {
-		return 0, fmt.Errorf("sqlite: pipeline %q has epoch %d applied, past the checkpoint log's %d: "+
-			"restore the log, or start over with a new database", w.pipeline, applied, epoch)
+	// A database ahead of the log (the checkpoint store was lost or
+	// restored from an older copy) must not be written past.
+	if err := sink.CheckAhead(w.pipeline, "the SQLite database", applied, 0, gen, head); err != nil {
+		return 0, err
 	}
 	out := sink.Applied
 	if applied < epoch {
