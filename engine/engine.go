@@ -40,19 +40,35 @@
 //	                               object meeting an array or a scalar)
 //
 // A utf8 column keeps each value's text: strings as they are, other
-// values as their JSON text. Inside structs and lists the same tables
-// apply to each child; nesting deeper than 8 levels below the column is
-// JSON text, and so is every nested value of a stream with
-// StreamSpec.NestedAsText. No number is rounded: a float64 column meeting
-// a decimal becomes utf8 (exact text), and inside structs and lists a
-// number float64 can't hold is utf8 (decimals are inferred for top-level
-// fields only). New columns are nullable and
+// values as their JSON text, numbers exactly as the document writes them
+// (1e400 stays "1e400", at the top level and nested alike). Inside
+// structs and lists the same tables apply to each child; nesting deeper
+// than 8 levels below the column is JSON text, and so is every nested
+// value of a stream with StreamSpec.NestedAsText. No number is rounded: a
+// float64 column meeting a decimal becomes utf8 (exact text), and inside
+// structs and lists a number float64 can't hold is utf8 (decimals are
+// inferred for top-level fields only). The integer -0 is -0.0 in a
+// float64 column and 0 in a decimal one. New columns are nullable and
 // appended after the existing ones; a column absent from a batch is still
 // in its output, all null. Payloads over MaxDocumentBytes are quarantined
 // ReasonTooLarge, nesting over 64 levels ReasonTooDeep, and a document
-// with a duplicate field or a field named with the reserved prefix
-// "_openetl_" ReasonParse. A delete with an empty payload is taken, with
-// all source columns null.
+// with a duplicate field, a field named with the reserved prefix
+// "_openetl_" in any case (readers of Parquet and Iceberg may fold case)
+// or a field name holding a NUL byte (no Arrow field can be named so;
+// under NestedAsText a nested name is only text, and fine) ReasonParse. A
+// delete with an empty payload is taken, with all source columns null.
+//
+// An empty object has no struct type of its own (a struct needs a field,
+// and Parquet writes none without one): a part of a column's shape that
+// has only seen empty objects is left out of its Arrow type — a struct
+// field there is absent, a column with nothing else is held (see
+// Config.Unsupported) — until an object there has a field. So are parts
+// of a type the destination can't take (Config.Unsupported): a struct
+// field that was only ever null, for a destination without the null type,
+// is absent until it has a value. A row whose value has more than the
+// column's Arrow type can hold (an empty object, or a list, where the
+// type has nothing) keeps the column's whole value in Output.Held too, so
+// nothing is lost.
 //
 // # Declared rows
 //
@@ -67,8 +83,9 @@
 //	                        ReasonUnchanged until a later version fills it
 //	uvarint(len+2) ‖ bytes  the value in the source's text form
 //
-// Fewer or more entries than columns, or a malformed entry, is
-// ReasonParse; a delete with an empty payload is taken with all columns
+// A declared column name that is empty, holds a NUL byte or starts with
+// "_openetl_" in any case makes New fail with ErrInvalidInput. Fewer or
+// more entries than columns, or a malformed entry, is ReasonParse; a delete with an empty payload is taken with all columns
 // null. Each value is coerced to its column's exact type; a value that
 // does not parse as its type is ReasonTypeConflict, one that parses but
 // does not fit (overflow, more fractional digits than the scale, more than
@@ -223,9 +240,10 @@ type Config struct {
 	// Unsupported lists the Arrow type classes the destination can't
 	// take: int, uint, float32, float64, decimal, bool, utf8, binary,
 	// fixed_size_binary, date, time, duration, timestamp (no zone),
-	// timestamptz, interval, list, struct, null. Columns of these types
-	// are left out of Output.Record and their values returned in
-	// Output.Held. Default none.
+	// timestamptz, interval, list, struct, null. Columns of these types,
+	// or of lists of them, are left out of Output.Record and their values
+	// returned in Output.Held; inside a document's nested column only the
+	// part of that type is left out (see Documents). Default none.
 	Unsupported []string
 	// Naming is the destination's naming rules; nil passes names through
 	// unchanged. Names once given never change (they are in State), even
@@ -253,6 +271,13 @@ const (
 // Names are given in a deterministic order (columns in schema order,
 // tables in first-push order). Metadata columns keep their names; nested
 // struct fields are not renamed.
+//
+// Without rules (Config.Naming nil) tables keep their stream names and
+// columns their source names, except that a column name equal to an
+// earlier one but for case gets the suffix too (Name, name, NAME are
+// written Name, name_2, NAME_3: readers of Parquet and Iceberg fold
+// case), and an empty name is "_". These names are given once and kept
+// in State like any others.
 type NamingRules struct {
 	// MaxLength is the longest name in bytes (sink.Capabilities'
 	// MaxIdentifier); 0 for no limit, else at least 8.

@@ -155,7 +155,16 @@ impl ColumnBuilder {
                 k => return Err(mismatch("timestamp", k)),
             },
             Values::Float(v) => match cell.kind {
-                Kind::Int => v.push(cell.num as i64 as f64),
+                Kind::Int => {
+                    let i = cell.num as i64;
+                    // The integer -0 is the float -0.0, as a JSON parser
+                    // reading it as a float64 gives.
+                    if i == 0 && payload.get(cell.start as usize) == Some(&b'-') {
+                        v.push(-0.0)
+                    } else {
+                        v.push(i as f64)
+                    }
+                }
                 Kind::Float => v.push(f64::from_bits(cell.num)),
                 k => return Err(mismatch("float64", k)),
             },

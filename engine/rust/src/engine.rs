@@ -226,8 +226,24 @@ impl Engine {
         hold::release(st, column, values)
     }
 
+    /// Whether a column of type `dt` is held back: its type, or a type
+    /// inside it (a list's element, a struct's field), is one the
+    /// destination can't take.
     fn is_held(unsupported: &[String], dt: &arrow_schema::DataType) -> bool {
-        !unsupported.is_empty() && unsupported.iter().any(|u| u == hold::type_class(dt))
+        use arrow_schema::DataType;
+        if unsupported.is_empty() {
+            return false;
+        }
+        unsupported.iter().any(|u| u == hold::type_class(dt))
+            || match dt {
+                DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+                    Self::is_held(unsupported, f.data_type())
+                }
+                DataType::Struct(fs) => {
+                    fs.iter().any(|f| Self::is_held(unsupported, f.data_type()))
+                }
+                _ => false,
+            }
     }
 
     pub fn config(&self) -> &Config {
@@ -426,6 +442,9 @@ impl Engine {
                         });
                         if !fits {
                             let t = sc.tape.infer(payload_buf, root, 1);
+                            if let Some(k) = t.nul_name() {
+                                return Err(nul_name(k));
+                            }
                             let joined = match &col.tree {
                                 Some(old) => old.join(&t),
                                 None => t,
@@ -581,10 +600,31 @@ impl Engine {
                 }
             })
             .collect();
+        // Nested columns whose shape has parts the destination can't
+        // write: the part it can (None: nothing, the column is held).
+        let unsupported = &self.cfg.unsupported;
+        let pruned: Vec<Option<Option<JType>>> = schema
+            .columns
+            .iter()
+            .map(|c| match (&c.tree, c.ty) {
+                (Some(t), ColumnType::Nested) if t.needs_pruning(unsupported) => {
+                    Some(t.writable(unsupported))
+                }
+                _ => None,
+            })
+            .collect();
+        let partial: Vec<Option<&JType>> = pruned
+            .iter()
+            .map(|p| p.as_ref().and_then(Option::as_ref))
+            .collect();
         let held_cols: Vec<bool> = schema
             .columns
             .iter()
-            .map(|c| Self::is_held(&self.cfg.unsupported, &c.data_type()))
+            .zip(&pruned)
+            .map(|(c, p)| match p {
+                Some(w) => w.is_none(),
+                None => Self::is_held(unsupported, &c.data_type()),
+            })
             .collect();
         // Per column, where its cells go: a builder, the held values or
         // the nested slots (one test per cell in the loop below).
@@ -628,7 +668,20 @@ impl Engine {
                     continue;
                 }
                 if cell.kind == Kind::Nested {
-                    slots[col][row] = u32::try_from(cell.num).unwrap_or(tape::NONE);
+                    let node = u32::try_from(cell.num).unwrap_or(tape::NONE);
+                    slots[col][row] = node;
+                    // A value with more than the column's Arrow type
+                    // holds (an empty object where the type has no
+                    // struct) is also kept whole, so nothing is lost.
+                    if let Some(p) = partial[col]
+                        && node != tape::NONE
+                        && sc.tape.lost(payload_buf, p, node, 1)
+                    {
+                        let v = payload_buf
+                            .get(cell.start as usize..cell.end as usize)
+                            .ok_or_else(|| Error::internal("a cell outside its buffer"))?;
+                        held.push((sc.accepted[k], col, v.to_vec()));
+                    }
                 }
             }
             Ok(())
@@ -651,7 +704,11 @@ impl Engine {
         let mut fields: Vec<Field> = schema
             .columns
             .iter()
-            .map(|c| Field::new(c.name.as_str(), c.data_type(), true))
+            .zip(&partial)
+            .map(|(c, p)| {
+                let dt = p.map_or_else(|| c.data_type(), JType::data_type);
+                Field::new(c.name.as_str(), dt, true)
+            })
             .collect();
         let table = apply_names(
             &self.cfg.naming,
@@ -661,15 +718,23 @@ impl Engine {
             &mut fields,
         );
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(fields.len() + 4);
-        for ((b, c), slot) in builders.into_iter().zip(&schema.columns).zip(&slots) {
+        for (i, ((b, c), slot)) in builders
+            .into_iter()
+            .zip(&schema.columns)
+            .zip(&slots)
+            .enumerate()
+        {
             match (&c.tree, c.ty) {
+                // Left out below.
+                _ if held_cols[i] => cols.push(Arc::new(arrow_array::NullArray::new(n))),
                 (Some(t), ColumnType::Nested) => {
+                    let t = partial[i].unwrap_or(t);
                     cols.push(tape::build(t, &mut sc.tape, payload_buf, slot)?);
                 }
                 _ => cols.push(b.finish(n)?),
             }
         }
-        if held_cols.iter().any(|&h| h) {
+        if !held.is_empty() || held_cols.iter().any(|&h| h) {
             held.sort_by_key(|h| (h.0, h.1));
             self.held = held
                 .into_iter()
@@ -700,6 +765,16 @@ impl Engine {
             quarantined,
         })
     }
+}
+
+/// The rejection of a document with a field name holding a NUL byte: no
+/// Arrow field can have such a name (the C Data Interface carries names as
+/// C strings), so no destination takes it.
+#[cold]
+fn nul_name(key: &str) -> Reject {
+    Reject::parse(format!(
+        "field name {key:?} holds a NUL byte, which no destination takes"
+    ))
 }
 
 /// `a == b`, without a library call for short keys (most field names).
@@ -762,10 +837,13 @@ impl FieldSink for RowSink<'_> {
             _ => match self.schema.lookup(key) {
                 Some(c) => c,
                 None => {
-                    if key.starts_with(RESERVED_PREFIX) {
+                    if meta::is_reserved(key) {
                         return Err(Reject::parse(format!(
-                            "field {key:?} uses the prefix {RESERVED_PREFIX:?}, reserved for metadata columns"
+                            "field {key:?} uses the prefix {RESERVED_PREFIX:?} (in any case), reserved for metadata columns"
                         )));
+                    }
+                    if key.contains('\0') {
+                        return Err(nul_name(key));
                     }
                     match self.policy {
                         Policy::Evolve => {}

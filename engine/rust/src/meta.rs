@@ -33,6 +33,15 @@ pub const SYNCED_AT: &str = "_openetl_synced_at";
 /// The metadata columns' names.
 pub const NAMES: [&str; 4] = [ID, OP, SEQ, SYNCED_AT];
 
+/// Whether a source name starts with [`RESERVED_PREFIX`] in any case:
+/// readers of Parquet and Iceberg may fold case, and would take
+/// `_OPENETL_ID` for the metadata column.
+pub fn is_reserved(name: &str) -> bool {
+    name.as_bytes()
+        .get(..RESERVED_PREFIX.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(RESERVED_PREFIX.as_bytes()))
+}
+
 /// The name of an op code, or `None` for an unknown one.
 pub fn op_name(op: u8) -> Option<&'static str> {
     match op {

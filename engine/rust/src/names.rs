@@ -32,8 +32,10 @@ pub enum Case {
 }
 
 impl Rules {
-    /// Whether the rules change anything (no rules: names pass through
-    /// unmapped and nothing is saved).
+    /// Whether the rules change anything. Without rules, column names
+    /// pass through except that a name equal to an earlier one ignoring
+    /// case gets a suffix (readers of Parquet and Iceberg fold case), and
+    /// no table name is given.
     pub fn active(&self) -> bool {
         self.max_len > 0 || self.case != Case::Keep || self.simple || !self.reserved.is_empty()
     }

@@ -67,6 +67,72 @@ impl JType {
         }
     }
 
+    /// A field name in the shape that holds a NUL byte: no Arrow field
+    /// can be named so (the C Data Interface carries C strings).
+    pub fn nul_name(&self) -> Option<&str> {
+        match self {
+            JType::List(e) => e.nul_name(),
+            JType::Struct(f) => f.iter().find_map(|(k, t)| {
+                if k.contains('\0') {
+                    Some(k.as_str())
+                } else {
+                    t.nul_name()
+                }
+            }),
+            _ => None,
+        }
+    }
+
+    /// The class of this position's type, as [`crate::hold::type_class`]
+    /// names them.
+    fn class(&self) -> &'static str {
+        match self {
+            JType::Null => "null",
+            JType::Bool => "bool",
+            JType::Int64 => "int",
+            JType::Float64 => "float64",
+            JType::Utf8 => "utf8",
+            JType::List(_) => "list",
+            JType::Struct(_) => "struct",
+        }
+    }
+
+    /// Whether [`JType::writable`] would leave something out.
+    pub fn needs_pruning(&self, unsupported: &[String]) -> bool {
+        if unsupported.iter().any(|u| u == self.class()) {
+            return true;
+        }
+        match self {
+            JType::List(e) => e.needs_pruning(unsupported),
+            JType::Struct(f) => f.is_empty() || f.iter().any(|(_, t)| t.needs_pruning(unsupported)),
+            _ => false,
+        }
+    }
+
+    /// The part of this shape a destination can write, `None` when
+    /// nothing is left. Left out are positions of a class in
+    /// `unsupported` (the destination's, see [`crate::hold`]) and
+    /// positions that have only ever seen empty objects: a struct needs
+    /// a field (Parquet can't write one without). A struct field left
+    /// out is absent from the struct; a list whose element is left out,
+    /// and a struct whose fields all are, is left out itself.
+    pub fn writable(&self, unsupported: &[String]) -> Option<JType> {
+        if unsupported.iter().any(|u| u == self.class()) {
+            return None;
+        }
+        match self {
+            JType::List(e) => e.writable(unsupported).map(|e| JType::List(Box::new(e))),
+            JType::Struct(f) => {
+                let kept: Vec<(String, JType)> = f
+                    .iter()
+                    .filter_map(|(k, t)| t.writable(unsupported).map(|t| (k.clone(), t)))
+                    .collect();
+                (!kept.is_empty()).then_some(JType::Struct(kept))
+            }
+            t => Some(t.clone()),
+        }
+    }
+
     pub fn is_nested(&self) -> bool {
         matches!(self, JType::List(_) | JType::Struct(_))
     }

@@ -69,8 +69,10 @@ pub fn declared_from_json(types: Types, cols: &[Value], what: &str) -> Result<De
             .ok_or_else(|| format!("{what}: column {name:?} has no type"))?;
         let nullable = m.get("nullable").and_then(Value::as_bool).unwrap_or(true);
         let key = m.get("key").and_then(Value::as_bool).unwrap_or(false);
-        if name.is_empty() || name.starts_with(RESERVED_PREFIX) {
-            return Err(format!("{what}: column name {name:?} is empty or reserved"));
+        if name.is_empty() || crate::meta::is_reserved(name) || name.contains('\0') {
+            return Err(format!(
+                "{what}: column name {name:?} is empty, holds a NUL byte or uses the prefix {RESERVED_PREFIX:?} (in any case), reserved for metadata columns"
+            ));
         }
         if out.iter().any(|c: &DeclColumn| c.name == name) {
             return Err(format!("{what}: column {name:?} is declared twice"));

@@ -241,6 +241,30 @@ impl Tape {
         }
     }
 
+    /// Whether node `i` (at nesting level `depth`), a value of a column
+    /// whose shape [`JType::writable`] cut down to `t`, has a value other
+    /// than null where `t` left a position out: building `t` would lose
+    /// it.
+    pub fn lost(&self, src: &[u8], t: &JType, i: u32, depth: usize) -> bool {
+        let n = &self.nodes[i as usize];
+        if n.tag == Tag::Null || depth > MAX_NESTED_DEPTH {
+            return false;
+        }
+        match (t, n.tag) {
+            (JType::List(e), Tag::Arr) => self.elements(i).any(|c| self.lost(src, e, c, depth + 1)),
+            (JType::Struct(f), Tag::Obj) => self.members(i).any(|(k, v)| {
+                let key = self.bytes(src, &self.nodes[k as usize]);
+                match f.iter().find(|(name, _)| key_eq(name.as_bytes(), key)) {
+                    Some((_, ft)) => self.lost(src, ft, v, depth + 1),
+                    None => self.nodes[v as usize].tag != Tag::Null,
+                }
+            }),
+            // An empty object where the struct kept fields: nothing to lose.
+            // Any other pair: the value is of the position's type, or text.
+            _ => false,
+        }
+    }
+
     /// `JType::of` of node `i` at nesting level `depth`.
     pub fn infer(&self, src: &[u8], i: u32, depth: usize) -> JType {
         let n = &self.nodes[i as usize];
@@ -282,8 +306,9 @@ impl Tape {
         match n.tag {
             Tag::Null => out.extend_from_slice(b"null"),
             Tag::Bool => out.extend_from_slice(if n.num != 0 { b"true" } else { b"false" }),
-            Tag::Int => out.extend_from_slice(self.bytes(src, &n)),
-            Tag::Float | Tag::Num => number_text(self.bytes(src, &n), out),
+            // A number as the document has it, as a top-level utf8 column
+            // keeps it (`1e400`, not serde_json's `1e+400`).
+            Tag::Int | Tag::Float | Tag::Num => out.extend_from_slice(self.bytes(src, &n)),
             Tag::Str => escape(self.bytes(src, &n), out),
             Tag::Arr => {
                 out.push(b'[');
@@ -412,22 +437,6 @@ fn cmp_key(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
 #[inline]
 fn key_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
-}
-
-/// Writes a number's text as serde_json (`arbitrary_precision`) keeps it:
-/// the exponent marker is `e` and always followed by a sign.
-fn number_text(t: &[u8], out: &mut Vec<u8>) {
-    match t.iter().position(|&b| b == b'e' || b == b'E') {
-        None => out.extend_from_slice(t),
-        Some(p) => {
-            out.extend_from_slice(&t[..p]);
-            out.push(b'e');
-            if !matches!(t.get(p + 1), Some(b'+' | b'-')) {
-                out.push(b'+');
-            }
-            out.extend_from_slice(&t[p + 1..]);
-        }
-    }
 }
 
 /// Writes a string's content quoted and escaped as serde_json does.

@@ -652,3 +652,22 @@ fn enums_are_marked_in_field_metadata() {
     let out = push(&mut e, "t", &[(1, &bad)]);
     assert_eq!(out.quarantined[0].reason, Reason::TypeConflict);
 }
+
+#[test]
+fn lists_of_unsupported_types_are_held() {
+    // A list of a type the destination can't take (interval[] into
+    // Parquet) is held like the type itself, with its text.
+    let cfg = r#"{"unsupported":["interval"],"streams":[{"name":"t","format":"row","columns":[
+      {"name":"id","type":"int4"},{"name":"ivs","type":"_interval"}]}]}"#;
+    let mut e = engine(cfg);
+    let row = encode(&[Some(b"1"), Some(br#"{"1 day","2 mons"}"#)]);
+    let out = push(&mut e, "t", &[(1, &row)]);
+    let r = out.record.unwrap();
+    assert!(r.column_by_name("ivs").is_none(), "held column not written");
+    let held = e.held().to_vec();
+    assert_eq!(held.len(), 1);
+    assert_eq!(
+        (held[0].column.as_str(), held[0].value.as_slice()),
+        ("ivs", &br#"{"1 day","2 mons"}"#[..])
+    );
+}

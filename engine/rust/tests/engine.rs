@@ -731,7 +731,7 @@ mod c_surface {
         unsafe { openetl_bytes_free(p, n) };
         assert_eq!(
             String::from_utf8(state).unwrap(),
-            r#"{"streams":[{"columns":[{"name":"x","type":"int64"}],"name":"s"}],"version":1}"#
+            r#"{"streams":[{"columns":[{"name":"x","type":"int64"}],"name":"s","names":{"columns":[["x","x"]],"table":null}}],"version":1}"#
         );
         unsafe { openetl_engine_free(eng) };
 

@@ -62,8 +62,9 @@ fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
 pub const TABLE_METADATA_KEY: &str = "openetl.table";
 
 /// Renames `fields` (a stream's source columns) to their destination
-/// names, giving names as needed, and returns the stream's destination
-/// table name; `None` when no rules are in force and none were ever given.
+/// names, giving names as needed (without rules too: see
+/// [`names::Rules::active`]), and returns the stream's destination table
+/// name; `None` when no rules are in force and none was ever given.
 pub(super) fn apply_names(
     rules: &names::Rules,
     tables: &mut HashSet<String>,
@@ -71,6 +72,16 @@ pub(super) fn apply_names(
     stream: &str,
     fields: &mut [Field],
 ) -> Option<String> {
+    // Column names are unique ignoring case under any rules, none
+    // included: readers of Parquet and Iceberg fold case.
+    for f in fields.iter_mut() {
+        let d = stream_names
+            .column(rules, f.name(), &meta::NAMES)
+            .to_string();
+        if d != *f.name() {
+            *f = f.clone().with_name(d);
+        }
+    }
     if !rules.active() && stream_names.table.is_none() {
         return None;
     }
@@ -83,14 +94,6 @@ pub(super) fn apply_names(
             t
         }
     };
-    for f in fields.iter_mut() {
-        let d = stream_names
-            .column(rules, f.name(), &meta::NAMES)
-            .to_string();
-        if d != *f.name() {
-            *f = f.clone().with_name(d);
-        }
-    }
     Some(table)
 }
 
