@@ -56,6 +56,7 @@ test-go: tools
 	set -x; \
 	scripts/test-servers.sh; \
 	OPENETL_PYTHON=$$(scripts/test-tools.sh) $(GO) test -count=1 ./...; \
+	for f in FuzzSyncJSON FuzzSyncRows; do $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 5s .; done; \
 	$(GO) test -count=1 -race -skip '$(RACE_SKIP)' ./internal/... ./checkpoint/... ./sink/... ./source/...; \
 	CGO_ENABLED=0 $(GO) test -count=1 -run TestBuildWithoutCgo .
 
