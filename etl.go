@@ -81,6 +81,36 @@ func (b *Builder) SchemaPolicy(p engine.Policy, streams ...string) *Builder {
 	return b
 }
 
+// JSONOptions are how the documents of a JSON stream (source.FormatJSON)
+// are typed; the zero value is the default. Builder.JSON sets them.
+type JSONOptions struct {
+	// NestedAsText keeps nested objects and arrays as JSON text (utf8
+	// columns) instead of structs and lists. Default false.
+	NestedAsText bool
+	// Timestamps types strings that are RFC 3339 timestamps as
+	// timestamp[us, UTC] instead of utf8. Default false.
+	Timestamps bool
+}
+
+// JSON sets how the documents of the named JSON streams are typed (see
+// JSONOptions); default neither option. Options apply from the next attempt on, and
+// column types only ever widen: a column that is already utf8 stays so,
+// and one already a struct or list becomes JSON text. Declared
+// (FormatRow) streams are not affected. Build fails when no stream is
+// named.
+func (b *Builder) JSON(o JSONOptions, streams ...string) *Builder {
+	if len(streams) == 0 {
+		b.errs = append(b.errs, errors.New("JSON options: no stream names (name the streams they apply to)"))
+	}
+	if b.cfg.JSON == nil {
+		b.cfg.JSON = map[string]runner.JSONOptions{}
+	}
+	for _, s := range streams {
+		b.cfg.JSON[s] = runner.JSONOptions{NestedAsText: o.NestedAsText, Timestamps: o.Timestamps}
+	}
+	return b
+}
+
 // Mode sets the write mode of the named streams (default
 // delivery.Append). Merge needs a primary key and a destination that can
 // merge. Build fails when no stream is named.
@@ -200,6 +230,7 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 	cfg.Streams = append([]string(nil), cfg.Streams...)
 	cfg.Modes = maps.Clone(cfg.Modes)
 	cfg.Policies = maps.Clone(cfg.Policies)
+	cfg.JSON = maps.Clone(cfg.JSON)
 	errs := append([]error{cfg.Validate()}, b.errs...)
 	eng, engErr := engine.New(engine.Config{})
 	if engErr != nil {

@@ -251,7 +251,7 @@ func (r *runner) run(ctx context.Context) (res Result, err error) {
 		state = r.head.Engine
 	}
 	// Declared (FormatRow) streams need their columns in the engine, and
-	// streams with a schema policy their policy.
+	// streams with a schema policy or JSON options those.
 	var specs []engine.StreamSpec
 	for _, name := range streams {
 		st, ok := catalog.Stream(name)
@@ -261,8 +261,10 @@ func (r *runner) run(ctx context.Context) (res Result, err error) {
 			spec := engine.SpecOf(st)
 			spec.Policy = pol
 			specs = append(specs, spec)
-		case pol != "":
-			specs = append(specs, engine.StreamSpec{Name: st.Name, Format: st.Format, Policy: pol})
+		case pol != "" || cfg.JSON[name] != JSONOptions{}:
+			o := cfg.JSON[name]
+			specs = append(specs, engine.StreamSpec{Name: st.Name, Format: st.Format, Policy: pol,
+				NestedAsText: o.NestedAsText, Timestamps: o.Timestamps})
 		}
 	}
 	caps := cfg.Destination.Capabilities()

@@ -36,6 +36,13 @@ import (
 	"github.com/openetl/etl/source"
 )
 
+// JSONOptions are how the engine types the documents of a JSON stream
+// (etl.JSONOptions documents them); the zero value is the default.
+type JSONOptions struct {
+	NestedAsText bool
+	Timestamps   bool
+}
+
 // Config is everything an attempt needs. The zero values of the optional
 // fields select the documented defaults.
 type Config struct {
@@ -55,6 +62,9 @@ type Config struct {
 	// default engine.PolicyEvolve. A policy applies from the next attempt
 	// on, to the schema the stream has then.
 	Policies map[string]engine.Policy
+	// JSON sets how JSON streams' documents are typed, by stream name
+	// (see JSONOptions); default the zero JSONOptions.
+	JSON map[string]JSONOptions
 	// Lanes is the number of writer lanes; default 1.
 	Lanes int
 	// BatchRows and BatchBytes bound a raw batch handed to the engine;
