@@ -198,6 +198,23 @@
 // starts a new attempt at once, which reads on from the last checkpoint
 // with the new columns (a Sync or Run goes on without returning).
 //
+// ALTER TABLE ... ADD COLUMN with a default (or NOT NULL, whose implicit
+// default MySQL gives the existing rows, or generated, or
+// auto_increment) gives the rows that exist then a value without any row
+// event, so the destination's rows would keep null there. Each snapshot
+// split's state records the columns its rows were read with; when an
+// Open finds such a column added since (or a column gone and one new: a
+// rename, as far as the catalog can tell), it reads the table again,
+// with the binlog position of that Open as origin: at or after the
+// change, so its rows' seq is above every version the destination has
+// and below every row event after it, and applied by key in seq order
+// the destination equals the table again (an append destination gets the
+// table's rows once more). A schema.changed event (source.Reporter) names
+// the column and says so. A nullable column added without a default
+// reads null at both ends: nothing is read again. Tables without a key
+// (copied by the binlog split) are not compared, and states written
+// before this was recorded compare nothing.
+//
 // # Errors
 //
 // A resume state whose binlog file is gone (purged; or, on MySQL, whose

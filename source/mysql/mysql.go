@@ -507,6 +507,20 @@ type table struct {
 	// unsupported says why the table can't be read (a column's character
 	// set), when it can't.
 	unsupported error
+	// Per declared column: whether rows that existed when it was added
+	// may hold a value in it (a default, NOT NULL's implicit default,
+	// generated, auto_increment), and its default ("" without one).
+	filled   []bool
+	defaults []string
+}
+
+// colNames returns the table's column names, for a snapshot state.
+func (t *table) colNames() []string {
+	out := make([]string, len(t.stream.Columns))
+	for i, c := range t.stream.Columns {
+		out[i] = c.Name
+	}
+	return out
 }
 
 // Discover reports one FormatRow CDC stream per table, with the table's
@@ -546,7 +560,8 @@ func (s *Source) tables(ctx context.Context) ([]*table, position, error) {
        COALESCE((SELECT k.SEQ_IN_INDEX FROM information_schema.STATISTICS k
                  WHERE k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME
                    AND k.INDEX_NAME = 'PRIMARY' AND k.COLUMN_NAME = c.COLUMN_NAME), 0),
-       c.CHARACTER_SET_NAME
+       c.CHARACTER_SET_NAME,
+       COALESCE(c.COLUMN_DEFAULT, ''), c.EXTRA
 FROM information_schema.COLUMNS c
 JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
 WHERE c.TABLE_SCHEMA = ? AND t.TABLE_TYPE = 'BASE TABLE'
@@ -572,6 +587,15 @@ ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION`, s.cfg.Database)
 		}
 		t.byName[row[1]] = len(t.stream.Columns)
 		t.stream.Columns = append(t.stream.Columns, source.Column{Name: row[1], Type: colType, Nullable: row[4] == "YES"})
+		// MariaDB shows a nullable column without a default as the
+		// default NULL (a string default is quoted).
+		def := row[7]
+		if def == "NULL" {
+			def = ""
+		}
+		extra := strings.ToLower(row[8])
+		t.defaults = append(t.defaults, def)
+		t.filled = append(t.filled, def != "" || row[4] == "NO" || strings.Contains(extra, "generated") || strings.Contains(extra, "auto_increment"))
 		t.kinds = append(t.kinds, kindOf(dataType, colType))
 		dataTypes[t] = append(dataTypes[t], dataType)
 		t.sigs = append(t.sigs, declaredSig(colType))

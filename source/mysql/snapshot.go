@@ -172,6 +172,9 @@ type snapSplit struct {
 
 	r rowReader
 
+	// notice is what reconcile found, reported at the start of Read.
+	notice *source.Notice
+
 	// For SnapshotProgress, read from other goroutines.
 	copying   atomic.Bool
 	copied    atomic.Int64
@@ -202,6 +205,12 @@ func (sp *snapSplit) Read(ctx context.Context, e source.Emitter, bounded bool) e
 func (sp *snapSplit) read(ctx context.Context, e source.Emitter) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if sp.notice != nil {
+		if r, ok := e.(source.Reporter); ok {
+			r.Report(*sp.notice)
+		}
+		sp.notice = nil
 	}
 	if sp.st.done {
 		return e.ResumePoint(sp.st.encode())

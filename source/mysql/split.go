@@ -155,11 +155,54 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	out := []source.Split{sp}
 	for _, ss := range snaps {
 		if !has[ss] {
-			ss.st = snapState{flavor: flavor, origin: start.at, done: legacy}
+			ss.st = snapState{flavor: flavor, origin: start.at, done: legacy, cols: ss.t.colNames()}
+		} else {
+			ss.reconcile(before)
 		}
 		out = append(out, ss)
 	}
 	return out, nil
+}
+
+// reconcile compares the columns the split's rows were read with to the
+// table's now (read at binlog position now). A column added since with a
+// default, NOT NULL (an implicit default), generated or auto_increment
+// has values the rows existing then never carried to the destination,
+// since no row event reports them; so has a column renamed since (which
+// the catalog can't tell from one dropped and one added: a column gone
+// and one new count as a rename). The table is then read again, with
+// origin now: at or after the change, so its rows' seq is above every
+// version the destination has, and below every row event after it. The
+// split reports a schema.changed notice, and the state takes the new
+// columns.
+func (ss *snapSplit) reconcile(now position) {
+	t := ss.t
+	cols := t.colNames()
+	if ss.st.cols == nil {
+		ss.st.cols = cols
+		return
+	}
+	gone := slices.ContainsFunc(ss.st.cols, func(c string) bool { _, ok := t.byName[c]; return !ok })
+	var n *source.Notice
+	for i, c := range cols {
+		if slices.Contains(ss.st.cols, c) || !t.filled[i] && !gone {
+			continue
+		}
+		n = &source.Notice{Kind: source.NoticeSchemaChanged, Stream: t.stream.Name, Column: c, Change: "added"}
+		what := "the value it gets"
+		if t.defaults[i] != "" {
+			what = "its default " + t.defaults[i]
+		}
+		n.Detail = fmt.Sprintf("column %q was added with %s (or renamed) after the table's rows were read: "+
+			"the table is read again (a new snapshot), so that rows not changed since reach the destination with it", c, what)
+		break
+	}
+	if n == nil {
+		ss.st.cols = cols
+		return
+	}
+	ss.notice = n
+	ss.st = snapState{flavor: ss.st.flavor, origin: now, cols: cols}
 }
 
 // checkPurged returns a *PurgedError when the state's binlog file is no

@@ -185,7 +185,9 @@ func checkPosition(flavor, file string, pos uint32, gtid string) (position, erro
 // the package doc), and where the binlog split starts when it has no
 // state of its own yet. After holds the last emitted row's key values
 // (their text; bytes for binary columns); Done says the table is read;
-// Rows counts the rows emitted up to the state, over all attempts.
+// Rows counts the rows emitted up to the state, over all attempts. Cols
+// are the columns the rows were read with (none in states written before
+// they were recorded: nothing is compared then).
 type snapStateJSON struct {
 	V      int      `json:"v"`
 	Flavor string   `json:"flavor"`
@@ -195,6 +197,7 @@ type snapStateJSON struct {
 	After  [][]byte `json:"after,omitempty"`
 	Done   bool     `json:"done,omitempty"`
 	Rows   int64    `json:"rows,omitempty"`
+	Cols   []string `json:"cols,omitempty"`
 }
 
 const snapStateVersion = 1
@@ -205,11 +208,12 @@ type snapState struct {
 	after  [][]byte
 	done   bool
 	rows   int64
+	cols   []string
 }
 
 func (st *snapState) encode() []byte {
 	b, _ := json.Marshal(snapStateJSON{V: snapStateVersion, Flavor: st.flavor, File: st.origin.file, Pos: st.origin.pos,
-		GTID: st.origin.gtid, After: st.after, Done: st.done, Rows: st.rows})
+		GTID: st.origin.gtid, After: st.after, Done: st.done, Rows: st.rows, Cols: st.cols})
 	return b
 }
 
@@ -225,7 +229,7 @@ func decodeSnapState(b []byte) (snapState, error) {
 	if err != nil {
 		return snapState{}, err
 	}
-	return snapState{flavor: j.Flavor, origin: at, after: j.After, done: j.Done, rows: j.Rows}, nil
+	return snapState{flavor: j.Flavor, origin: at, after: j.After, done: j.Done, rows: j.Rows, cols: j.Cols}, nil
 }
 
 // gtidSet is a flavor's GTID position, advanced one transaction at a

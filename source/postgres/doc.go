@@ -119,6 +119,24 @@
 //     new attempt snapshots it beside the stream. Changes streamed from before a
 //     change the catalog already shows are read under the catalog's
 //     columns (a column added later is null in them).
+//   - Columns added with a default: ALTER TABLE ... ADD COLUMN ...
+//     DEFAULT x gives the rows that exist then the value x without any
+//     change in the WAL, so the destination's rows would keep null there.
+//     Each snapshot split's state records the columns its rows were read
+//     with; when an Open finds a column added since with a default (or an
+//     identity, or generated), or one renamed since, it reads the table
+//     again: a new snapshot whose rows carry the WAL insert position of
+//     that Open as seq, above every version the destination has, and
+//     below every change after it (a change committed after that position
+//     but written before it is raised above it, as for the slot's
+//     snapshot). Applied by key in seq order the destination equals the
+//     table again; an append destination gets the table's rows once more.
+//     A schema.changed event (source.Reporter) names the column and
+//     says so. A column added without a default reads null at both ends:
+//     nothing is read again. A table without a key is not read again
+//     (its rows can't be merged): the event says its rows were not
+//     backfilled. States written before this was recorded compare
+//     nothing.
 //   - Truncates stop the stream with a *TruncateError, unless
 //     Config.Truncates is TruncateIgnore.
 //   - A transaction in progress when the slot was created can have

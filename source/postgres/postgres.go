@@ -376,6 +376,15 @@ type table struct {
 	identity byte
 	// toastable says a column can hold TOASTed (out-of-line) values.
 	toastable bool
+	// Per column: its attribute number, whether rows that existed when it
+	// was added may hold a value in it (a default, an identity or a
+	// generated column), and its default expression ("" without one).
+	attnums  []int
+	filled   []bool
+	defaults []string
+	// snapSeq is the seq of the table's snapshot rows (the slot's
+	// snapshot, or a later re-snapshot's; see snapSplit.reconcile).
+	snapSeq pglogrepl.LSN
 }
 
 func (t *table) ident() string {
@@ -466,7 +475,9 @@ SELECT n.nspname, c.relname, a.attname,
        COALESCE((SELECT array_position(i.indkey::int2[], a.attnum) - array_lower(i.indkey::int2[], 1) + 1
                  FROM pg_index i WHERE i.indrelid = c.oid
                  AND CASE WHEN c.relreplident = 'i' THEN i.indisreplident ELSE i.indisprimary END), 0),
-       a.atttypid, a.atttypmod, c.relreplident, a.attlen = -1 AND a.attstorage <> 'p'
+       a.atttypid, a.atttypmod, c.relreplident, a.attlen = -1 AND a.attstorage <> 'p',
+       a.attnum, a.atthasmissing OR a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '',
+       COALESCE((SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d WHERE d.adrelid = c.oid AND d.adnum = a.attnum), '')
 FROM pg_publication_tables pt
 JOIN pg_namespace n ON n.nspname = pt.schemaname
 JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
@@ -494,6 +505,13 @@ ORDER BY n.nspname, c.relname, a.attnum`)
 			return nil, fmt.Errorf("postgres: type of %s.%s.%s: %w", schema, name, r[2], err)
 		}
 		t.toastable = t.toastable || string(r[9]) == "t"
+		num, err := strconv.Atoi(string(r[10]))
+		if err != nil {
+			return nil, fmt.Errorf("postgres: number of %s.%s.%s: %w", schema, name, r[2], err)
+		}
+		t.attnums = append(t.attnums, num)
+		t.filled = append(t.filled, string(r[11]) == "t")
+		t.defaults = append(t.defaults, string(r[12]))
 		t.oids = append(t.oids, uint32(oid))
 		t.typmods = append(t.typmods, int32(mod))
 		if pos := string(r[5]); pos != "0" {
@@ -658,6 +676,16 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 		}
 	}
 	sp.start = *start
+	var now pglogrepl.LSN // the WAL insert position, read when a table must be read again
+	for _, ss := range snaps {
+		if ss.st.V == 0 {
+			ss.st = snapState{V: snapStateVersion, Seq: uint64(start.snapshot)}
+			ss.st.Cols, ss.st.Attnum = ss.t.shape()
+		} else if err := ss.reconcile(ctx, &now); err != nil {
+			return nil, err
+		}
+		ss.t.snapSeq = pglogrepl.LSN(ss.st.rowSeq())
+	}
 	for _, t := range sp.tables {
 		switch {
 		case t.identity == 'n' || t.identity != 'f' && len(t.key) == 0:
@@ -670,9 +698,6 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	}
 	out := []source.Split{sp}
 	for _, ss := range snaps {
-		if ss.st.V == 0 {
-			ss.st = snapState{V: snapStateVersion, Seq: uint64(start.snapshot)}
-		}
 		out = append(out, ss)
 	}
 	return out, nil

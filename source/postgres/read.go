@@ -167,6 +167,10 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 		}
 	}()
 	var txnStart, txnCommit pglogrepl.LSN
+	byName := make(map[string]*table, len(sp.tables))
+	for _, t := range sp.tables {
+		byName[t.stream.Name] = t
+	}
 	resume := func(at pglogrepl.LSN) error {
 		emitted, pending = at, false
 		sp.readTo.Store(uint64(at))
@@ -384,7 +388,12 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					}
 				case *pglogrepl.StreamCommitMessageV2:
 					if b := streamed[m.Xid]; b != nil {
-						n, err := b.replay(e)
+						n, err := b.replay(e, func(stream string, seq int64) int64 {
+							if t := byName[stream]; t != nil {
+								return seqFor(t, seq, m.CommitLSN, false)
+							}
+							return seq
+						})
 						b.close()
 						delete(streamed, m.Xid)
 						if err != nil {
@@ -445,6 +454,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					}
 					if r.table != nil {
 						touched = touched || !inStream
+						seq := seqFor(r.table, seq, txnCommit, inStream)
 						if err := out.Record(r.table.stream.Name, source.OpInsert, seq, sp.tupleKey(r, m.Tuple, nil), sp.row(r, m.Tuple, nil)); err != nil {
 							return err
 						}
@@ -457,6 +467,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					if r.table != nil {
 						touched = touched || !inStream
 						t := r.table
+						seq := seqFor(t, seq, txnCommit, inStream)
 						// The old row comes when the replica identity's
 						// columns changed (or hold a TOASTed value): its
 						// key columns ('K'), or the whole old row under
@@ -487,6 +498,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					}
 					if r.table != nil {
 						touched = touched || !inStream
+						seq := seqFor(r.table, seq, txnCommit, inStream)
 						// Under REPLICA IDENTITY DEFAULT the old tuple holds the
 						// key columns and nulls: the delete row carries the key.
 						key := append([]byte(nil), sp.tupleKey(r, m.OldTuple, nil)...)
@@ -517,6 +529,20 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 			}
 		}
 	}
+}
+
+// seqFor is the seq of a change of t at seq (its position, kept above the
+// slot's snapshot) in a transaction that commits at commit. A change
+// written before t's snapshot position but committed after it (in a
+// transaction in progress when a re-snapshot of t began) is not in that
+// snapshot: it gets a seq just above the snapshot rows'. Inside a
+// streamed transaction the commit is not known yet: its changes are
+// raised when it commits (txnBuffer.replay).
+func seqFor(t *table, seq int64, commit pglogrepl.LSN, inStream bool) int64 {
+	if !inStream && commit > t.snapSeq && seq <= int64(t.snapSeq) {
+		return int64(t.snapSeq) + 1
+	}
+	return seq
 }
 
 // heartbeat writes a non-transactional logical message into the WAL.

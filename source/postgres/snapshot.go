@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,17 +23,31 @@ const snapshotIDPrefix = "snapshot:"
 
 // snapState is a snapshot split's resume state (JSON). Seq is the slot's
 // snapshot LSN, the seq of every row the split emits, whatever snapshot
-// it reads them under (see the package doc). After holds the text form
-// of the last emitted row's primary key (keyed tables); Page the first
-// heap page not read yet (tables without a key). Done says the table is
-// read.
+// it reads them under (see the package doc), unless Again is set: the
+// WAL position of a re-snapshot (see reconcile), its rows' seq. After holds the text form of the last emitted row's primary key
+// (keyed tables); Page the first heap page not read yet (tables without a
+// key). Done says the table is read. Cols are the columns the rows were
+// read with, and Attnum the highest attribute number among them: a
+// column added or renamed since is one the destination's rows lack
+// (states written before Cols existed have none: nothing is compared).
 type snapState struct {
-	V     int      `json:"v"`
-	Seq   uint64   `json:"seq"`
-	After []string `json:"after,omitempty"`
-	Page  uint64   `json:"page,omitempty"`
-	Done  bool     `json:"done,omitempty"`
-	Rows  int64    `json:"rows,omitempty"` // rows emitted up to this state
+	V      int      `json:"v"`
+	Seq    uint64   `json:"seq"`
+	After  []string `json:"after,omitempty"`
+	Page   uint64   `json:"page,omitempty"`
+	Done   bool     `json:"done,omitempty"`
+	Rows   int64    `json:"rows,omitempty"` // rows emitted up to this state
+	Cols   []string `json:"cols,omitempty"`
+	Attnum int      `json:"attnum,omitempty"`
+	Again  uint64   `json:"again,omitempty"`
+}
+
+// rowSeq is the seq of the split's rows.
+func (st snapState) rowSeq() uint64 {
+	if st.Again != 0 {
+		return st.Again
+	}
+	return st.Seq
 }
 
 const snapStateVersion = 1
@@ -112,6 +127,9 @@ type snapSplit struct {
 	buf, key []byte
 	last     [][]byte // the last row's key values
 
+	// notice is what reconcile found, reported at the start of Read.
+	notice *source.Notice
+
 	// For SnapshotProgress, read from other goroutines.
 	copying   atomic.Bool
 	copied    atomic.Int64
@@ -139,6 +157,12 @@ func (sp *snapSplit) Read(ctx context.Context, e source.Emitter, bounded bool) e
 }
 
 func (sp *snapSplit) read(ctx context.Context, e source.Emitter) (err error) {
+	if sp.notice != nil {
+		if r, ok := e.(source.Reporter); ok {
+			r.Report(*sp.notice)
+		}
+		sp.notice = nil
+	}
 	released := false
 	release := func() {
 		if sp.exp != nil && !released {
@@ -201,6 +225,94 @@ func (sp *snapSplit) read(ctx context.Context, e source.Emitter) (err error) {
 	return err
 }
 
+// shape returns the table's column names and highest attribute number,
+// for a snapshot state.
+func (t *table) shape() ([]string, int) {
+	cols := make([]string, len(t.stream.Columns))
+	most := 0
+	for i, c := range t.stream.Columns {
+		cols[i] = c.Name
+		most = max(most, t.attnums[i])
+	}
+	return cols, most
+}
+
+// reconcile compares the columns the split's rows were read with to the
+// table's now. A column added since, with a default (or an identity, or
+// generated) that the rows existing then read, or a column renamed since,
+// has values those rows never carried to the destination, since no
+// change reports them. A keyed table is then read again: a new snapshot
+// whose seq is the WAL insert position now (*now, read once per Open),
+// above every version the destination has and below every change the
+// stream emits after it (changes committed after it that were written
+// before it are raised above it: see split.seq), so the latest version
+// of each key is the table's row again. A table without a key can't be
+// merged, so it is not read again: the notice says its rows were not
+// backfilled. Either way the split reports a schema.changed notice, and
+// the state takes the new columns.
+func (sp *snapSplit) reconcile(ctx context.Context, now *pglogrepl.LSN) error {
+	t := sp.t
+	cols, most := t.shape()
+	if sp.st.Cols == nil {
+		sp.st.Cols, sp.st.Attnum = cols, most
+		return nil
+	}
+	var col, change, detail string
+	for i, c := range t.stream.Columns {
+		switch {
+		case slices.Contains(sp.st.Cols, c.Name):
+			continue
+		case t.attnums[i] <= sp.st.Attnum:
+			change = "renamed"
+		case t.filled[i]:
+			change = "added"
+		default:
+			continue // added without a default: the rows read null, as the destination has them
+		}
+		col = c.Name
+		what := "the value it gets"
+		if d := t.defaults[i]; d != "" {
+			what = "its default " + d
+		}
+		if change == "renamed" {
+			detail = fmt.Sprintf("column %q was renamed after the table's rows were read", c.Name)
+		} else {
+			detail = fmt.Sprintf("column %q was added with %s after the table's rows were read", c.Name, what)
+		}
+		break
+	}
+	if sp.st.Cols, sp.st.Attnum = cols, most; col == "" {
+		return nil
+	}
+	n := &source.Notice{Kind: source.NoticeSchemaChanged, Stream: t.stream.Name, Column: col, Change: change}
+	if len(t.key) == 0 {
+		n.Detail = detail + ": rows not changed since were not backfilled (the destination has null there); " +
+			"a table without a key is not read again, since it can't be merged"
+		sp.notice = n
+		return nil
+	}
+	if *now == 0 {
+		s := sp.src
+		s.mu.Lock()
+		c, err := s.queryConn(ctx)
+		var rows [][][]byte
+		if err == nil {
+			rows, err = queryText(ctx, c, `SELECT pg_current_wal_insert_lsn()`)
+		}
+		s.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("postgres: current WAL position: %w", err)
+		}
+		if *now, err = pglogrepl.ParseLSN(string(rows[0][0])); err != nil {
+			return err
+		}
+	}
+	n.Detail = detail + ": the table is read again (a new snapshot), so that rows not changed since reach the destination with it"
+	sp.notice = n
+	sp.st = snapState{V: snapStateVersion, Seq: sp.st.Seq, Cols: cols, Attnum: most, Again: uint64(*now)}
+	return nil
+}
+
 func (sp *snapSplit) encode() []byte {
 	b, _ := json.Marshal(sp.st)
 	return b
@@ -233,7 +345,7 @@ func (sp *snapSplit) readKeyed(ctx context.Context, c *pgconn.PgConn, e source.E
 	next := sp.selectList() + " WHERE (" + strings.Join(keys, ", ") + ") > (" + strings.Join(params, ", ") + ")" + tail
 	sp.last = make([][]byte, len(t.key))
 	args := make([][]byte, len(t.key))
-	seq := int64(sp.st.Seq)
+	seq := int64(sp.st.rowSeq())
 	for {
 		var rr *pgconn.ResultReader
 		if sp.st.After == nil {
@@ -285,7 +397,7 @@ FROM pg_class c WHERE c.oid = `+quoteLiteral(t.ident())+`::regclass`)
 	if tuples > 0 && relpages > 0 {
 		step = max(1, uint64(sp.chunk)*relpages/tuples)
 	}
-	seq := int64(sp.st.Seq)
+	seq := int64(sp.st.rowSeq())
 	for sp.st.Page < pages {
 		end := sp.st.Page + step
 		sql := fmt.Sprintf("%s WHERE ctid >= '(%d,0)'::tid AND ctid < '(%d,0)'::tid", sp.selectList(), sp.st.Page, end)

@@ -75,8 +75,9 @@ func (b *txnBuffer) spill() error {
 }
 
 // replay emits the buffered changes, in order, skipping those of aborted
-// subtransactions, and returns how many it emitted.
-func (b *txnBuffer) replay(e source.Emitter) (int, error) {
+// subtransactions, with the seq seq returns for each (given its stream
+// and buffered seq), and returns how many it emitted.
+func (b *txnBuffer) replay(e source.Emitter, seq func(stream string, seq int64) int64) (int, error) {
 	n := 0
 	emit := func(r io.Reader) error {
 		br := bufio.NewReaderSize(r, 1<<20)
@@ -106,8 +107,9 @@ func (b *txnBuffer) replay(e source.Emitter) (int, error) {
 			if b.aborted[binary.LittleEndian.Uint32(hdr[0:4])] {
 				continue
 			}
-			seq := int64(binary.LittleEndian.Uint64(hdr[5:13]))
-			if err := e.Record(string(parts[0]), source.Op(hdr[4]), seq, parts[1], parts[2]); err != nil {
+			stream := string(parts[0])
+			s := seq(stream, int64(binary.LittleEndian.Uint64(hdr[5:13])))
+			if err := e.Record(stream, source.Op(hdr[4]), s, parts[1], parts[2]); err != nil {
 				return err
 			}
 			n++
