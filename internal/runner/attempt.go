@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -379,60 +378,6 @@ func validStreamName(n string) bool {
 	return true
 }
 
-// recover raises the destination's fence and makes sure HEAD's epoch is
-// applied, rewinding the log past epochs the destination lost. A
-// destination ahead of the log fails it with a *sink.AheadError.
-func (r *runner) recover(ctx context.Context, log *slog.Logger) error {
-	for {
-		out, err := r.writers[0].Recover(ctx, r.gen, r.head)
-		if err != nil {
-			if errors.Is(err, sink.ErrFenced) {
-				err = r.fenceAhead(ctx, err)
-			}
-			return fmt.Errorf("destination: recover: %w", err)
-		}
-		if r.head == nil && out != sink.Applied {
-			// Nothing was committed, so there is nothing to apply or lose.
-			return fmt.Errorf("destination: recover reported %v for a pipeline with no checkpoint: only applied makes sense", out)
-		}
-		switch out {
-		case sink.Applied:
-			if r.head == nil {
-				return nil
-			}
-			return r.publishFiles(ctx, r.head, nil)
-		case sink.Recoverable:
-			log.Info("applying the last committed epoch", "epoch", r.head.Epoch)
-			r.mon.emit(Event{Kind: EventEpochRecovered, Generation: r.gen, Epoch: r.head.Epoch, Outcome: out})
-			if err := r.commitDest(ctx, r.head.Epoch, r.head.Committables, log); err != nil {
-				return err
-			}
-			return r.publishFiles(ctx, r.head, nil)
-		case sink.Lost:
-			// The zero Ref rewinds to before the first record: the
-			// pipeline starts over.
-			var to checkpoint.Ref
-			if r.head.Prev != nil {
-				to = *r.head.Prev
-			}
-			log.Warn("rewinding past a lost epoch", "epoch", r.head.Epoch, "to", to.Epoch)
-			r.mon.emit(Event{Kind: EventEpochRecovered, Generation: r.gen, Epoch: r.head.Epoch, Outcome: out})
-			if err := r.cfg.Store.Rewind(ctx, r.cfg.Name, r.gen, to); err != nil {
-				return fmt.Errorf("checkpoints: rewind past lost epoch %d: %w", r.head.Epoch, err)
-			}
-			if r.head.Prev == nil {
-				r.head = nil
-				continue
-			}
-			if r.head, err = r.cfg.Store.Get(ctx, r.cfg.Name, to); err != nil {
-				return fmt.Errorf("checkpoints: read record after rewind: %w", err)
-			}
-		default:
-			return fmt.Errorf("destination: recover returned unknown outcome %v", out)
-		}
-	}
-}
-
 // fenceAhead decides what Recover's fenced error means. A fence above
 // this attempt's generation was raised by a newer attempt, which claimed
 // the pipeline in the log before raising it — unless the log never
@@ -446,53 +391,6 @@ func (r *runner) fenceAhead(ctx context.Context, fenced error) error {
 	}
 	return &sink.AheadError{Pipeline: r.cfg.Name, Where: "the generation fence", HeadEpoch: headEpoch(r.head),
 		Claimed: r.gen, Detail: fenced.Error()}
-}
-
-// commitDest calls Commit on lane 0 with retries and backoff, in a span
-// of its own.
-func (r *runner) commitDest(ctx context.Context, epoch uint64, cs [][]byte, log *slog.Logger) (err error) {
-	ctx, span := r.mon.tracer.Start(ctx, "openetl.commit", trace.WithAttributes(
-		AttrEpoch.Int64(int64(epoch)), AttrGeneration.Int64(int64(r.gen)), AttrDestination.String(r.mon.dest)))
-	defer func() { endSpan(span, err) }()
-	committables := make([]sink.Committable, len(cs))
-	for i, c := range cs {
-		committables[i] = c
-	}
-	backoff := r.cfg.CommitBackoff
-	for try := 0; ; try++ {
-		err = r.writers[0].Commit(ctx, epoch, committables)
-		if err == nil || errors.Is(err, sink.ErrFenced) || try >= r.cfg.CommitRetries {
-			break
-		}
-		log.Warn("destination commit failed; retrying", "epoch", epoch, "try", try+1, "err", err)
-		span.AddEvent("retry", trace.WithAttributes(attribute.Int("try", try+1)))
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-		backoff *= 2
-	}
-	if err != nil {
-		return fmt.Errorf("destination: commit epoch %d: %w", epoch, err)
-	}
-	return nil
-}
-
-// finishDest calls lane 0's Finish, when the writer has one, after the
-// Final epoch's Commit.
-func (r *runner) finishDest(ctx context.Context, epoch uint64) (err error) {
-	f, ok := r.writers[0].(sink.Finisher)
-	if !ok {
-		return nil
-	}
-	ctx, span := r.mon.tracer.Start(ctx, "openetl.finish", trace.WithAttributes(
-		AttrEpoch.Int64(int64(epoch)), AttrGeneration.Int64(int64(r.gen)), AttrDestination.String(r.mon.dest)))
-	defer func() { endSpan(span, err) }()
-	if err := f.Finish(ctx, epoch); err != nil {
-		return fmt.Errorf("destination: finish epoch %d: %w", epoch, err)
-	}
-	return nil
 }
 
 func (r *runner) closeWriters(log *slog.Logger) {
