@@ -110,17 +110,23 @@ func TestNullPositionsHeldForDestinationsWithoutNull(t *testing.T) {
 }
 
 // TestNULInFieldNames: a field name holding a NUL byte, at the top level
-// or in a nested object, can't name an Arrow field: the document is
-// quarantined as a parse error, and the batch's other documents land.
-// Under NestedAsText nested names are only text, and fine.
+// or in a nested object, can't name an Arrow field, and an empty nested
+// one can't name an Iceberg field: the document is quarantined as a
+// parse error, and the batch's other documents land. Under NestedAsText
+// nested names are only text, and fine.
 func TestNULInFieldNames(t *testing.T) {
 	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{{Name: "text", NestedAsText: true}}})
-	out := push(t, e, docs("s", `{"id":1,"a\u0000b":1}`, `{"id":2,"o":{"x\u0000":1}}`, `{"id":3,"o":[{"\u0000":1}]}`, `{"id":4}`))
-	if len(out.Quarantined) != 3 {
-		t.Fatalf("quarantined %+v, want rows 0-2", out.Quarantined)
+	out := push(t, e, docs("s", `{"id":1,"a\u0000b":1}`, `{"id":2,"o":{"x\u0000":1}}`, `{"id":3,"o":[{"\u0000":1}]}`,
+		`{"id":4,"o":{"":1}}`, `{"id":5}`))
+	if len(out.Quarantined) != 4 {
+		t.Fatalf("quarantined %+v, want rows 0-3", out.Quarantined)
 	}
 	for i, q := range out.Quarantined {
-		if q.Row != i || q.Reason != engine.ReasonParse || !strings.Contains(q.Detail, "NUL") {
+		want := "NUL"
+		if i == 3 {
+			want = "empty"
+		}
+		if q.Row != i || q.Reason != engine.ReasonParse || !strings.Contains(q.Detail, want) {
 			t.Errorf("quarantined %+v", q)
 		}
 	}

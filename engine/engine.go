@@ -53,9 +53,11 @@
 // in its output, all null. Payloads over MaxDocumentBytes are quarantined
 // ReasonTooLarge, nesting over 64 levels ReasonTooDeep, and a document
 // with a duplicate field, a field named with the reserved prefix
-// "_openetl_" in any case (readers of Parquet and Iceberg may fold case)
-// or a field name holding a NUL byte (no Arrow field can be named so;
-// under NestedAsText a nested name is only text, and fine) ReasonParse. A
+// "_openetl_" in any case (readers of Parquet and Iceberg may fold case),
+// a field name holding a NUL byte (no Arrow field can be named so) or an
+// empty nested field name (Iceberg has none, and nested fields are not
+// renamed; under NestedAsText nested names are only text, and fine)
+// ReasonParse. A
 // delete with an empty payload is taken, with all source columns null.
 //
 // An empty object has no struct type of its own (a struct needs a field,

@@ -442,8 +442,14 @@ impl Engine {
                         });
                         if !fits {
                             let t = sc.tape.infer(payload_buf, root, 1);
-                            if let Some(k) = t.nul_name() {
-                                return Err(nul_name(k));
+                            if let Some(k) = t.bad_name() {
+                                return Err(if k.is_empty() {
+                                    Reject::parse(
+                                        "a nested field name is empty, which no destination takes",
+                                    )
+                                } else {
+                                    nul_name(k)
+                                });
                             }
                             let joined = match &col.tree {
                                 Some(old) => old.join(&t),

@@ -67,16 +67,18 @@ impl JType {
         }
     }
 
-    /// A field name in the shape that holds a NUL byte: no Arrow field
-    /// can be named so (the C Data Interface carries C strings).
-    pub fn nul_name(&self) -> Option<&str> {
+    /// A field name in the shape that no destination takes: one holding
+    /// a NUL byte (the C Data Interface carries names as C strings) or
+    /// an empty one (Iceberg requires a name; nested fields are not
+    /// renamed).
+    pub fn bad_name(&self) -> Option<&str> {
         match self {
-            JType::List(e) => e.nul_name(),
+            JType::List(e) => e.bad_name(),
             JType::Struct(f) => f.iter().find_map(|(k, t)| {
-                if k.contains('\0') {
+                if k.is_empty() || k.contains('\0') {
                     Some(k.as_str())
                 } else {
-                    t.nul_name()
+                    t.bad_name()
                 }
             }),
             _ => None,
