@@ -131,8 +131,10 @@ pub fn batch(held: &[Held]) -> Result<Option<RecordBatch>, Error> {
 }
 
 /// Turns held values of one column (by its destination name) of `stream`
-/// back into an array of the column's current type, in order; a value the
-/// type can't take is an error.
+/// back into an array of the column's current type, in order (for a
+/// nested column, without the parts that have only seen empty objects,
+/// see [`nested::JType::writable`]); a value the type can't take is an
+/// error, and so is a column that has no type yet.
 pub fn release(st: &StreamSchema, column: &str, values: &[&[u8]]) -> Result<ArrayRef, Error> {
     let src = st
         .names
@@ -177,7 +179,9 @@ pub fn release(st: &StreamSchema, column: &str, values: &[&[u8]]) -> Result<Arra
         .ok_or_else(|| Error::invalid_input(format!("no column {column:?}")))?;
     // Documents: rebuild each value as JSON and type it like nested values.
     let t = match (col.ty, &col.tree) {
-        (ColumnType::Nested, Some(t)) => t.clone(),
+        (ColumnType::Nested, Some(t)) => t
+            .writable(&[])
+            .ok_or_else(|| Error::invalid_input(format!("column {column:?} has no type yet")))?,
         (ColumnType::Bool, _) => nested::JType::Bool,
         (ColumnType::Int64, _) => nested::JType::Int64,
         (ColumnType::Float64, _) => nested::JType::Float64,

@@ -671,3 +671,20 @@ fn lists_of_unsupported_types_are_held() {
         ("ivs", &br#"{"1 day","2 mons"}"#[..])
     );
 }
+
+#[test]
+fn empty_objects_are_released_as_written() {
+    // A column that has only seen empty objects has no type yet: its
+    // values are held, and released once it has one, at the type the
+    // destination gets (here without the only-empty field p).
+    let mut e = engine("{}");
+    let out = push(&mut e, "j", &[(1, br#"{"o":{}}"#)]);
+    assert!(out.record.unwrap().column_by_name("o").is_none());
+    assert_eq!(e.held().len(), 1);
+    assert!(e.release("j", "o", &[b"{}"]).is_err());
+    push(&mut e, "j", &[(1, br#"{"o":{"a":1,"p":{}}}"#)]);
+    let a = e.release("j", "o", &[b"{}", br#"{"a":2}"#]).unwrap();
+    let s = a.as_struct();
+    assert_eq!(s.num_columns(), 1, "{:?}", s.data_type());
+    assert_eq!(s.column(0).as_primitive::<Int64Type>().value(1), 2);
+}
