@@ -162,6 +162,13 @@ func TestCaseCollisions(t *testing.T) {
 	out = push(t, e, docs("s", `{"name":4,"Name_2":5}`))
 	equal(t, "stable", colNames(out.Record)[:4], []string{"Name", "name_2", "NAME_3", "Name_2_2"})
 
+	// Nested fields are not renamed: an object whose names clash but for
+	// case is JSON text, whichever document brings the clash.
+	out = push(t, e, docs("n", `{"o":{"A":1,"b":2}}`, `{"o":{"a":3}}`, `{"p":{"X":1,"x":2}}`))
+	equal(t, "o", column(t, out.Record, "o").DataType(), arrow.BinaryTypes.String)
+	equal(t, "o values", cells(t, out.Record, "o"), []string{`{"A":1,"b":2}`, `{"a":3}`, "<nil>"})
+	equal(t, "p", column(t, out.Record, "p").DataType(), arrow.BinaryTypes.String)
+
 	e = newEngine(t, engine.Config{Streams: []engine.StreamSpec{rowSpec("r", "", "Name", "text", "name", "int4")}})
 	out = push(t, e, batch("r", rec{op: 1, seq: 1, payload: string(row("a", "1"))}))
 	equal(t, "declared columns", colNames(out.Record)[:2], []string{"Name", "name_2"})

@@ -39,6 +39,11 @@
 //	                               timestamp meeting a plain string, an
 //	                               object meeting an array or a scalar)
 //
+// An object with two field names equal but for case is JSON text where
+// it is nested (readers of Parquet and Iceberg fold case, and nested
+// fields are not renamed); at the top level such fields are columns with
+// distinct names (see NamingRules).
+//
 // A utf8 column keeps each value's text: strings as they are, other
 // values as their JSON text, numbers exactly as the document writes them
 // (1e400 stays "1e400", at the top level and nested alike). Inside

@@ -59,11 +59,22 @@ impl JType {
                 a.iter()
                     .fold(JType::Null, |t, e| t.join(&JType::of(e, depth + 1))),
             )),
-            Value::Object(m) => JType::Struct(
+            Value::Object(m) => JType::struct_of(
                 m.iter()
                     .map(|(k, v)| (k.clone(), JType::of(v, depth + 1)))
                     .collect(),
             ),
+        }
+    }
+
+    /// The struct of fields `f` (sorted, unique), or utf8 when two names
+    /// are equal but for case: readers of Parquet and Iceberg fold case,
+    /// and nested fields are not renamed, so the object is JSON text.
+    pub(crate) fn struct_of(f: Vec<(String, JType)>) -> JType {
+        if f.len() > 1 && case_clash(&f) {
+            JType::Utf8
+        } else {
+            JType::Struct(f)
         }
     }
 
@@ -156,7 +167,7 @@ impl JType {
                     }
                 }
                 out.sort_by(|x, y| x.0.cmp(&y.0));
-                Struct(out)
+                JType::struct_of(out)
             }
             _ => Utf8,
         }
@@ -218,6 +229,13 @@ impl JType {
             _ => return None,
         })
     }
+}
+
+/// Whether two of the (distinct) names of `f` are equal but for case.
+fn case_clash(f: &[(String, JType)]) -> bool {
+    let mut names: Vec<String> = f.iter().map(|(k, _)| k.to_lowercase()).collect();
+    names.sort_unstable();
+    names.windows(2).any(|w| w[0] == w[1])
 }
 
 /// Whether a number's text is not exactly a float64 (more than 15

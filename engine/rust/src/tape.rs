@@ -294,7 +294,7 @@ impl Tape {
                         _ => out.push(p),
                     }
                 }
-                JType::Struct(out)
+                JType::struct_of(out)
             }
         }
     }
