@@ -125,3 +125,65 @@ func TestSyncChecksTheCatalogAgain(t *testing.T) {
 		t.Fatalf("the failed sync claimed the pipeline: generation %d, %v", gen, err)
 	}
 }
+
+// specDest is sink/parquet that can merge and checks each stream's spec
+// the way a user's destination would, keeping what it was asked.
+type specDest struct {
+	*parquet.Destination
+	got []sink.StreamSpec
+}
+
+func (*specDest) Capabilities() sink.Capabilities {
+	return sink.Capabilities{Merge: true, IdentifierCase: "upper"}
+}
+
+func (d *specDest) CheckStream(spec sink.StreamSpec) error {
+	d.got = append(d.got, spec)
+	if spec.Mode == sink.Merge && spec.Table == "CUSTOMERS" {
+		return errors.New("this destination can't merge CUSTOMERS")
+	}
+	return nil
+}
+
+// TestBuildHandsTheDestinationEachStreamsSpec: a destination that
+// implements sink.SpecChecker is asked about every selected stream, with
+// the pipeline's mode and the stream's key under its naming rules, and
+// its refusal fails Build naming the stream.
+func TestBuildHandsTheDestinationEachStreamsSpec(t *testing.T) {
+	src, dst := parts(t, source.ReplayExact)
+	d := &specDest{Destination: dst}
+	_, err := etl.NewPipeline("g").From(src).To(d).Checkpoints(checkpoint.NewMem()).
+		Mode(delivery.Merge, "orders").Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]sink.StreamSpec{
+		"orders":    {Stream: "orders", Table: "ORDERS", Mode: sink.Merge, Key: []string{"ID"}},
+		"customers": {Stream: "customers", Table: "CUSTOMERS", Mode: sink.Append, Key: []string{"ID"}},
+	}
+	if len(d.got) != len(want) {
+		t.Fatalf("CheckStream got %+v; want %+v", d.got, want)
+	}
+	for _, g := range d.got {
+		w := want[g.Stream]
+		if g.Table != w.Table || g.Mode != w.Mode || strings.Join(g.Key, ",") != strings.Join(w.Key, ",") {
+			t.Errorf("CheckStream got %+v; want %+v", g, w)
+		}
+	}
+	_, err = etl.NewPipeline("g").From(src).To(&specDest{Destination: dst}).Checkpoints(checkpoint.NewMem()).
+		Mode(delivery.Merge, "customers").Build()
+	if err == nil || !strings.Contains(err.Error(), `stream "customers": this destination can't merge CUSTOMERS`) {
+		t.Fatalf("Build: %v; want the destination's refusal, naming the stream", err)
+	}
+}
+
+// TestBuildRefusesOverwriteIntoParquet: Parquet only appends, so a stream
+// set to overwrite fails Build instead of being appended to.
+func TestBuildRefusesOverwriteIntoParquet(t *testing.T) {
+	src, dst := parts(t, source.ReplayExact)
+	_, err := etl.NewPipeline("g").From(src).To(dst).Checkpoints(checkpoint.NewMem()).
+		Mode(delivery.Overwrite, "orders").Build()
+	if err == nil || !strings.Contains(err.Error(), `stream "orders": parquet: can't replace`) {
+		t.Fatalf("Build: %v; want overwrite refused for orders", err)
+	}
+}

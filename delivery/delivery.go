@@ -57,31 +57,16 @@ func (l Level) String() string {
 	return fmt.Sprintf("level(%d)", uint8(l))
 }
 
-// Mode is how a stream's rows are written.
-type Mode uint8
+// Mode is how a stream's rows are written: sink.Mode, the mode the
+// destination's writers are told (sink.StreamSpec).
+type Mode = sink.Mode
 
+// The write modes (see sink.Mode).
 const (
-	// Append adds every version of every record as a row (the default).
-	Append Mode = iota
-	// Merge upserts by primary key: the latest version of each key wins,
-	// and deletes remove (or soft-delete) the row.
-	Merge
-	// Overwrite replaces the table's contents with each full refresh.
-	Overwrite
+	Append    = sink.Append
+	Merge     = sink.Merge
+	Overwrite = sink.Overwrite
 )
-
-// String returns "append", "merge" or "overwrite".
-func (m Mode) String() string {
-	switch m {
-	case Append:
-		return "append"
-	case Merge:
-		return "merge"
-	case Overwrite:
-		return "overwrite"
-	}
-	return fmt.Sprintf("mode(%d)", uint8(m))
-}
 
 // Stream is what decides one stream's guarantee.
 type Stream struct {

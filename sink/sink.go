@@ -7,6 +7,10 @@
 // Write, asks it at each checkpoint barrier to make the epoch's data durable
 // with PreCommit, records the returned Committables in the checkpoint log,
 // and only then asks lane 0's Writer to make the epoch visible with Commit.
+//
+// The pipeline owns each stream's write mode (Mode) and primary key; a
+// destination whose configuration must agree with them implements
+// SpecChecker, which Build asks about each stream's StreamSpec.
 package sink
 
 import (

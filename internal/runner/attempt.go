@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -351,7 +352,70 @@ func Guarantees(cfg Config, catalog source.Catalog, streams []string) ([]deliver
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if sc, ok := cfg.Destination.(sink.SpecChecker); ok {
+		caps := cfg.Destination.Capabilities()
+		for _, name := range streams {
+			if err := sc.CheckStream(specOf(catalog, name, cfg.Modes[name], caps)); err != nil {
+				errs = append(errs, fmt.Errorf("destination: stream %q: %w", name, err))
+			}
+		}
+	}
 	return gs, errors.Join(errs...)
+}
+
+// specOf returns stream name's spec, with its table and key columns
+// named under the destination's naming rules.
+func specOf(catalog source.Catalog, name string, mode delivery.Mode, caps sink.Capabilities) sink.StreamSpec {
+	st, _ := catalog.Stream(name)
+	spec := sink.StreamSpec{Stream: name, Table: baseName(caps, name), Mode: mode}
+	for _, k := range st.PrimaryKey {
+		spec.Key = append(spec.Key, baseName(caps, k))
+	}
+	return spec
+}
+
+// baseName is the name the engine gives name under the destination's
+// naming rules before any collision suffix (engine/rust/src/names.rs,
+// Rules::base).
+func baseName(c sink.Capabilities, name string) string {
+	if namingRules(c) == nil {
+		return name
+	}
+	s := name
+	switch c.IdentifierCase {
+	case "lower":
+		s = strings.ToLower(s)
+	case "upper":
+		s = strings.ToUpper(s)
+	}
+	if c.SimpleIdentifiers {
+		s = strings.Map(func(r rune) rune {
+			if r < 0x80 && (r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+				return r
+			}
+			return '_'
+		}, s)
+		if s == "" || s[0] >= '0' && s[0] <= '9' {
+			s = "_" + s
+		}
+	}
+	if s == "" {
+		s = "_"
+	}
+	for _, r := range c.ReservedWords {
+		if strings.EqualFold(r, s) {
+			s += "_"
+			break
+		}
+	}
+	if c.MaxIdentifier > 0 && len(s) > c.MaxIdentifier {
+		cut := c.MaxIdentifier
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s
 }
 
 // namingRules turns a destination's naming capabilities into the engine's

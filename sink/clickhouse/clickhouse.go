@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -179,6 +180,27 @@ func New(ctx context.Context, cfg Config) (*Destination, error) {
 	}
 	d.log.Info("clickhouse: connected", "version", version, "database", d.db, "dedup_tokens", d.features.DedupToken)
 	return d, nil
+}
+
+var _ sink.SpecChecker = (*Destination)(nil)
+
+// CheckStream fails for overwrite mode, which the destination doesn't
+// have; and when Config.Tables makes spec's table a merge table
+// (Table.Key) and the pipeline doesn't merge the stream, or the other
+// way round, or when the table's Key is not the stream's primary key.
+func (d *Destination) CheckStream(spec sink.StreamSpec) error {
+	t := d.tables[spec.Table]
+	switch merge := len(t.Key) > 0; {
+	case spec.Mode == sink.Overwrite:
+		return errors.New("clickhouse: can't replace a table's contents (overwrite mode): write it in append or merge mode")
+	case merge && spec.Mode != sink.Merge:
+		return fmt.Errorf("clickhouse: Config.Tables[%q].Key makes it a merge table, but the pipeline writes it in %v mode: set both the same", spec.Table, spec.Mode)
+	case !merge && spec.Mode == sink.Merge:
+		return fmt.Errorf("clickhouse: the pipeline merges it, but Config.Tables[%q] has no Key: set it to the stream's primary key %q", spec.Table, spec.Key)
+	case merge && !slices.Equal(slices.Sorted(slices.Values(t.Key)), slices.Sorted(slices.Values(spec.Key))):
+		return fmt.Errorf("clickhouse: Config.Tables[%q].Key is %q, but the stream's primary key is %q", spec.Table, t.Key, spec.Key)
+	}
+	return nil
 }
 
 // Features returns what the server can do, as detected by New.

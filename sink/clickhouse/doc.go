@@ -156,7 +156,11 @@
 //
 //   - The runner tells a writer neither a stream's write mode nor its
 //     primary key: merge tables are configured here (Config.Tables), by
-//     destination table name, and must agree with the pipeline's Mode.
+//     destination table name, and must agree with the pipeline's Mode
+//     (etl.Builder.Mode): Build fails, naming the stream, when a merge
+//     table's stream is not merged by its primary key, or a merged
+//     stream's table has no Key (Destination.CheckStream). There is no
+//     overwrite mode: Build refuses it.
 //   - A Write is never split: a block holds whole batches, so it can pass
 //     Config.BlockRows by one batch.
 //   - Arrays of enums and MySQL SET columns are plain strings, not

@@ -68,7 +68,11 @@
 //
 // # Merge
 //
-// A Merge table (Config.Tables) is upserted by its key: PreCommit keeps,
+// A Merge table (Config.Tables) is upserted by its key, which must be
+// the stream's primary key; the pipeline must merge the stream
+// (etl.Builder.Mode), and a table configured for Append or Overwrite
+// must have that mode there too: Build fails, naming the stream, when
+// the two disagree (Destination.CheckStream). A Merge table is upserted: PreCommit keeps,
 // of each key's rows in the epoch, the one with the highest _openetl_seq,
 // writes those as data files and writes an equality-delete file with
 // every key of the epoch; Commit adds both in one row-delta snapshot. The

@@ -48,7 +48,9 @@ func (m Mode) String() string {
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
 
-// TableConfig configures one table (one stream).
+// TableConfig configures one table (one stream). Its Mode and Key must
+// agree with the pipeline's write mode and the stream's primary key
+// (see Destination.CheckStream).
 type TableConfig struct {
 	// Mode is the write mode. Default Append.
 	Mode Mode
@@ -223,6 +225,22 @@ func New(cfg Config) (*Destination, error) {
 		log:         cfg.Logger,
 		applied:     make(map[string]uint64),
 	}, nil
+}
+
+var _ sink.SpecChecker = (*Destination)(nil)
+
+// CheckStream fails when Config.Tables configures spec's table for
+// another write mode than the pipeline's, or a merge table with another
+// key than the stream's primary key.
+func (d *Destination) CheckStream(spec sink.StreamSpec) error {
+	tc := d.tables[spec.Table]
+	if uint8(tc.Mode) != uint8(spec.Mode) {
+		return fmt.Errorf("iceberg: the pipeline writes it in %v mode, but Config.Tables[%q].Mode is %v: set both the same", spec.Mode, spec.Table, tc.Mode)
+	}
+	if tc.Mode == Merge && !slices.Equal(slices.Sorted(slices.Values(tc.Key)), slices.Sorted(slices.Values(spec.Key))) {
+		return fmt.Errorf("iceberg: Config.Tables[%q].Key is %q, but the stream's primary key is %q", spec.Table, tc.Key, spec.Key)
+	}
+	return nil
 }
 
 // Class returns sink.StageAndApply.

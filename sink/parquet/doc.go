@@ -74,8 +74,8 @@
 // # Limits
 //
 //   - Every stream is appended to: there is no merge by key (Build
-//     rejects delivery.Merge) and no overwrite (a stream set to
-//     delivery.Overwrite is appended to, not replaced).
+//     rejects delivery.Merge) and no overwrite (Build rejects
+//     delivery.Overwrite too).
 //   - A manifest lists every file ever committed to its stream, and old
 //     manifest versions are kept; staged files of crashed attempts are not
 //     removed yet.

@@ -202,6 +202,17 @@ func New(cfg Config) (*Destination, error) {
 // Class returns sink.StageAndApply.
 func (d *Destination) Class() sink.Class { return sink.StageAndApply }
 
+var _ sink.SpecChecker = (*Destination)(nil)
+
+// CheckStream fails for overwrite mode: every stream is appended to
+// (merge is refused through Capabilities).
+func (d *Destination) CheckStream(spec sink.StreamSpec) error {
+	if spec.Mode == sink.Overwrite {
+		return errors.New("parquet: can't replace a stream's files (overwrite mode): every stream is appended to")
+	}
+	return nil
+}
+
 // Capabilities: files are appended, never merged, and identifiers have
 // no length limit. Intervals (Arrow month_day_nano_interval, from a
 // Postgres interval column) and durations (from a MySQL TIME column) are
