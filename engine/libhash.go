@@ -5,4 +5,4 @@ package engine
 // libSourceHash is the source hash of the engine library in lib/ (see
 // build.sh). It is here so that a rebuilt library changes this package's
 // Go sources: Go's build cache does not notice the library file itself.
-const libSourceHash = "d5d88ac1b05b9a6cfbb94ed742f20dae047ca171906bd43d0982fed03734c8b3"
+const libSourceHash = "f8230844ba0be7308fa700e1d31f8498a8732c0b200c82022c24cde7f5c79a34"
