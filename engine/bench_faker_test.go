@@ -21,7 +21,7 @@ func BenchmarkPushFaker(b *testing.B) {
 			var buf []byte
 			for i := range int64(4096) {
 				op, seq, key, payload := src.Generate(stream, i, buf)
-				rb.Append(op, seq, key, payload)
+				rb.Append(uint8(op), seq, key, payload)
 				buf = key[:0]
 			}
 			for _, nested := range []bool{false, true} {

@@ -41,7 +41,7 @@ func benchBatch(docs [][]byte) (*engine.RawBatch, int) {
 	b := &engine.RawBatch{Stream: "orders"}
 	n := 0
 	for i, d := range docs {
-		b.Append(source.OpInsert, int64(i), fmt.Appendf(nil, "%d", 1_000_000+i), d)
+		b.Append(uint8(source.OpInsert), int64(i), fmt.Appendf(nil, "%d", 1_000_000+i), d)
 		n += len(d)
 	}
 	return b, n

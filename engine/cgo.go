@@ -24,8 +24,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/cdata"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-
-	"github.com/openetl/etl/source"
 )
 
 // abiVersion is the engine library ABI this file is written against. The
@@ -159,16 +157,12 @@ func New(cfg Config) (Engine, error) {
 	specs := make([]spec, 0, len(cfg.Streams))
 	for _, s := range cfg.Streams {
 		sp := spec{Name: s.Name, Format: "json", Types: s.Types, Policy: s.Policy, Nested: s.NestedAsText, Times: s.Timestamps, Keyed: s.Keyed}
-		switch s.Format {
-		case source.FormatJSON:
-		case source.FormatRow:
+		if s.Declared {
 			sp.Format = "row"
 			sp.Columns = make([]col, 0, len(s.Columns))
 			for _, c := range s.Columns {
 				sp.Columns = append(sp.Columns, col{c.Name, c.Type, c.Nullable, slices.Contains(s.Key, c.Name)})
 			}
-		default:
-			return nil, fmt.Errorf("%w: stream %q has unknown format %d", ErrInvalidInput, s.Name, s.Format)
 		}
 		specs = append(specs, sp)
 	}
@@ -192,7 +186,8 @@ func New(cfg Config) (Engine, error) {
 		Streams  []spec   `json:"streams"`
 		Naming   *naming  `json:"naming,omitempty"`
 		Unsupp   []string `json:"unsupported,omitempty"`
-	}{lanes, maxDoc, state, specs, nm, cfg.Unsupported})
+		Tables   []string `json:"tables,omitempty"`
+	}{lanes, maxDoc, state, specs, nm, cfg.Unsupported, cfg.Tables})
 	if err != nil {
 		return nil, fmt.Errorf("%w: encoding the engine config: %v", ErrInvalidInput, err)
 	}

@@ -1,6 +1,8 @@
 package engine_test
 
 import (
+	"go/build"
+	"strings"
 	"testing"
 
 	"github.com/openetl/etl/engine"
@@ -20,4 +22,24 @@ func TestOutputMatchesTheSinkContract(t *testing.T) {
 	equal(t, "metadata columns", names[len(names)-4:],
 		[]string{sink.ColumnID, sink.ColumnOp, sink.ColumnSeq, sink.ColumnSyncedAt})
 	equal(t, "op", cells(t, out.Record, sink.ColumnOp), []string{sink.OpInsert})
+}
+
+// The engine is a leaf of this module: the contracts depend on nothing
+// it defines, and it on no contract (a source.Column converts to an
+// engine.Column, a source.Op is a RawBatch op's value), with cgo or
+// without.
+func TestImportsNoPackageOfTheModule(t *testing.T) {
+	for _, cgo := range []bool{true, false} {
+		ctx := build.Default
+		ctx.CgoEnabled = cgo
+		pkg, err := ctx.ImportDir(".", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range pkg.Imports {
+			if strings.HasPrefix(imp, "github.com/openetl/etl/") || imp == "github.com/openetl/etl" {
+				t.Errorf("cgo=%v: package engine imports %s", cgo, imp)
+			}
+		}
+	}
 }

@@ -14,9 +14,9 @@ import (
 )
 
 func rowSpec(name, types string, cols ...string) engine.StreamSpec {
-	s := engine.StreamSpec{Name: name, Format: source.FormatRow, Types: types}
+	s := engine.StreamSpec{Name: name, Declared: true, Types: types}
 	for i := 0; i+1 < len(cols); i += 2 {
-		s.Columns = append(s.Columns, source.Column{Name: cols[i], Type: cols[i+1], Nullable: true})
+		s.Columns = append(s.Columns, engine.Column{Name: cols[i], Type: cols[i+1], Nullable: true})
 	}
 	return s
 }
@@ -58,14 +58,14 @@ func TestDeclaredPostgresRows(t *testing.T) {
 	spec.Keyed, spec.Key = true, []string{"id"}
 	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
 	b := &engine.RawBatch{Stream: "t"}
-	b.Append(source.OpInsert, 1, []byte("1"), row("1", "12.30", "2024-01-02 03:04:05.5+02:00", "2024-01-02",
+	b.Append(uint8(source.OpInsert), 1, []byte("1"), row("1", "12.30", "2024-01-02 03:04:05.5+02:00", "2024-01-02",
 		`{a,"b c",NULL}`, `\x0102`, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", `{"x":1}`, "123456789012345678901234567890.123456789"))
-	b.Append(source.OpUpdate, 2, []byte("2"), row("2", null, null, null, null, null, null, null, null))
-	b.Append(source.OpInsert, 3, []byte("3"), row("3", "1.234", null, null, null, null, null, null, null))                 // scale: the cell is held
-	b.Append(source.OpInsert, 4, []byte("4"), row("4", "1", null, "2023-02-30", null, null, null, null, null))             // bad date
-	b.Append(source.OpInsert, 5, []byte("5"), row("99999999999999999999", null, null, null, null, null, null, null, null)) // a key column
-	b.Append(source.OpInsert, 6, []byte("6"), append(row("6", null, null, null, null, null, null, null), 1))               // unchanged TOAST
-	b.Append(source.OpDelete, 7, []byte("7"), nil)
+	b.Append(uint8(source.OpUpdate), 2, []byte("2"), row("2", null, null, null, null, null, null, null, null))
+	b.Append(uint8(source.OpInsert), 3, []byte("3"), row("3", "1.234", null, null, null, null, null, null, null))                 // scale: the cell is held
+	b.Append(uint8(source.OpInsert), 4, []byte("4"), row("4", "1", null, "2023-02-30", null, null, null, null, null))             // bad date
+	b.Append(uint8(source.OpInsert), 5, []byte("5"), row("99999999999999999999", null, null, null, null, null, null, null, null)) // a key column
+	b.Append(uint8(source.OpInsert), 6, []byte("6"), append(row("6", null, null, null, null, null, null, null), 1))               // unchanged TOAST
+	b.Append(uint8(source.OpDelete), 7, []byte("7"), nil)
 	out := push(t, e, b)
 	var reasons []engine.Reason
 	for _, q := range out.Quarantined {
@@ -114,8 +114,8 @@ func TestDeclaredMySQLRows(t *testing.T) {
 	spec := rowSpec("m", source.TypesMySQL, "u", "bigint unsigned", "d", "decimal(20,4)", "dt", "datetime", "e", "enum('a','b')")
 	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
 	b := &engine.RawBatch{Stream: "m"}
-	b.Append(source.OpInsert, 1, nil, row("18446744073709551615", "-0.5", "2024-01-02 03:04:05", "b"))
-	b.Append(source.OpInsert, 2, nil, row("-1", null, null, null))
+	b.Append(uint8(source.OpInsert), 1, nil, row("18446744073709551615", "-0.5", "2024-01-02 03:04:05", "b"))
+	b.Append(uint8(source.OpInsert), 2, nil, row("-1", null, null, null))
 	out := push(t, e, b)
 	// -1 is no bigint unsigned: the cell is held, the row lands.
 	equal(t, "quarantined", len(out.Quarantined), 0)
@@ -193,10 +193,10 @@ func FuzzPushRows(f *testing.F) {
 	b := &engine.RawBatch{Stream: "rows"}
 	f.Fuzz(func(t *testing.T, op uint8, i, n, ts, a, by string, raw bool) {
 		b.Reset()
-		b.Append(source.Op(op), 1, []byte(i), row(i, n, ts, a, by))
-		b.Append(source.OpInsert, 2, nil, row(null, n, null, a, null))
+		b.Append(uint8(op), 1, []byte(i), row(i, n, ts, a, by))
+		b.Append(uint8(source.OpInsert), 2, nil, row(null, n, null, a, null))
 		if raw {
-			b.Append(source.Op(op), 3, nil, []byte(i+n+ts+a+by))
+			b.Append(uint8(op), 3, nil, []byte(i+n+ts+a+by))
 		}
 		out, err := e.Push(b, syncedAt)
 		if err != nil {
@@ -257,7 +257,7 @@ func TestDestinationNames(t *testing.T) {
 	spec := rowSpec("Order", "", "Id", "int4", "ID", "int4", "first name", "text")
 	e := newEngine(t, engine.Config{Naming: rules, Streams: []engine.StreamSpec{spec}})
 	b := &engine.RawBatch{Stream: "Order"}
-	b.Append(source.OpInsert, 1, nil, row("1", "2", "x"))
+	b.Append(uint8(source.OpInsert), 1, nil, row("1", "2", "x"))
 	out := push(t, e, b)
 	equal(t, "columns", colNames(out.Record)[:4], []string{"id", "id_2", "first_name", "_openetl_id"})
 	equal(t, "table", out.Table, "order_")
@@ -287,9 +287,9 @@ func TestHoldBackAndRelease(t *testing.T) {
 	spec := rowSpec("t", "", "id", "int4", "iv", "interval", "u", "uuid")
 	e := newEngine(t, engine.Config{Unsupported: []string{"interval", "struct"}, Streams: []engine.StreamSpec{spec}})
 	b := &engine.RawBatch{Stream: "t"}
-	b.Append(source.OpInsert, 1, []byte("k1"), row("1", "1 day", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"))
-	b.Append(source.OpInsert, 2, []byte("k2"), row("2", null, null))
-	b.Append(source.OpInsert, 3, []byte("k3"), row("3", "1 fortnight", null))
+	b.Append(uint8(source.OpInsert), 1, []byte("k1"), row("1", "1 day", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"))
+	b.Append(uint8(source.OpInsert), 2, []byte("k2"), row("2", null, null))
+	b.Append(uint8(source.OpInsert), 3, []byte("k3"), row("3", "1 fortnight", null))
 	out := push(t, e, b)
 	equal(t, "quarantined", len(out.Quarantined), 1)
 	equal(t, "columns", colNames(out.Record)[:3], []string{"id", "u", "_openetl_id"})
@@ -344,12 +344,12 @@ func TestJSONDecimals(t *testing.T) {
 }
 
 func TestMissingKey(t *testing.T) {
-	st := source.Stream{Name: "k", Format: source.FormatRow, PrimaryKey: []string{"id"},
-		Columns: []source.Column{{Name: "id", Type: "int4"}}}
-	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{engine.SpecOf(st)}})
+	spec := engine.StreamSpec{Name: "k", Declared: true, Keyed: true, Key: []string{"id"},
+		Columns: []engine.Column{{Name: "id", Type: "int4"}}}
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
 	b := &engine.RawBatch{Stream: "k"}
-	b.Append(source.OpInsert, 1, []byte("1"), row("1"))
-	b.Append(source.OpInsert, 2, nil, row("2"))
+	b.Append(uint8(source.OpInsert), 1, []byte("1"), row("1"))
+	b.Append(uint8(source.OpInsert), 2, nil, row("2"))
 	out := push(t, e, b)
 	equal(t, "quarantined", out.Quarantined, []engine.Quarantined{{Row: 1, Reason: engine.ReasonMissingKey, Detail: "the stream has a primary key but the record has none"}})
 }

@@ -201,3 +201,45 @@ func TestNumbersKeepTheirText(t *testing.T) {
 		t.Errorf("-0 in a decimal column: %v, want 0", d.ValueStr(1))
 	}
 }
+
+// TestNotAnObject: a document that is not a JSON object is quarantined
+// parse_error with what it is: valid JSON of another kind is named, and
+// anything else is invalid JSON at the byte where it stops being JSON,
+// never taken for the kind its first byte starts (not JSON is no null,
+// "trouble" no boolean).
+func TestNotAnObject(t *testing.T) {
+	e := newEngine(t, engine.Config{})
+	cases := []struct{ doc, detail string }{
+		{`not JSON`, "invalid JSON at byte 0: invalid literal"},
+		{`nope`, "invalid JSON at byte 0: invalid literal"},
+		{`trouble`, "invalid JSON at byte 0: invalid literal"},
+		{`-x`, "invalid JSON at byte 1: invalid number"},
+		{`"abc`, "invalid JSON: unexpected end of document: unterminated string"},
+		{`[1`, "invalid JSON: unexpected end of document: expected ',' or ']' in an array"},
+		{`[1,]`, "invalid JSON at byte 3: expected a value"},
+		{`x`, "invalid JSON at byte 0: expected a value"},
+		{"\xff", "invalid JSON at byte 0: expected a value"},
+		{`[1] 2`, "invalid JSON at byte 4: trailing characters after the document"},
+		{`null`, "document is not a JSON object: found null"},
+		{`true`, "document is not a JSON object: found a boolean"},
+		{` -1.5e3 `, "document is not a JSON object: found a number"},
+		{`"abc"`, "document is not a JSON object: found a string"},
+		{`[1,{"a":[]}]`, "document is not a JSON object: found an array"},
+		{strings.Repeat("[", 100) + strings.Repeat("]", 100), "document is not a JSON object: found an array nested deeper than 64 levels"},
+		{``, "document is not a JSON object: found an empty document"},
+	}
+	var docsIn []string
+	for _, c := range cases {
+		docsIn = append(docsIn, c.doc)
+	}
+	out := push(t, e, docs("s", docsIn...))
+	if len(out.Quarantined) != len(cases) {
+		t.Fatalf("%d quarantined, want %d", len(out.Quarantined), len(cases))
+	}
+	for _, q := range out.Quarantined {
+		c := cases[q.Row]
+		if q.Reason != engine.ReasonParse || q.Detail != c.detail {
+			t.Errorf("%q: %s %q, want parse_error %q", c.doc, q.Reason, q.Detail, c.detail)
+		}
+	}
+}

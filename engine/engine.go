@@ -79,10 +79,10 @@
 //
 // # Declared rows
 //
-// A stream configured as source.FormatRow (Config.Streams, from the
-// source's catalog) has a declared schema: each payload is one row, the
-// concatenation of one entry per declared column in order (written by
-// source.AppendRow):
+// A declared stream (StreamSpec.Declared, from a source.FormatRow stream
+// of the source's catalog) has a declared schema: each payload is one
+// row, the concatenation of one entry per declared column in order
+// (written by source.AppendRow):
 //
 //	uvarint(0)              null
 //	uvarint(1)              unchanged: not sent by the source (a Postgres
@@ -210,8 +210,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
-
-	"github.com/openetl/etl/source"
 )
 
 // Field metadata of the output record's declared columns (see Declared
@@ -256,6 +254,14 @@ type Config struct {
 	// unchanged. Names once given never change (they are in State), even
 	// under other rules later.
 	Naming *NamingRules
+	// Tables lists streams given their destination names by New, in this
+	// order, before any push: the table name (with Naming) and, for a
+	// FormatRow stream of Streams, its columns' names. Their names then
+	// do not depend on which stream's rows come first, and can be read
+	// from State (NamesFromState) before the first push. Names a stream
+	// already has in State are kept. Default none: names are given at
+	// each stream's first push.
+	Tables []string
 }
 
 // Case is how NamingRules fold letters.
@@ -359,14 +365,16 @@ const (
 // StreamSpec configures one stream.
 type StreamSpec struct {
 	Name string
-	// Format is the stream's payload format; FormatRow needs Columns.
-	Format source.Format
-	// Types is the type system of Columns: source.TypesPostgres (default)
-	// or source.TypesMySQL.
+	// Declared says the stream's payloads are rows of Columns (a
+	// source.FormatRow stream, encoded by source.AppendRow); false: JSON
+	// documents. Default false.
+	Declared bool
+	// Types is the type system of Columns: "postgres" (default) or
+	// "mysql" (source.TypesPostgres, source.TypesMySQL).
 	Types string
-	// Columns is the declared schema of a FormatRow stream, in payload
+	// Columns is the declared schema of a Declared stream, in payload
 	// order.
-	Columns []source.Column
+	Columns []Column
 	// Policy is the schema policy; default PolicyEvolve.
 	Policy Policy
 	// NestedAsText keeps a JSON stream's nested objects and arrays as
@@ -378,17 +386,24 @@ type StreamSpec struct {
 	// Keyed says the stream has a primary key: a record without a key is
 	// quarantined ReasonMissingKey. Default false.
 	Keyed bool
-	// Key names the primary key's columns of a FormatRow stream: a value
+	// Key names the primary key's columns of a Declared stream: a value
 	// of a key column that its type can't hold quarantines its row
 	// (ReasonOutOfRange) instead of being held, since a row without its
 	// key can't be applied. Default none.
 	Key []string
 }
 
-// SpecOf returns the spec of a stream from a source's catalog.
-func SpecOf(s source.Stream) StreamSpec {
-	return StreamSpec{Name: s.Name, Format: s.Format, Types: s.Types, Columns: s.Columns, Keyed: len(s.PrimaryKey) > 0,
-		Key: s.PrimaryKey}
+// Column is one declared column of a Declared stream: a source.Column
+// (Column(c) converts one).
+type Column struct {
+	// Name is the column's name at the source.
+	Name string
+	// Type is the source's type name with modifiers ("numeric(10,2)",
+	// "bigint unsigned"), mapped to Arrow as the package doc says.
+	Type string
+	// Nullable is not enforced: every declared output column is
+	// nullable.
+	Nullable bool
 }
 
 // ChangeKind is the kind of a SchemaChange.
@@ -524,13 +539,15 @@ type RawBatch struct {
 	payload []byte
 }
 
-// Append adds one record, copying key and payload.
-func (b *RawBatch) Append(op source.Op, seq int64, key, payload []byte) {
+// Append adds one record, copying key and payload. op is the record's
+// operation, a source.Op's value (1 insert, 2 update, 3 delete; another
+// value is quarantined ReasonParse).
+func (b *RawBatch) Append(op uint8, seq int64, key, payload []byte) {
 	if len(b.keyOffs) == 0 {
 		b.keyOffs = append(b.keyOffs, 0)
 		b.payOffs = append(b.payOffs, 0)
 	}
-	b.ops = append(b.ops, uint8(op))
+	b.ops = append(b.ops, op)
 	b.seqs = append(b.seqs, seq)
 	b.keys = append(b.keys, key...)
 	b.keyOffs = append(b.keyOffs, int32(len(b.keys)))
@@ -565,8 +582,8 @@ func (b *RawBatch) Len() int { return len(b.ops) }
 func (b *RawBatch) Bytes() int { return len(b.keys) + len(b.payload) }
 
 // Row returns record i's fields. The slices alias the batch's memory.
-func (b *RawBatch) Row(i int) (op source.Op, seq int64, key, payload []byte) {
-	return source.Op(b.ops[i]), b.seqs[i], b.keys[b.keyOffs[i]:b.keyOffs[i+1]], b.payload[b.payOffs[i]:b.payOffs[i+1]]
+func (b *RawBatch) Row(i int) (op uint8, seq int64, key, payload []byte) {
+	return b.ops[i], b.seqs[i], b.keys[b.keyOffs[i]:b.keyOffs[i+1]], b.payload[b.payOffs[i]:b.payOffs[i+1]]
 }
 
 // Reset empties the batch, keeping its memory.

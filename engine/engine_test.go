@@ -43,7 +43,7 @@ type rec struct {
 func batch(stream string, recs ...rec) *engine.RawBatch {
 	b := &engine.RawBatch{Stream: stream}
 	for _, r := range recs {
-		b.Append(r.op, r.seq, []byte(r.key), []byte(r.payload))
+		b.Append(uint8(r.op), r.seq, []byte(r.key), []byte(r.payload))
 	}
 	return b
 }
@@ -51,7 +51,7 @@ func batch(stream string, recs ...rec) *engine.RawBatch {
 func docs(stream string, payloads ...string) *engine.RawBatch {
 	b := &engine.RawBatch{Stream: stream}
 	for i, p := range payloads {
-		b.Append(source.OpInsert, int64(i), nil, []byte(p))
+		b.Append(uint8(source.OpInsert), int64(i), nil, []byte(p))
 	}
 	return b
 }
@@ -312,7 +312,7 @@ func TestLanes(t *testing.T) {
 		}
 		p := fmt.Sprintf(`{"i":%d}`, i)
 		keys, payloads = append(keys, key), append(payloads, p)
-		b.Append(source.OpInsert, int64(i), []byte(key), []byte(p))
+		b.Append(uint8(source.OpInsert), int64(i), []byte(key), []byte(p))
 	}
 	out := push(t, e, b)
 	if len(out.LaneOffsets) != lanes+1 || out.LaneOffsets[0] != 0 || out.LaneOffsets[lanes] != 300 {
@@ -414,7 +414,7 @@ func TestBatchReuse(t *testing.T) {
 	for round := 0; round < 50; round++ {
 		b.Reset()
 		for i := 0; i < round; i++ {
-			b.Append(source.OpInsert, int64(i), []byte(fmt.Sprint(i)), []byte(fmt.Sprintf(`{"n":%d,"r":%d}`, i, round)))
+			b.Append(uint8(source.OpInsert), int64(i), []byte(fmt.Sprint(i)), []byte(fmt.Sprintf(`{"n":%d,"r":%d}`, i, round)))
 		}
 		out := push(t, e, b)
 		if round > 0 {
@@ -450,9 +450,9 @@ func FuzzPush(f *testing.F) {
 	b := &engine.RawBatch{Stream: "fuzz"}
 	f.Fuzz(func(t *testing.T, op uint8, key, doc1, doc2 string) {
 		b.Reset()
-		b.Append(source.Op(op), 1, []byte(key), []byte(doc1))
-		b.Append(source.OpInsert, 2, nil, []byte(doc2))
-		b.Append(source.Op(op), 3, []byte(key), []byte(doc1+doc2))
+		b.Append(uint8(op), 1, []byte(key), []byte(doc1))
+		b.Append(uint8(source.OpInsert), 2, nil, []byte(doc2))
+		b.Append(uint8(op), 3, []byte(key), []byte(doc1+doc2))
 		out, err := e.Push(b, syncedAt)
 		if err != nil {
 			t.Fatalf("Push: %v", err)

@@ -24,15 +24,21 @@ func rss(t *testing.T) int64 {
 }
 
 // TestNoLeaks pushes 200,000 tiny batches (JSON and declared rows,
-// alternating; 20,000 with -short or -race; OPENETL_LEAK_PUSHES sets the
+// alternating; 20,000 with -short; OPENETL_LEAK_PUSHES sets the
 // count — a million took 29 s here, ~29 µs per push of fixed cgo and C
 // Data Interface cost) and checks that Go's heap and the
 // process's resident memory (which holds the Rust heap and every Arrow
 // buffer the engine exports) stop growing after warm-up. The Rust heap
 // itself is counted exactly by the crate's tests/leak.rs.
 func TestNoLeaks(t *testing.T) {
+	if raceEnabled {
+		// It pushes from one goroutine, so the detector has nothing to
+		// find, and its own bookkeeping grows the resident memory the
+		// test measures (by 10.9 MB over 20,000 pushes here).
+		t.Skip("-race: one goroutine, and the detector's memory is in the RSS measured")
+	}
 	n := 200_000
-	if testing.Short() || raceEnabled {
+	if testing.Short() {
 		n = 20_000
 	}
 	if v, err := strconv.Atoi(os.Getenv("OPENETL_LEAK_PUSHES")); err == nil && v > 0 {
@@ -42,11 +48,11 @@ func TestNoLeaks(t *testing.T) {
 		rowSpec("r", "", "id", "int8", "n", "numeric(8,2)", "a", "_text"),
 	}})
 	jb := &engine.RawBatch{Stream: "j"}
-	jb.Append(source.OpInsert, 1, []byte("k"), []byte(`{"a":1,"b":"x\ny"}`))
-	jb.Append(source.OpInsert, 2, nil, []byte(`not json`))
+	jb.Append(uint8(source.OpInsert), 1, []byte("k"), []byte(`{"a":1,"b":"x\ny"}`))
+	jb.Append(uint8(source.OpInsert), 2, nil, []byte(`not json`))
 	rb := &engine.RawBatch{Stream: "r"}
-	rb.Append(source.OpInsert, 1, []byte("k"), row("1", "2.50", `{x,"y z"}`))
-	rb.Append(source.OpInsert, 2, nil, row("x", null, null))
+	rb.Append(uint8(source.OpInsert), 1, []byte("k"), row("1", "2.50", `{x,"y z"}`))
+	rb.Append(uint8(source.OpInsert), 2, nil, row("x", null, null))
 	pushOnce := func(b *engine.RawBatch) {
 		out, err := e.Push(b, syncedAt)
 		if err != nil {

@@ -5,4 +5,4 @@ package engine
 // libSourceHash is the source hash of the engine library in lib/ (see
 // build.sh). It is here so that a rebuilt library changes this package's
 // Go sources: Go's build cache does not notice the library file itself.
-const libSourceHash = "f8230844ba0be7308fa700e1d31f8498a8732c0b200c82022c24cde7f5c79a34"
+const libSourceHash = "a1a07654dc236e22963b7c18d4be0153ebefb3e718916f8dc495b6a5f5ed2b8c"

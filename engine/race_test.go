@@ -2,4 +2,6 @@
 
 package engine_test
 
+// raceEnabled: tests that start no goroutine of their own skip under
+// -race, where the detector has nothing to find.
 const raceEnabled = true

@@ -25,7 +25,7 @@ func TestRawBatchGrow(t *testing.T) {
 	fill := func() {
 		b.Reset()
 		for i := range n {
-			b.Append(source.OpUpdate, int64(i), keys[i], pays[i])
+			b.Append(uint8(source.OpUpdate), int64(i), keys[i], pays[i])
 		}
 	}
 	b.Grow(n, kb, pb)
@@ -37,7 +37,7 @@ func TestRawBatchGrow(t *testing.T) {
 	}
 	for i := range n {
 		op, seq, k, p := b.Row(i)
-		if op != source.OpUpdate || seq != int64(i) || !bytes.Equal(k, keys[i]) || !bytes.Equal(p, pays[i]) {
+		if op != uint8(source.OpUpdate) || seq != int64(i) || !bytes.Equal(k, keys[i]) || !bytes.Equal(p, pays[i]) {
 			t.Fatalf("row %d: %v %d %q %q", i, op, seq, k, p)
 		}
 	}
@@ -46,7 +46,7 @@ func TestRawBatchGrow(t *testing.T) {
 	if allocs := testing.AllocsPerRun(1, func() {
 		fresh = engine.RawBatch{}
 		for i := range n {
-			fresh.Append(source.OpUpdate, int64(i), keys[i], pays[i])
+			fresh.Append(uint8(source.OpUpdate), int64(i), keys[i], pays[i])
 		}
 	}); allocs == 0 {
 		t.Fatal("an ungrown batch filled without allocating: the test measures nothing")

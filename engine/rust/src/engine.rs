@@ -58,6 +58,12 @@ pub struct Config {
     /// Type classes the destination can't take (see [`crate::hold`]):
     /// such columns are held back.
     pub unsupported: Vec<String>,
+    /// Streams given their destination names when the engine is made, in
+    /// this order, before any push: the table name (under active rules)
+    /// and a declared stream's column names. Names then don't depend on
+    /// which stream's rows arrive first, and the runner can tell writers
+    /// every table's name before the first batch.
+    pub tables: Vec<String>,
 }
 
 impl Default for Config {
@@ -68,6 +74,7 @@ impl Default for Config {
             streams: Vec::new(),
             naming: names::Rules::default(),
             unsupported: Vec::new(),
+            tables: Vec::new(),
         }
     }
 }
@@ -185,7 +192,7 @@ impl Engine {
             Some(v) => state::import(v)?,
             None => HashMap::new(),
         };
-        let tables = streams
+        let mut tables = streams
             .values()
             .filter_map(|s| s.names.table.as_ref().map(|t| t.to_lowercase()))
             .collect();
@@ -194,6 +201,15 @@ impl Engine {
             st.policy = spec.policy;
             st.declared = spec.declared.clone();
             st.opts = spec.opts;
+        }
+        for name in &cfg.tables {
+            if name.is_empty() {
+                return Err(Error::invalid_input(
+                    "engine config: an empty stream name in tables",
+                ));
+            }
+            let st = streams.entry(name.clone()).or_default();
+            config::name_ahead(&cfg.naming, &mut tables, st, name);
         }
         Ok(Engine {
             cfg,

@@ -141,12 +141,7 @@ pub fn scan_object<S: FieldSink>(
     s.ws();
     match s.peek() {
         Some(b'{') => {}
-        other => {
-            return Err(Reject::parse(format!(
-                "document is not a JSON object: found {}",
-                describe(other)
-            )));
-        }
+        other => return Err(s.not_an_object(other, arena)),
     }
     s.pos += 1;
     s.ws();
@@ -258,7 +253,9 @@ fn describe(b: Option<u8>) -> &'static str {
         Some(b't' | b'f') => "a boolean",
         Some(b'n') => "null",
         Some(b'-' | b'0'..=b'9') => "a number",
-        Some(_) => "invalid JSON",
+        // Not reached: not_an_object names only valid JSON by its first
+        // byte.
+        Some(_) => "a value",
     }
 }
 
@@ -795,6 +792,38 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// The rejection of a document whose first byte `first` does not
+    /// open an object: what it is, when it is JSON of another kind, else
+    /// where it stops being JSON (its first byte alone says neither:
+    /// `nope` is no null, `[1` no array). Only rejected documents pay for
+    /// the second look.
+    #[cold]
+    fn not_an_object(&mut self, first: Option<u8>, arena: &mut Vec<u8>) -> Reject {
+        if first.is_none() {
+            return Reject::parse("document is not a JSON object: found an empty document");
+        }
+        let mark = arena.len();
+        let r = self.skip_value(1, arena);
+        arena.truncate(mark);
+        match r {
+            Err(e) if e.reason == Reason::TooDeep => Reject::parse(format!(
+                "document is not a JSON object: found {} nested deeper than {MAX_DEPTH} levels",
+                describe(first)
+            )),
+            Err(e) => e,
+            Ok(()) => {
+                self.ws();
+                if self.pos != self.doc.len() {
+                    return self.err("trailing characters after the document");
+                }
+                Reject::parse(format!(
+                    "document is not a JSON object: found {}",
+                    describe(first)
+                ))
+            }
+        }
+    }
+
     /// Validates and skips any value; containers open level `depth`.
     fn skip_value(&mut self, depth: usize, arena: &mut Vec<u8>) -> Result<(), Reject> {
         match self.peek() {
@@ -1306,7 +1335,14 @@ mod tests {
     fn rejects_invalid_documents() {
         let cases = [
             ("", "empty document"),
-            ("[1]", "an array"),
+            ("[1]", "found an array"),
+            (
+                "[1",
+                "invalid JSON: unexpected end of document: expected ',' or ']' in an array",
+            ),
+            ("nope", "invalid JSON at byte 0: invalid literal"),
+            ("\"s", "unterminated string"),
+            ("5 6", "invalid JSON at byte 2: trailing characters"),
             ("\"s\"", "a string"),
             ("5", "a number"),
             ("null", "null"),

@@ -509,6 +509,62 @@ fn destination_names_are_stable() {
 }
 
 #[test]
+fn names_given_ahead_follow_the_configured_order() {
+    // Two streams fold to one table name: the one listed first in
+    // "tables" gets it whichever stream's rows come first, and a declared
+    // stream's columns are named before its first push.
+    let cfg = r#"{"naming":{"case":"lower","simple":true},"tables":["orders","Orders"],
+      "streams":[{"name":"Orders","format":"row","columns":[{"name":"Id","type":"int4"},{"name":"ID","type":"int4"}]}]}"#;
+    let e = engine(cfg);
+    let st: serde_json::Value = serde_json::from_slice(&e.state()).unwrap();
+    let names = |s: &str| {
+        st["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == s)
+            .unwrap()["names"]
+            .clone()
+    };
+    assert_eq!(names("orders")["table"], "orders");
+    assert_eq!(names("Orders")["table"], "orders_2");
+    assert_eq!(
+        names("Orders")["columns"],
+        serde_json::json!([["Id", "id"], ["ID", "id_2"]])
+    );
+    let mut e = e;
+    let row = encode(&[Some(b"1"), Some(b"2")]);
+    let r = push(&mut e, "Orders", &[(1, &row)]).record.unwrap();
+    assert_eq!(r.schema().metadata()["openetl.table"], "orders_2");
+    assert_eq!(r.schema().field(1).name(), "id_2");
+    let d = push(&mut e, "orders", &[(1, br#"{"a":1}"#)]);
+    assert_eq!(
+        d.record.unwrap().schema().metadata()["openetl.table"],
+        "orders"
+    );
+    // Names already given (in the state) are kept: the order applies only
+    // to streams without one.
+    let st = String::from_utf8(e.state()).unwrap();
+    let again = engine(&format!(
+        r#"{{"naming":{{"case":"lower","simple":true}},"tables":["Orders","orders","ORDERS"],"state":{st}}}"#
+    ));
+    let st: serde_json::Value = serde_json::from_slice(&again.state()).unwrap();
+    let table = |s: &str| {
+        st["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == s)
+            .unwrap()["names"]["table"]
+            .clone()
+    };
+    assert_eq!(table("Orders"), "orders_2");
+    assert_eq!(table("orders"), "orders");
+    assert_eq!(table("ORDERS"), "orders_3");
+    assert!(Engine::from_config_json(br#"{"tables":[""]}"#).is_err());
+}
+
+#[test]
 fn unsupported_types_are_held_and_released() {
     let cfg = r#"{"unsupported":["interval","struct"],"streams":[{"name":"t","format":"row","columns":[
       {"name":"id","type":"int4"},{"name":"iv","type":"interval"}]}]}"#;

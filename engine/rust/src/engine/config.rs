@@ -97,6 +97,28 @@ pub(super) fn apply_names(
     Some(table)
 }
 
+/// Gives `stream` (its schema `st`) its destination names ahead of its
+/// first push, as that push would: a declared stream's columns in
+/// declared order, then the table name under active rules. Names it
+/// already has are kept.
+pub(super) fn name_ahead(
+    rules: &names::Rules,
+    tables: &mut HashSet<String>,
+    st: &mut state::StreamSchema,
+    stream: &str,
+) {
+    if let Some(d) = &st.declared {
+        for c in &d.columns {
+            st.names.column(rules, &c.name, &meta::NAMES);
+        }
+    }
+    if rules.active() && st.names.table.is_none() {
+        let t = rules.unique(&rules.base(stream), tables);
+        tables.insert(t.to_lowercase());
+        st.names.table = Some(t);
+    }
+}
+
 pub(super) fn out_schema(fields: Vec<Field>, table: Option<String>) -> Schema {
     match table {
         None => Schema::new(fields),
@@ -203,6 +225,16 @@ impl Engine {
                 "naming" => {
                     cfg.naming = parse_naming(v)
                         .map_err(|e| Error::invalid_input(format!("engine config: naming: {e}")))?;
+                }
+                "tables" => {
+                    for t in v.as_array().ok_or_else(|| {
+                        Error::invalid_input("engine config: tables is not a list")
+                    })? {
+                        let t = t.as_str().ok_or_else(|| {
+                            Error::invalid_input("engine config: a table stream is not a string")
+                        })?;
+                        cfg.tables.push(t.to_string());
+                    }
                 }
                 "streams" => {
                     let list = v.as_array().ok_or_else(|| {
