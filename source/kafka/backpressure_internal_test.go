@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source"
 )
 
@@ -85,7 +86,7 @@ func TestBackpressure(t *testing.T) {
 	blocked := &gate{open: make(chan struct{})}
 	free := &gate{}
 	errs := make(chan error, 2)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithCancel(testutil.Context(t))
 	defer cancel()
 	go func() { errs <- splits[0].Read(ctx, blocked, false) }()
 	go func() { errs <- splits[1].Read(ctx, free, true) }()
@@ -97,26 +98,23 @@ func TestBackpressure(t *testing.T) {
 	}
 	// The blocked split may attach late (its Read asks for offsets first;
 	// under -race on a loaded machine the free split can finish before):
-	// give its partition time to fill its queue and pause.
+	// wait until its partition filled its queue and paused.
 	var peak, queued int64
 	var pauses int
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testutil.Until(t, "the blocked split's partition to pause", func() bool {
 		r.mu.Lock()
 		peak, pauses, queued = r.peak, r.pauses, r.queued
 		r.mu.Unlock()
-		if pauses > 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+		return pauses > 0
+	})
 	t.Logf("while blocked: peak queued %d bytes, %d pauses, %d queued now (budget %d)", peak, pauses, queued, budget)
-	if pauses == 0 {
-		t.Error("the blocked split's partition was never paused")
+	type pauser interface {
+		Paused() (bool, time.Time, bool)
 	}
-	type pauser interface{ Paused() (bool, time.Time) }
-	if p, since := splits[0].(pauser).Paused(); !p || since.IsZero() || since.After(time.Now()) {
+	if p, since, _ := splits[0].(pauser).Paused(); !p || since.IsZero() || since.After(time.Now()) {
 		t.Errorf("the blocked split: Paused() = %v, %v; want true since a moment before now", p, since)
 	}
-	if p, since := splits[1].(pauser).Paused(); p || !since.IsZero() {
+	if p, since, _ := splits[1].(pauser).Paused(); p || !since.IsZero() {
 		t.Errorf("the free split (done): Paused() = %v, %v; want false, zero time", p, since)
 	}
 	// The queues' share is 3/4 of the budget; each of the two partitions
@@ -126,15 +124,13 @@ func TestBackpressure(t *testing.T) {
 		t.Errorf("peak queued %d bytes, over %d", peak, limit)
 	}
 	close(blocked.open)
-	for deadline := time.Now().Add(30 * time.Second); blocked.count() < perPartition && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Until(t, "the unblocked split to read its partition", func() bool { return blocked.count() >= perPartition })
 	if n := blocked.count(); n != perPartition {
 		t.Fatalf("the blocked split read %d records, want %d", n, perPartition)
 	}
 	// Drained, its Read still running (unbounded, it waits for more): the
 	// partition's fetching resumed.
-	if p, since := splits[0].(pauser).Paused(); p || !since.IsZero() {
+	if p, since, _ := splits[0].(pauser).Paused(); p || !since.IsZero() {
 		t.Errorf("the drained split: Paused() = %v, %v; want false, zero time", p, since)
 	}
 	cancel()
@@ -163,21 +159,19 @@ func TestOffsetPastMax(t *testing.T) {
 	}
 	r := splits[0].(*split).r
 	errs := make(chan error, 1)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	go func() { errs <- splits[0].Read(ctx, &gate{}, false) }()
+	go func() { errs <- splits[0].Read(testutil.Context(t), &gate{}, false) }()
 	var q *queue
-	for q == nil {
-		time.Sleep(time.Millisecond)
+	testutil.Until(t, "the split's partition queue", func() bool {
 		r.mu.Lock()
+		defer r.mu.Unlock()
 		q = r.parts[tp{"big", 0}]
-		r.mu.Unlock()
-	}
+		return q != nil
+	})
 	r.mu.Lock()
 	q.chunks = append(q.chunks, chunk{recs: []*kgo.Record{{Topic: "big", Offset: MaxOffset + 1, Value: []byte(`{}`)}}})
 	notify(q.signal)
 	r.mu.Unlock()
-	err = <-errs
+	err = testutil.Recv(t, "Read to fail", errs)
 	if err == nil || !strings.Contains(err.Error(), "past MaxOffset") {
 		t.Fatalf("Read: %v, want an error naming MaxOffset", err)
 	}

@@ -23,7 +23,7 @@ type nullDest struct{}
 
 func (nullDest) Class() sink.Class               { return sink.StageAndApply }
 func (nullDest) Capabilities() sink.Capabilities { return sink.Capabilities{} }
-func (nullDest) Writer(context.Context, string, int) (sink.Writer, error) {
+func (nullDest) Writer(context.Context, sink.WriterConfig) (sink.Writer, error) {
 	return nullWriter{}, nil
 }
 
@@ -37,7 +37,8 @@ func (nullWriter) Commit(context.Context, uint64, []sink.Committable) error { re
 func (nullWriter) Recover(context.Context, checkpoint.Generation, *checkpoint.Record) (sink.Outcome, error) {
 	return sink.Applied, nil
 }
-func (nullWriter) Close(context.Context) error { return nil }
+func (nullWriter) Close(context.Context) error          { return nil }
+func (nullWriter) Finish(context.Context, uint64) error { return nil }
 
 // benchMessages is the topic's size: 1M messages (~200 MB), so that each
 // run takes a second or more. Each side has a fixed cost per run (its

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -98,11 +97,7 @@ func TestBoundedReadsListOnceAndCloseWaits(t *testing.T) {
 		t.Fatalf("%d dispatchers running after Close", n)
 	}
 	// A closed franz-go client's goroutines end shortly after its Close.
-	deadline := time.Now().Add(5 * time.Second)
-	for goroutines("franz-go/pkg/kgo.") > before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines of franz-go clients 5 s after Close, %d before the source", goroutines("franz-go/pkg/kgo."), before)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Until(t, fmt.Sprintf("franz-go's goroutines to end after Close (%d before the source)", before), func() bool {
+		return goroutines("franz-go/pkg/kgo.") <= before
+	})
 }

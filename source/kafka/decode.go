@@ -21,6 +21,7 @@ type decoder struct {
 	partition int32
 	buf       []byte
 	key       []byte
+	reg       *regDecoder // the registry decoders' part; nil for the others
 }
 
 func (d *decoder) init(cfg *Config, topic string, partition int32) {

@@ -26,11 +26,73 @@
 // the start of the read, then returns; aborted transactions never land.
 //
 // Decoders: DecodeJSON (the value is the document), DecodeDebezium
-// (change events become inserts, updates and deletes) and DecodeRaw
-// (base64 of the bytes). Columns merges message metadata into documents
-// as _kafka_* fields. Messages a decoder cannot read are still emitted,
-// in a form the engine quarantines, so a poison message never stops a
-// stream. Avro and a schema registry are not supported yet.
+// (change events become inserts, updates and deletes), DecodeRaw
+// (base64 of the bytes), and DecodeRegistry and DecodeDebeziumRegistry
+// (Avro in a schema registry's wire format, below). Columns merges
+// message metadata into documents as _kafka_* fields (declared columns
+// after the schema's, with the registry decoders). Messages a decoder
+// cannot read are still emitted, in a form the engine quarantines, so a
+// poison message never stops a stream.
+//
+// # Schema registry
+//
+// DecodeRegistry reads values framed in the Confluent wire format (a zero
+// byte, the schema ID, the Avro binary value) with their writer schema
+// from Config.Registry, asked once per schema ID. The stream is
+// source.FormatRow: its declared columns are the writer schema's
+// top-level fields, so the engine coerces each value to its exact type
+// with no inference and no field names to parse:
+//
+//	Avro                                  column (Arrow)
+//	boolean, int, long, float, double     bool, int4, int8, float4, float8
+//	string, bytes, fixed                  text (utf8), bytea (binary)
+//	enum                                  utf8 marked enum
+//	decimal(p,s)                          decimal128(p,s); p > 38: utf8, exact
+//	uuid                                  fixed_size_binary(16)
+//	date, time-millis, time-micros        date32, time64[us]
+//	timestamp-millis/-micros/-nanos       timestamp[us, UTC]
+//	local-timestamp-millis/-micros/-nanos timestamp[us]
+//	duration                              interval[month_day_nano]
+//	array of one of the above             list
+//	union of null and T                   T's, nullable
+//	union of several scalars              their join (below)
+//	record, map, other arrays and unions  utf8 JSON text
+//
+// Kafka Connect's and Debezium's semantic types (io.debezium.time.Date,
+// MicroTimestamp, ZonedTimestamp, ..., io.debezium.data.Json, Uuid, Enum,
+// VariableScaleDecimal, org.apache.kafka.connect.data.Decimal) map to the
+// same types. Nothing is rounded: a value its column's type can't hold (a
+// nanosecond with a sub-microsecond part, a decimal wider than its
+// precision) is held by the engine, cell by cell. Fields whose names
+// start with "_openetl_" are left out.
+//
+// A topic's columns are the join of its writer schemas' columns: every
+// version of the subject "<topic>-value" and every schema a message was
+// seen with. Joining adds new fields as nullable columns and widens types
+// as Avro's promotions do (int → long → double, float → double, a
+// decimal to hold both); any other change of a field's type makes it
+// text. A message whose schema has columns the attempt's declared columns
+// lack fails Read with a *SchemaChangeError (source.ErrReopen): the
+// runner starts a new attempt, whose Discover joins the new schema in,
+// from the last checkpoint, so nothing is lost or repeated; the
+// destination sees the table widen (sink/parquet starts a file of the new
+// schema).
+//
+// A message the source can't decode — not in the wire format, a schema
+// ID the registry doesn't have, a schema that is not Avro (Protobuf and
+// JSON Schema are not supported yet), bytes that don't match the schema —
+// is emitted as a record the engine quarantines (reason parse_error):
+// its payload says why, as text after one 0x7f byte, and the quarantine
+// line's split and seq name its topic, partition and offset (Position).
+// A registry that can't be asked (down, slow, refusing the credentials)
+// is no reason to set messages aside: after retries with backoff (about
+// 6 s) Discover or Read fails with a *RegistryError naming the topic and
+// schema ID, and a later sync goes on from the last checkpoint.
+//
+// Decoding runs in Go, one message at a time into the same declared-row
+// buffers the SQL sources use, with no allocation per message once a
+// split's decoders exist; the engine takes each batch in one call.
+// BENCHMARKS.md has its cost against the JSON path.
 //
 // Memory: Config.Budget bounds the message bytes fetched and queued; a
 // split whose Emitter blocks (backpressure) pauses the fetching of its

@@ -61,10 +61,40 @@ const (
 	// value>"} ({"value": null} for a tombstone), so binary data survives
 	// unchanged; the key is the message key.
 	DecodeRaw
+	// DecodeRegistry: the value is in a schema registry's wire format
+	// (Confluent's: a zero byte, the schema ID in 4 bytes big-endian,
+	// then the value encoded with that schema), and its schema is in
+	// Config.Registry. Only Avro schemas are supported so far; a value of
+	// another schema type is quarantined. The stream is a
+	// source.FormatRow stream with declared columns: the top-level fields
+	// of the topic's writer schemas (the versions of the subject
+	// "<topic>-value", joined with the schemas its messages were seen
+	// with), typed exactly as the Avro types and logical types say (see
+	// "Schema registry" in the package doc). Every record is an insert; a
+	// framed key with an Avro schema becomes its compact JSON text (a
+	// record key {"id":42}), any other key stays as it is. Tombstones are
+	// skipped.
+	DecodeRegistry
+	// DecodeDebeziumRegistry: the value is a Debezium change event in the
+	// registry's wire format (what Debezium writes with an Avro
+	// converter), decoded as DecodeRegistry does; the columns are those
+	// of the envelope's before/after row record. Op "c" and "r" become
+	// inserts of "after", "u" an update to "after", "d" a delete of
+	// "before" (or, without a before image, of the key's fields). The key
+	// is decoded as DecodeRegistry does. Tombstones are skipped. The
+	// stream is CDC.
+	DecodeDebeziumRegistry
 )
 
+// registry reports whether d decodes through a schema registry.
+func (d Decoder) registry() bool { return d == DecodeRegistry || d == DecodeDebeziumRegistry }
+
 // Columns selects message metadata merged into each payload as fields
-// named _kafka_*. Values that are not JSON objects are emitted unchanged
+// named _kafka_*; with DecodeRegistry and DecodeDebeziumRegistry they are
+// declared columns after the schema's, typed _kafka_key bytea (the key's
+// bytes as sent), _kafka_headers jsonb, _kafka_partition int4,
+// _kafka_offset int8, _kafka_timestamp int8 (milliseconds) and
+// _kafka_topic text. Values that are not JSON objects are emitted unchanged
 // (and quarantined by the engine); a broken value that looks like one
 // (it starts with '{' and ends with '}') is quarantined with the fields
 // merged in. A document that already has a field of
@@ -123,6 +153,14 @@ type Config struct {
 
 	// Decoder decodes every topic's messages. Default DecodeJSON.
 	Decoder Decoder
+	// Registry is the schema registry DecodeRegistry and
+	// DecodeDebeziumRegistry read writer schemas from: a *sr.Client
+	// (github.com/twmb/franz-go/pkg/sr) the host builds with its URLs,
+	// TLS and credentials. Each schema ID is asked for once (then kept,
+	// up to 1024 schemas), a failed request retried with backoff for
+	// about 6 s before Read fails with a *RegistryError. Required by
+	// those decoders; ignored by the others.
+	Registry Registry
 	// Columns selects message metadata merged into payloads. Default none.
 	Columns Columns
 	// PrimaryKey names, per topic, the fields the message key holds
@@ -181,6 +219,8 @@ type Source struct {
 	// those it finds.
 	closing map[chan struct{}]struct{}
 	ids     map[string][16]byte // topic IDs from the last metadata, for OffsetCommit v10+
+
+	sch *schemas // the registry's schemas, for the registry decoders
 }
 
 var (
@@ -208,8 +248,11 @@ func New(cfg Config) (*Source, error) {
 		}
 		seen[t] = true
 	}
-	if cfg.Decoder > DecodeRaw {
+	if cfg.Decoder > DecodeDebeziumRegistry {
 		return nil, fmt.Errorf("%w: Decoder: unknown decoder %d", ErrConfig, cfg.Decoder)
+	}
+	if cfg.Decoder.registry() && cfg.Registry == nil {
+		return nil, fmt.Errorf("%w: Registry: DecodeRegistry and DecodeDebeziumRegistry need a schema registry client", ErrConfig)
 	}
 	if cfg.Columns&^AllColumns != 0 {
 		return nil, fmt.Errorf("%w: Columns: unknown bits %#x", ErrConfig, cfg.Columns&^AllColumns)
@@ -239,7 +282,11 @@ func New(cfg Config) (*Source, error) {
 		admin.Close()
 		return nil, fmt.Errorf("%w: Opts: kgo.ConsumeTopics: use Config.Topics", ErrConfig)
 	}
-	return &Source{cfg: cfg, log: cfg.Logger, admin: admin}, nil
+	s := &Source{cfg: cfg, log: cfg.Logger, admin: admin}
+	if cfg.Decoder.registry() {
+		s.sch = newSchemas(cfg.Registry, cfg.Decoder == DecodeDebeziumRegistry)
+	}
+	return s, nil
 }
 
 // validStream applies source.Stream's naming rules to a topic name.
@@ -387,7 +434,14 @@ func (s *Source) topics(ctx context.Context, names []string) ([]topicMeta, error
 
 // Discover returns one stream per selected topic, named after it, in
 // name order: FormatJSON, keyed by Config.PrimaryKey, CDC for
-// DecodeDebezium. It asks the cluster for metadata (one request).
+// DecodeDebezium and DecodeDebeziumRegistry. It asks the cluster for
+// metadata (one request). With the registry decoders each stream is
+// FormatRow, its columns the join of its writer schemas' (see
+// DecodeRegistry): Discover asks the registry for the versions of each
+// topic's subject "<topic>-value" and for schemas it has not seen yet,
+// and fails with a *RegistryError when it can't. A topic with no schema
+// known yet (no such subject, no message seen) is FormatJSON with no
+// columns until its first message reopens the attempt.
 func (s *Source) Discover(ctx context.Context) (source.Catalog, error) {
 	ts, err := s.topics(ctx, nil)
 	if err != nil {
@@ -395,12 +449,32 @@ func (s *Source) Discover(ctx context.Context) (source.Catalog, error) {
 	}
 	var c source.Catalog
 	for _, t := range ts {
-		c.Streams = append(c.Streams, source.Stream{
+		st := source.Stream{
 			Name:       t.name,
 			Format:     source.FormatJSON,
 			PrimaryKey: slices.Clone(s.cfg.PrimaryKey[t.name]),
-			CDC:        s.cfg.Decoder == DecodeDebezium,
-		})
+			CDC:        s.cfg.Decoder == DecodeDebezium || s.cfg.Decoder == DecodeDebeziumRegistry,
+		}
+		if s.sch != nil {
+			cols, err := s.sch.discover(ctx, t.name)
+			if err != nil {
+				return source.Catalog{}, err
+			}
+			if len(cols) == 0 {
+				// No schema known yet (no subject of the topic's name, no
+				// message seen): nothing to declare, and a row stream
+				// needs columns. Its first message reopens the attempt.
+				c.Streams = append(c.Streams, st)
+				continue
+			}
+			st.Format, st.Types = source.FormatRow, source.TypesPostgres
+			st.Columns = make([]source.Column, len(cols))
+			for i, col := range cols {
+				st.Columns[i] = source.Column{Name: col.Name, Type: col.Type(), Nullable: true}
+			}
+			st.Columns = append(st.Columns, s.cfg.Columns.declared()...)
+		}
+		c.Streams = append(c.Streams, st)
 	}
 	return c, nil
 }
@@ -503,6 +577,13 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 				}
 			}
 			sp := &split{id: id, topic: t.name, partition: p, r: r, next: next}
+			if s.sch != nil {
+				cols, err := s.sch.declared(ctx, t.name)
+				if err != nil {
+					return nil, err
+				}
+				sp.cols = cols
+			}
 			sp.lagEnd.Store(-1)
 			sp.lagNext.Store(next)
 			splits = append(splits, sp)

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/kafka"
 )
@@ -312,7 +313,7 @@ func createTopic(t testing.TB, cl *kgo.Client, topic string, partitions int32) {
 // with a leader.
 func waitPartitions(t testing.TB, cl *kgo.Client, topic string, n int32) {
 	t.Helper()
-	for range 300 {
+	testutil.Until(t, fmt.Sprintf("topic %s to have %d partitions with leaders", topic, n), func() bool {
 		req := kmsg.NewPtrMetadataRequest()
 		rt := kmsg.NewMetadataRequestTopic()
 		rt.Topic = kmsg.StringPtr(topic)
@@ -325,12 +326,11 @@ func waitPartitions(t testing.TB, cl *kgo.Client, topic string, n int32) {
 			}
 			if ok {
 				cl.ForceMetadataRefresh()
-				return
+				return true
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("topic %s did not get %d partitions", topic, n)
+		return false
+	})
 }
 
 // TestBadState: Open rejects a state of the wrong length.
@@ -468,8 +468,8 @@ func TestSplitsImplementReporters(t *testing.T) {
 		if !ok {
 			t.Fatalf("split %s is not a source.PauseReporter", sp.ID())
 		}
-		if p, since := pr.Paused(); p || !since.IsZero() {
-			t.Errorf("split %s, not read yet: Paused() = %v, %v", sp.ID(), p, since)
+		if p, since, ok := pr.Paused(); p || !since.IsZero() || !ok {
+			t.Errorf("split %s, not read yet: Paused() = %v, %v, %v", sp.ID(), p, since, ok)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -15,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/avro"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 	"gocloud.dev/blob/fileblob"
 
 	"github.com/openetl/etl"
@@ -89,7 +92,6 @@ func TestPipelineRealBroker(t *testing.T) {
 
 func pipelineE2E(t *testing.T, brokers []string, topic string) {
 	cl := newClient(t, brokers)
-	txn := newClient(t, brokers, kgo.TransactionalID("e2e-"+topic))
 	dir := t.TempDir()
 	var want []string
 	type bad struct {
@@ -135,15 +137,11 @@ func pipelineE2E(t *testing.T, brokers []string, topic string) {
 		t.Fatalf("first sync committed no epoch: %+v", res)
 	}
 	// An aborted transaction, then more messages.
-	if err := txn.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
+	var aborted []*kgo.Record
 	for p := range int32(4) {
-		produce(t, txn, rec(topic, p, "1", doc("aborted", 1, 0)))
+		aborted = append(aborted, rec(topic, p, "1", doc("aborted", 1, 0)))
 	}
-	if err := txn.EndTransaction(t.Context(), kgo.TryAbort); err != nil {
-		t.Fatal(err)
-	}
+	produceTxn(t, brokers, "e2e-"+topic, false, aborted...)
 	send(1000, 2)
 	if _, err := syncOnce(t.Context(), brokers, topic, dir, kafka.Config{Group: "e2e-" + topic, Budget: 1 << 20}); err != nil {
 		t.Fatal(err)
@@ -220,23 +218,38 @@ func TestChildSync(t *testing.T) {
 		t.Skip("only run as the child of a kill test")
 	}
 	var c struct {
-		Brokers []string
-		Topic   string
-		Dir     string
+		Brokers  []string
+		Topic    string
+		Dir      string
+		Registry string
 	}
 	if err := json.Unmarshal([]byte(env), &c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := syncOnce(context.Background(), c.Brokers, c.Topic, c.Dir, kafka.Config{Group: "kill", Budget: 1 << 20}); err != nil {
+	cfg := kafka.Config{Group: "kill", Budget: 1 << 20}
+	if c.Registry != "" {
+		rcl, err := sr.NewClient(sr.URLs(c.Registry))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Decoder, cfg.Registry = kafka.DecodeRegistry, rcl
+	}
+	if _, err := syncOnce(context.Background(), c.Brokers, c.Topic, c.Dir, cfg); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// docSchema is doc's message as an Avro record.
+const docSchema = `{"type":"record","name":"Doc","fields":[{"name":"msg","type":"string"},{"name":"id","type":"long"},
+ {"name":"version","type":"long"},{"name":"pad","type":"string"}]}`
+
 // killTest produces n keyed JSON messages with updates (more while the
 // children run), runs the pipeline in child processes SIGKILLed kills
 // times at random moments, then once to completion, and checks with
-// pyarrow that the Parquet output holds each message exactly once.
-func killTest(t *testing.T, brokers []string, topic string, n, kills int) {
+// pyarrow that the Parquet output holds each message exactly once. With
+// a registry (its URL, the children's too), the messages are Avro in its
+// wire format instead, read with DecodeRegistry.
+func killTest(t *testing.T, brokers []string, topic string, n, kills int, registry ...string) {
 	if raceEnabled {
 		n /= 4 // the children are slower too
 	}
@@ -245,6 +258,32 @@ func killTest(t *testing.T, brokers []string, topic string, n, kills int) {
 	dir := t.TempDir()
 	var want []string
 	round := 0
+	reg := ""
+	var encode func(msg string, id, version int) []byte
+	if len(registry) > 0 {
+		reg = registry[0]
+		rcl, err := sr.NewClient(sr.URLs(reg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss, err := rcl.CreateSchema(context.Background(), topic+"-value", sr.Schema{Schema: docSchema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sch, err := avro.Parse(docSchema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pad := strings.Repeat("x", 120)
+		encode = func(msg string, id, version int) []byte {
+			b := binary.BigEndian.AppendUint32([]byte{0}, uint32(ss.ID))
+			b, err := sch.AppendEncode(b, map[string]any{"msg": msg, "id": int64(id), "version": int64(version), "pad": pad})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+	}
 	send := func(n int) {
 		round++
 		recs := make([]*kgo.Record, 0, n)
@@ -253,12 +292,15 @@ func killTest(t *testing.T, brokers []string, topic string, n, kills int) {
 			msg := fmt.Sprintf("r%d-%d", round, i)
 			want = append(want, msg)
 			r := rec(topic, int32(id%3), strconv.Itoa(id), doc(msg, id, i))
+			if encode != nil {
+				r.Value = encode(msg, id, i)
+			}
 			recs = append(recs, r)
 		}
 		produce(t, cl, recs...)
 	}
 	send(n)
-	childEnv, _ := json.Marshal(map[string]any{"Brokers": brokers, "Topic": topic, "Dir": dir})
+	childEnv, _ := json.Marshal(map[string]any{"Brokers": brokers, "Topic": topic, "Dir": dir, "Registry": reg})
 	// Each child holds its partitions 1 to n/12 records into what it
 	// reads (each round adds about n/6 per partition), so it can't finish
 	// before the kill however fast the machine.
@@ -326,6 +368,18 @@ func TestKillKfake(t *testing.T) {
 	}
 	brokers := newCluster(t, 3)
 	killTest(t, brokers, "kill-kfake", 200000, 5)
+}
+
+// TestKillAvroKfake is the kill test with Avro messages in the wire
+// format of a registry (srfake, in this process; the children ask it
+// over loopback).
+func TestKillAvroKfake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	brokers := newCluster(t, 3)
+	reg, _ := newRegistry(t)
+	killTest(t, brokers, "kill-avro", 100000, 4, reg.URL())
 }
 
 // TestKillRealBroker is the kill test against the Apache Kafka broker

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/openetl/etl/source"
+	"github.com/openetl/etl/source/kafka/internal/avrorow"
 )
 
 // split reads one partition.
@@ -19,6 +20,7 @@ type split struct {
 	next  int64 // next offset to read; -1: the partition's start
 	state [stateLen]byte
 	dec   decoder
+	cols  []avrorow.Col // the stream's declared columns (registry decoders)
 
 	// For Lag, read from other goroutines.
 	lagNext atomic.Int64 // next offset to read, once known
@@ -36,12 +38,13 @@ type split struct {
 // queue to half. The runner polls it (about once a second, for its
 // stream.paused and stream.resumed events) from another goroutine: it is
 // safe for concurrent use with Read, reads one atomic and does no I/O.
-func (sp *split) Paused() (paused bool, since time.Time) {
+// ok is always true: the split always knows.
+func (sp *split) Paused() (paused bool, since time.Time, ok bool) {
 	ns := sp.pausedSince.Load()
 	if ns == 0 {
-		return false, time.Time{}
+		return false, time.Time{}, true
 	}
-	return true, time.Unix(0, ns)
+	return true, time.Unix(0, ns), true
 }
 
 // Lag reports how many messages the partition holds past the split's
@@ -107,6 +110,9 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 	}
 	defer sp.r.detach(t)
 	sp.dec.init(&s.cfg, sp.topic, sp.partition)
+	if s.sch != nil {
+		sp.dec.reg = newRegDecoder(s.sch, sp.topic, sp.partition, sp.cols, s.cfg.Columns)
+	}
 	for {
 		c, err := sp.r.take(ctx, t, q)
 		if err != nil {
@@ -125,7 +131,17 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 				return fmt.Errorf("kafka: %s/%d: offset %d is past MaxOffset (%d): seqs could no longer tell partitions apart", sp.topic, sp.partition, rec.Offset, MaxOffset)
 			}
 			if !rec.Attrs.IsControl() {
-				if op, key, payload, ok := sp.dec.decode(rec); ok {
+				var op source.Op
+				var key, payload []byte
+				var ok bool
+				if sp.dec.reg != nil {
+					if op, key, payload, ok, err = sp.dec.reg.decode(ctx, rec); err != nil {
+						return err
+					}
+				} else {
+					op, key, payload, ok = sp.dec.decode(rec)
+				}
+				if ok {
 					if err := e.Record(sp.topic, op, Seq(sp.partition, rec.Offset), key, payload); err != nil {
 						return err
 					}

@@ -1,0 +1,200 @@
+package kafka_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/avro"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/openetl/etl"
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/engine"
+	"github.com/openetl/etl/source"
+	"github.com/openetl/etl/source/kafka"
+	"github.com/openetl/etl/source/kafka/internal/avrorow"
+)
+
+// benchSchema is the Avro form of the benchmark's JSON events
+// (preload): an id, a short string, an amount, a flag and a 120-byte
+// string; about 150 bytes in Avro, 200 in JSON.
+const benchSchema = `{"type":"record","name":"Event","fields":[{"name":"id","type":"long"},
+ {"name":"name","type":"string"},{"name":"amount","type":"double"},{"name":"ok","type":"boolean"},
+ {"name":"pad","type":"string"}]}`
+
+// benchEvents returns n events as JSON documents and as registry-framed
+// Avro values (schema ID 1) of the same values.
+func benchEvents(b testing.TB, n int) (docs, avros [][]byte) {
+	sch, err := avro.Parse(benchSchema)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pad := strings.Repeat("x", 120)
+	for i := range n {
+		docs = append(docs, fmt.Appendf(nil, `{"id":%d,"name":"customer %d","amount":%d.25,"ok":true,"pad":%q}`, i, i, i%1000, pad))
+		v, err := sch.AppendEncode(binary.BigEndian.AppendUint32([]byte{0}, 1), map[string]any{
+			"id": int64(i), "name": fmt.Sprintf("customer %d", i), "amount": float64(i%1000) + 0.25, "ok": true, "pad": pad})
+		if err != nil {
+			b.Fatal(err)
+		}
+		avros = append(avros, v)
+	}
+	return docs, avros
+}
+
+// BenchmarkDecodeAvroVsJSON: the same ~200-byte events turned into
+// Arrow by the engine, in batches of 8192 as the runner pushes them: as
+// JSON documents (parsed and typed by inference in the engine), and as
+// Avro (decoded in Go into declared rows, which the engine coerces).
+// Reports each path's messages per CPU-second of this process and their
+// ratio (goal ≥ 1.5).
+func BenchmarkDecodeAvroVsJSON(b *testing.B) {
+	const n, batchRows = 200_000, 8192
+	docs, avros := benchEvents(b, n)
+	s, err := avrorow.Parse(benchSchema, nil, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var cols []engine.Column
+	for _, c := range s.Cols() {
+		cols = append(cols, engine.Column{Name: c.Name, Type: c.Type(), Nullable: true})
+	}
+	dec, err := avrorow.NewDecoder(s, s.Cols())
+	if err != nil {
+		b.Fatal(err)
+	}
+	newEngine := func(specs ...engine.StreamSpec) engine.Engine {
+		e, err := engine.New(engine.Config{Streams: specs})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { e.Close() })
+		return e
+	}
+	je := newEngine()
+	ae := newEngine(engine.StreamSpec{Name: "avro", Declared: true, Types: source.TypesPostgres, Columns: cols})
+	syncedAt := time.Now()
+	var batch engine.RawBatch
+	var row []byte
+	push := func(e engine.Engine) {
+		out, err := e.Push(&batch, syncedAt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(out.Quarantined) != 0 || out.Record.NumRows() != int64(batch.Len()) {
+			b.Fatalf("%d quarantined: %+v", len(out.Quarantined), out.Quarantined[0])
+		}
+		out.Record.Release()
+		batch.Reset()
+	}
+	runJSON := func() {
+		batch.Stream = "json"
+		for i, d := range docs {
+			batch.Append(uint8(source.OpInsert), int64(i), nil, d)
+			if batch.Len() == batchRows {
+				push(je)
+			}
+		}
+		push(je)
+	}
+	runAvro := func() {
+		batch.Stream = "avro"
+		for i, v := range avros {
+			if row, err = dec.Row(row[:0], v[5:]); err != nil {
+				b.Fatal(err)
+			}
+			batch.Append(uint8(source.OpInsert), int64(i), nil, row)
+			if batch.Len() == batchRows {
+				push(ae)
+			}
+		}
+		push(ae)
+	}
+	runJSON() // warm up both
+	runAvro()
+	var cj, ca float64
+	b.ResetTimer()
+	for range b.N {
+		c0 := cpuSeconds()
+		runJSON()
+		c1 := cpuSeconds()
+		runAvro()
+		cj, ca = cj+c1-c0, ca+cpuSeconds()-c1
+	}
+	msgs := float64(n * b.N)
+	b.ReportMetric(msgs/cj, "json-msgs/cpu-s")
+	b.ReportMetric(msgs/ca, "avro-msgs/cpu-s")
+	b.ReportMetric(cj/ca, "avro-vs-json")
+}
+
+// BenchmarkPipelineAvroVsJSON: the same events in two topics of kfake
+// (in memory: it flatters both), one JSON and one Avro in a registry's
+// wire format, each read to its end by a Sync into a null destination.
+// Reports each pipeline's messages per CPU-second of this process (kfake
+// included) and their ratio.
+func BenchmarkPipelineAvroVsJSON(b *testing.B) {
+	const n = 300_000
+	brokers := newCluster(b, 4, "ev-json", "ev-avro")
+	reg, rcl := newRegistry(b)
+	if id := register(b, reg, "ev-avro-value", benchSchema); id != 1 {
+		b.Fatalf("schema id %d, want 1", id)
+	}
+	docs, avros := benchEvents(b, n)
+	cl := newClient(b, brokers)
+	recs := make([]*kgo.Record, 0, 10_000)
+	for topic, vals := range map[string][][]byte{"ev-json": docs, "ev-avro": avros} {
+		for i, v := range vals {
+			recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(i % 4), Key: fmt.Appendf(nil, "%d", i), Value: v})
+			if len(recs) == cap(recs) {
+				produce(b, cl, recs...)
+				recs = recs[:0]
+			}
+		}
+		produce(b, cl, recs...)
+		recs = recs[:0]
+	}
+	run := func(topic string, cfg kafka.Config) {
+		cfg.Opts, cfg.Topics = []kgo.Opt{kgo.SeedBrokers(brokers...)}, []string{topic}
+		src, err := kafka.New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer src.Close(context.Background())
+		store, err := checkpoint.OpenDir(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer store.Close(context.Background())
+		p, err := etl.NewPipeline("bench").From(src).To(nullDest{}).Checkpoints(store).Build()
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := p.Sync(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if c := res.Streams[topic]; c.Read != n || c.Written != n {
+			b.Fatalf("%s: %+v, want %d read and written", topic, c, n)
+		}
+	}
+	avroCfg := kafka.Config{Decoder: kafka.DecodeRegistry, Registry: rcl}
+	run("ev-json", kafka.Config{}) // warm up both
+	run("ev-avro", avroCfg)
+	var cj, ca float64
+	b.ResetTimer()
+	for range b.N {
+		c0 := cpuSeconds()
+		run("ev-json", kafka.Config{})
+		c1 := cpuSeconds()
+		run("ev-avro", avroCfg)
+		cj, ca = cj+c1-c0, ca+cpuSeconds()-c1
+	}
+	msgs := float64(n * b.N)
+	b.ReportMetric(msgs/cj, "json-msgs/cpu-s")
+	b.ReportMetric(msgs/ca, "avro-msgs/cpu-s")
+	b.ReportMetric(cj/ca, "avro-vs-json")
+}

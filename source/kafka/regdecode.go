@@ -1,0 +1,320 @@
+package kafka
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/openetl/etl/source"
+	"github.com/openetl/etl/source/kafka/internal/avrorow"
+)
+
+// regDecoder decodes one split's registry-framed messages (the Confluent
+// wire format: a zero byte, the schema ID as 4 bytes big-endian, the
+// Avro binary value) into rows of the stream's declared columns.
+type regDecoder struct {
+	sch       *schemas
+	topic     string
+	debezium  bool
+	cols      []avrorow.Col // the stream's declared columns this attempt, but Config.Columns'
+	cols0     Columns       // Config.Columns: metadata columns after cols
+	partition int32
+
+	vals    map[int]*avrorow.Decoder // value decoders by schema ID
+	bads    map[int]string           // IDs whose values can't be decoded, and why
+	keys    map[int]*avrorow.Decoder // key decoders (JSON text); nil: keep the key's bytes
+	keyRows map[int]*avrorow.Decoder // key schemas' decoders into rows of cols (Debezium deletes)
+
+	buf, key, bad, hexKey []byte
+}
+
+// maxDecoders bounds a split's decoders of each kind; past it they are
+// dropped and made again as needed.
+const maxDecoders = 256
+
+func newRegDecoder(sch *schemas, topic string, partition int32, cols []avrorow.Col, meta Columns) *regDecoder {
+	return &regDecoder{sch: sch, topic: topic, partition: partition, debezium: sch.debezium, cols: cols, cols0: meta,
+		vals: map[int]*avrorow.Decoder{}, bads: map[int]string{}, keys: map[int]*avrorow.Decoder{},
+		keyRows: map[int]*avrorow.Decoder{}}
+}
+
+// framed returns the schema ID of a value in the wire format.
+func framed(b []byte) (int, bool) {
+	if len(b) < 5 || b[0] != 0 {
+		return 0, false
+	}
+	return int(int32(binary.BigEndian.Uint32(b[1:5]))), true
+}
+
+// decode returns the record for rec; ok is false for a tombstone. An
+// undecodable message is a record the engine quarantines (see badRow);
+// err is a *RegistryError (the registry could not be asked) or a
+// *SchemaChangeError (the stream's columns must grow first).
+func (d *regDecoder) decode(ctx context.Context, rec *kgo.Record) (op source.Op, key, payload []byte, ok bool, err error) {
+	if rec.Value == nil {
+		return 0, nil, nil, false, nil
+	}
+	id, isFramed := framed(rec.Value)
+	if !isFramed {
+		b := byte(0)
+		if len(rec.Value) > 0 {
+			b = rec.Value[0]
+		}
+		return d.badRow(rec, fmt.Sprintf("value not in the registry wire format (%d bytes, first 0x%02x)", len(rec.Value), b))
+	}
+	dec, why, err := d.value(ctx, id)
+	if err != nil {
+		return 0, nil, nil, false, err
+	}
+	if dec == nil {
+		return d.badRow(rec, why)
+	}
+	if key, err = d.decodeKey(ctx, rec.Key); err != nil {
+		return 0, nil, nil, false, err
+	}
+	body := rec.Value[5:]
+	if !d.debezium {
+		if d.buf, err = dec.Row(d.buf[:0], body); err != nil {
+			return d.badRow(rec, fmt.Sprintf("schema id %d: %v", id, err))
+		}
+		d.buf = d.meta(d.buf, rec)
+		return source.OpInsert, key, d.buf, true, nil
+	}
+	opText, before, after, err := dec.Envelope(body)
+	if err != nil {
+		return d.badRow(rec, fmt.Sprintf("schema id %d: %v", id, err))
+	}
+	d.buf = d.buf[:0]
+	switch string(opText) {
+	case "c", "r":
+		if !after {
+			return d.badRow(rec, "op "+string(opText)+" without an after row")
+		}
+		d.buf = d.meta(dec.AppendRow(d.buf, 1), rec)
+		return source.OpInsert, key, d.buf, true, nil
+	case "u":
+		if !after {
+			return d.badRow(rec, "op u without an after row")
+		}
+		d.buf = d.meta(dec.AppendRow(d.buf, 1), rec)
+		return source.OpUpdate, key, d.buf, true, nil
+	case "d":
+		if before {
+			d.buf = d.meta(dec.AppendRow(d.buf, 0), rec)
+			return source.OpDelete, key, d.buf, true, nil
+		}
+		// No before image: the key's fields are the row (others null),
+		// or, when the key can't be a row, an empty payload (all null).
+		row, err := d.keyRow(ctx, rec.Key)
+		if err != nil {
+			return 0, nil, nil, false, err
+		}
+		if len(row) == 0 && d.cols0 != 0 {
+			for range d.cols {
+				row = source.AppendRowNull(row)
+			}
+		}
+		if d.cols0 != 0 {
+			row = d.meta(row, rec)
+		}
+		d.buf = row
+		return source.OpDelete, key, row, true, nil
+	}
+	return d.badRow(rec, fmt.Sprintf("unsupported op %q", opText))
+}
+
+// value returns the decoder of schema id's values into rows of d.cols,
+// or why its values can't be decoded.
+func (d *regDecoder) value(ctx context.Context, id int) (*avrorow.Decoder, string, error) {
+	if dec, ok := d.vals[id]; ok {
+		return dec, "", nil
+	}
+	if why, ok := d.bads[id]; ok {
+		return nil, why, nil
+	}
+	e, err := d.sch.byID(ctx, d.topic, id)
+	if err != nil {
+		return nil, "", err
+	}
+	s, why := e.value(d.debezium)
+	if s == nil {
+		if len(d.bads) >= maxDecoders {
+			clear(d.bads)
+		}
+		d.bads[id] = why
+		return nil, why, nil
+	}
+	d.sch.saw(d.topic, id)
+	if !avrorow.Covers(d.cols, s.Cols()) {
+		return nil, "", &SchemaChangeError{Topic: d.topic, ID: id}
+	}
+	dec, err := avrorow.NewDecoder(s, d.cols)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(d.vals) >= maxDecoders {
+		clear(d.vals)
+	}
+	d.vals[id] = dec
+	return dec, "", nil
+}
+
+// decodeKey returns the record's key: a framed key with an Avro schema
+// as compact JSON text ({"id":42} for a record key, 42 for a long), any
+// other key as its bytes.
+func (d *regDecoder) decodeKey(ctx context.Context, k []byte) ([]byte, error) {
+	id, ok := framed(k)
+	if !ok {
+		return k, nil
+	}
+	kd, ok := d.keys[id]
+	if !ok {
+		e, err := d.sch.byID(ctx, d.topic, id)
+		if err != nil {
+			return nil, err
+		}
+		if e.plain != nil {
+			kd, _ = avrorow.NewDecoder(e.plain, e.plain.Cols())
+		}
+		if len(d.keys) >= maxDecoders {
+			clear(d.keys)
+		}
+		d.keys[id] = kd
+	}
+	if kd == nil {
+		return k, nil
+	}
+	out, err := kd.JSON(d.key[:0], k[5:])
+	if err != nil {
+		return k, nil // not the key's schema after all: its bytes
+	}
+	d.key = out
+	return out, nil
+}
+
+// keyRow returns a row of d.cols holding a framed key's fields, for a
+// Debezium delete without a before image; an empty payload (all columns
+// null) when the key can't be one.
+func (d *regDecoder) keyRow(ctx context.Context, k []byte) ([]byte, error) {
+	id, ok := framed(k)
+	if !ok {
+		return d.buf[:0], nil
+	}
+	kd, ok := d.keyRows[id]
+	if !ok {
+		e, err := d.sch.byID(ctx, d.topic, id)
+		if err != nil {
+			return nil, err
+		}
+		if e.plain != nil && avrorow.Covers(d.cols, e.plain.Cols()) {
+			kd, _ = avrorow.NewDecoder(e.plain, d.cols)
+		}
+		if len(d.keyRows) >= maxDecoders {
+			clear(d.keyRows)
+		}
+		d.keyRows[id] = kd
+	}
+	if kd == nil {
+		return d.buf[:0], nil
+	}
+	row, err := kd.Row(d.buf[:0], k[5:])
+	if err != nil {
+		return d.buf[:0], nil
+	}
+	d.buf = row
+	return row, nil
+}
+
+// meta appends the entries of the Config.Columns columns of rec to row,
+// in declared order (Columns.declared).
+func (d *regDecoder) meta(row []byte, rec *kgo.Record) []byte {
+	c := d.cols0
+	if c == 0 {
+		return row
+	}
+	if c&ColumnKey != 0 {
+		if rec.Key == nil {
+			row = source.AppendRowNull(row)
+		} else {
+			d.hexKey = hex.AppendEncode(append(d.hexKey[:0], '\\', 'x'), rec.Key)
+			row = source.AppendRowValue(row, d.hexKey)
+		}
+	}
+	if c&ColumnHeaders != 0 {
+		hs := map[string]string{}
+		for _, h := range rec.Headers {
+			if utf8.Valid(h.Value) {
+				hs[h.Key] = string(h.Value)
+			} else {
+				hs[h.Key] = base64.StdEncoding.EncodeToString(h.Value)
+			}
+		}
+		b, _ := json.Marshal(hs) // strings only: cannot fail
+		row = source.AppendRowValue(row, b)
+	}
+	var num [20]byte
+	if c&ColumnPartition != 0 {
+		row = source.AppendRowValue(row, strconv.AppendInt(num[:0], int64(d.partition), 10))
+	}
+	if c&ColumnOffset != 0 {
+		row = source.AppendRowValue(row, strconv.AppendInt(num[:0], rec.Offset, 10))
+	}
+	if c&ColumnTimestamp != 0 {
+		row = source.AppendRowValue(row, strconv.AppendInt(num[:0], rec.Timestamp.UnixMilli(), 10))
+	}
+	if c&ColumnTopic != 0 {
+		row = source.AppendRowValue(row, []byte(d.topic))
+	}
+	return row
+}
+
+// declared returns the declared columns of c for the registry decoders,
+// in the order meta writes them.
+func (c Columns) declared() []source.Column {
+	var out []source.Column
+	for _, m := range []struct {
+		bit       Columns
+		name, typ string
+	}{
+		{ColumnKey, "_kafka_key", "bytea"}, {ColumnHeaders, "_kafka_headers", "jsonb"},
+		{ColumnPartition, "_kafka_partition", "int4"}, {ColumnOffset, "_kafka_offset", "int8"},
+		{ColumnTimestamp, "_kafka_timestamp", "int8"}, {ColumnTopic, "_kafka_topic", "text"},
+	} {
+		if c&m.bit != 0 {
+			out = append(out, source.Column{Name: m.name, Type: m.typ, Nullable: true})
+		}
+	}
+	return out
+}
+
+// maxBadText is the most text a bad record's payload carries (see
+// badRow).
+const maxBadText = 124
+
+// badRow returns a record the engine quarantines (reason parse_error,
+// "row payload: entry runs past the payload"), keeping the message's key
+// and, as its payload's text, why it could not be decoded: a first entry
+// whose header (0x7f: a value of 125 bytes) promises more bytes than
+// follow, then "kafka: <why>" in printable ASCII, at most maxBadText
+// bytes. The quarantine line's split (topic/partition) and seq
+// (Position: the offset) find the message itself.
+func (d *regDecoder) badRow(rec *kgo.Record, why string) (source.Op, []byte, []byte, bool, error) {
+	d.bad = append(d.bad[:0], 0x7f)
+	for _, c := range []byte("kafka: " + why) {
+		if len(d.bad) > maxBadText {
+			break
+		}
+		if c < 0x20 || c > 0x7e {
+			c = '?'
+		}
+		d.bad = append(d.bad, c)
+	}
+	return source.OpInsert, rec.Key, d.bad, true, nil
+}
