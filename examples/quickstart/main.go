@@ -13,6 +13,11 @@
 //
 //	go run ./examples/quickstart            # runs, or continues after a kill
 //	go run ./examples/quickstart -rows 2000000   # later: adds more rows
+//	go run ./examples/quickstart -http :8080     # with its status page
+//
+// With -http it serves etl.StatusPage on that address (the page at /,
+// the figures at /status.json) while it syncs, and after, until
+// interrupted.
 //
 // Running it again continues from the last checkpoint and adds no
 // duplicates: a killed run loses nothing that was committed and repeats
@@ -26,6 +31,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -65,6 +72,7 @@ func run() error {
 	epoch := flag.Duration("epoch", 2*time.Second, "interval between checkpoints")
 	lanes := flag.Int("lanes", 1, "writer lanes")
 	verbose := flag.Bool("v", false, "log lifecycle events to stderr")
+	httpAddr := flag.String("http", "", "serve the status page on this address (say :8080) until interrupted")
 	flag.Parse()
 
 	abs, err := filepath.Abs(*dir)
@@ -133,6 +141,17 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *httpAddr != "" {
+		ln, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			return fmt.Errorf("status page: %w", err)
+		}
+		srv := &http.Server{Handler: etl.StatusPage(p), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		// Close, not Shutdown: an open page holds its event stream.
+		defer srv.Close()
+		fmt.Printf("status page: http://%s/ (figures at /status.json)\n", ln.Addr())
+	}
 	fmt.Printf("OpenETL quickstart: fake customers and orders → Iceberg tables in %s (catalog %s)\n", tablesDir, dbPath)
 	res, err := p.Sync(ctx)
 	fmt.Println()
@@ -174,6 +193,10 @@ func run() error {
 		"t = SqlCatalog('%s', uri='sqlite:///%s', warehouse='file://%s').load_table('%s.orders'); "+
 		"print(t.scan().to_arrow().group_by('_openetl_op').aggregate([('_openetl_id', 'count')]))\"\n",
 		catalogName, dbPath, tablesDir, namespace)
+	if *httpAddr != "" {
+		fmt.Println("\nthe status page is still served: Ctrl-C to exit")
+		<-ctx.Done()
+	}
 	return nil
 }
 
