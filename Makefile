@@ -23,9 +23,11 @@ engine-check:
 	engine/check.sh
 
 # Independent readers for the tests (pyarrow and pyiceberg in a virtualenv
-# under CACHE).
+# under CACHE), and headless Chromium (Debian's chromium) for the status
+# page's browser test.
 tools:
 	@scripts/test-tools.sh >/dev/null
+	@scripts/chromium.sh >/dev/null
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>&1); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

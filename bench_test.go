@@ -56,7 +56,7 @@ type discard struct{}
 
 func (discard) Class() sink.Class               { return sink.StageAndApply }
 func (discard) Capabilities() sink.Capabilities { return sink.Capabilities{} }
-func (discard) Writer(context.Context, string, int) (sink.Writer, error) {
+func (discard) Writer(context.Context, sink.WriterConfig) (sink.Writer, error) {
 	return discardWriter{}, nil
 }
 
@@ -70,7 +70,8 @@ func (discardWriter) Commit(context.Context, uint64, []sink.Committable) error {
 func (discardWriter) Recover(context.Context, checkpoint.Generation, *checkpoint.Record) (sink.Outcome, error) {
 	return sink.Applied, nil
 }
-func (discardWriter) Close(context.Context) error { return nil }
+func (discardWriter) Close(context.Context) error          { return nil }
+func (discardWriter) Finish(context.Context, uint64) error { return nil }
 
 // BenchmarkSyncFakerToDiscard measures faker → runner → engine with a
 // writer that drops rows: the pipeline's own ceiling on this machine.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"gocloud.dev/blob/memblob"
@@ -13,6 +14,7 @@ import (
 	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/parquet"
+	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/faker"
 )
@@ -177,13 +179,82 @@ func TestBuildHandsTheDestinationEachStreamsSpec(t *testing.T) {
 	}
 }
 
-// TestBuildRefusesOverwriteIntoParquet: Parquet only appends, so a stream
-// set to overwrite fails Build instead of being appended to.
+// TestBuildRefusesOverwriteIntoParquet: Parquet only appends (its
+// Capabilities declare no overwrite), so a stream set to overwrite fails
+// Build instead of being appended to.
 func TestBuildRefusesOverwriteIntoParquet(t *testing.T) {
 	src, dst := parts(t, source.ReplayExact)
 	_, err := etl.NewPipeline("g").From(src).To(dst).Checkpoints(checkpoint.NewMem()).
 		Mode(delivery.Overwrite, "orders").Build()
-	if err == nil || !strings.Contains(err.Error(), `stream "orders": parquet: can't replace`) {
+	if !errors.Is(err, delivery.ErrInvalid) || !strings.Contains(err.Error(), `stream "orders": overwrite requested, but the destination can't replace`) {
 		t.Fatalf("Build: %v; want overwrite refused for orders", err)
+	}
+}
+
+// capsDest is a user's destination that implements no sink.SpecChecker:
+// its writers (sinktest's fake) would write any mode as an append, as a
+// writer that ignores WriterConfig's modes does. Its Capabilities are
+// what a test sets, and may change between Build and Sync (a user's
+// configuration reloaded).
+type capsDest struct {
+	*sinktest.FakeDestination
+	mu   sync.Mutex
+	caps sink.Capabilities
+}
+
+func (d *capsDest) Capabilities() sink.Capabilities {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.caps
+}
+
+// TestModesNeedCapabilities: a destination that doesn't implement
+// sink.SpecChecker no longer accepts every spec: a stream set to
+// overwrite, or merged with hard deletes, fails Build naming the stream
+// unless the destination's Capabilities declare it, so Guarantees never
+// claims a mode the writers were not made for; and an attempt whose
+// destination no longer declares it fails before it claims the
+// pipeline.
+func TestModesNeedCapabilities(t *testing.T) {
+	newSrc := func() *supersetSource { src, _ := parts(t, source.ReplayExact); return src }
+	newDst := func(caps sink.Capabilities) *capsDest {
+		return &capsDest{FakeDestination: sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply}), caps: caps}
+	}
+	for _, c := range []struct {
+		caps sink.Capabilities
+		b    func(*etl.Builder) *etl.Builder
+		want string
+	}{
+		{sink.Capabilities{}, func(b *etl.Builder) *etl.Builder { return b.Mode(delivery.Overwrite, "orders") },
+			`stream "orders": overwrite requested, but the destination can't replace a table's contents`},
+		{sink.Capabilities{Merge: true}, func(b *etl.Builder) *etl.Builder {
+			return b.Mode(delivery.Merge, "orders").Deletes(sink.HardDeletes, "orders")
+		}, `stream "orders": hard deletes requested, but the destination keeps a deleted key's row`},
+		{sink.Capabilities{}, func(b *etl.Builder) *etl.Builder { return b.Mode(delivery.Merge, "orders") },
+			`stream "orders": merge requested, but the destination cannot merge`},
+	} {
+		_, err := c.b(etl.NewPipeline("g").From(newSrc()).To(newDst(c.caps)).Checkpoints(checkpoint.NewMem())).Build()
+		if !errors.Is(err, delivery.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Build into %+v: %v; want delivery.ErrInvalid saying %s", c.caps, err, c.want)
+		}
+	}
+	dst := newDst(sink.Capabilities{Merge: true, HardDeletes: true, Overwrite: true})
+	store := checkpoint.NewMem()
+	p, err := etl.NewPipeline("g").From(newSrc()).To(dst).Checkpoints(store).
+		Mode(delivery.Overwrite, "orders").Mode(delivery.Merge, "customers").Deletes(sink.HardDeletes, "customers").Build()
+	if err != nil {
+		t.Fatalf("Build into a destination that declares every mode: %v", err)
+	}
+	defer p.Close(context.Background())
+	dst.mu.Lock()
+	dst.caps = sink.Capabilities{Merge: true}
+	dst.mu.Unlock()
+	_, err = p.Sync(context.Background())
+	if !errors.Is(err, delivery.ErrInvalid) || !strings.Contains(err.Error(), `stream "orders": overwrite requested`) ||
+		!strings.Contains(err.Error(), `stream "customers": hard deletes requested`) {
+		t.Fatalf("Sync after the destination dropped overwrite and hard deletes: %v", err)
+	}
+	if gen, _, err := store.Claim(context.Background(), "g"); err != nil || gen != 1 {
+		t.Fatalf("the refused sync claimed the pipeline: generation %d, %v", gen, err)
 	}
 }

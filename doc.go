@@ -8,7 +8,7 @@
 // returns an immutable *Pipeline:
 //
 //	src, _ := faker.New(faker.Config{Rows: 100_000})
-//	bucket, _ := fileblob.OpenBucket("/data/tables", nil)
+//	bucket, _ := parquet.OpenDir("/data/tables") // any mount; or an s3blob, gcsblob, azureblob bucket
 //	dst, _ := parquet.New(parquet.Config{Bucket: bucket})
 //	store, _ := checkpoint.OpenDir("/data/checkpoints")
 //
@@ -48,6 +48,28 @@
 // checkpoint.ErrFenced at its next commit and stops without committing;
 // IsFenced tells a host not to restart it.
 //
+// Run supervises itself: when an attempt fails with a transient error
+// (an object store, a network or a database that is briefly away), it
+// starts a new attempt after a backoff, which resumes from the last
+// checkpoint, and returns only on a permanent error, on cancellation, or
+// once an outage outlasts its budget (see Retry and Builder.Retry).
+//
+// # After a sync
+//
+// Builder.AfterSync adds steps that run once a Sync has committed
+// everything it read, such as dbt over the tables it loaded; Command
+// runs a program, and examples/dbt is a whole dbt project:
+//
+//	p, err := etl.NewPipeline("orders").From(src).To(dst).Checkpoints(store).
+//		AfterSync("dbt build", etl.Command(func(ctx context.Context, _ etl.Result) *exec.Cmd {
+//			return exec.CommandContext(ctx, "dbt", "build", "--project-dir", "analytics")
+//		})).
+//		Build()
+//
+// A step that fails fails the Sync with a *StepError. What the Sync
+// copied stays committed, so the error is retryable: the next Sync copies
+// nothing new and runs the step again. Run doesn't run steps.
+//
 // # Watching a pipeline
 //
 // A host sees a pipeline without reading its code:
@@ -84,11 +106,22 @@
 // position in the source) and _openetl_synced_at (when it was processed,
 // UTC). See package engine for the ID's definition and test vectors.
 //
+// # Transforms
+//
+// Builder.Transform runs a TransformFunc of yours on a stream's Arrow
+// batches on the writer lanes, between the engine and the destination:
+// it emits what to write (fewer rows, more, other columns) and rejects
+// rows into quarantine. It must keep the metadata columns and be
+// deterministic, for the stream's guarantee to hold for what it returns;
+// rows it drops are counted (Counts.Filtered). See TransformFunc and
+// docs/transforms.md.
+//
 // # Design
 //
 // The repository's docs/ directory describes the design: architecture.md
 // (the parts and the data path), commit-protocol.md (epochs, the commit
 // point, attempts, fencing and recovery), delivery.md (how each stream's
 // guarantee is decided), storage-layout.md (what the checkpoint store and
-// the destinations keep) and metrics.md (every metric, span and event).
+// the destinations keep), metrics.md (every metric, span and event) and
+// transforms.md (the Go hook on Arrow batches).
 package etl

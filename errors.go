@@ -35,7 +35,8 @@ func IsFenced(err error) bool {
 // the same way, so a host's restart loop should stop and tell a person:
 // the attempt was fenced (IsFenced), the Pipeline is closed, its
 // configuration is wrong (a BuildError, an unmet delivery level, an
-// invalid name), the engine is not in this build, or an error in err's
+// invalid name), the engine is not in this build, a transform's output
+// was refused (ErrTransformOutput), or an error in err's
 // chain says so itself with a method Permanent() bool returning true
 // (a connector's own mark), or it matches source.ErrPositionLost (the
 // source no longer has the data at the resume position). Cancellation by the caller's context is neither permanent nor
@@ -49,7 +50,7 @@ func IsPermanent(err error) bool {
 		return true
 	}
 	for _, target := range []error{ErrClosed, delivery.ErrUnmet, delivery.ErrInvalid, checkpoint.ErrBadName,
-		checkpoint.ErrConflict, engine.ErrUnavailable, engine.ErrState, source.ErrPositionLost} {
+		checkpoint.ErrConflict, engine.ErrUnavailable, engine.ErrState, source.ErrPositionLost, ErrTransformOutput} {
 		if errors.Is(err, target) {
 			return true
 		}

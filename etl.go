@@ -25,8 +25,9 @@ import (
 // and returns the builder; nothing is checked until Build. A Builder is
 // not safe for concurrent use; build once and share the *Pipeline.
 type Builder struct {
-	cfg  runner.Config
-	errs []error // misuses of the methods, reported by Build
+	cfg   runner.Config
+	retry *Retry  // nil: the default Retry
+	errs  []error // misuses of the methods, reported by Build
 }
 
 // NewPipeline starts building the pipeline called name. The name keys the
@@ -61,14 +62,31 @@ func (b *Builder) Streams(names ...string) *Builder {
 // stream gets what its source and destination allow (Guarantees).
 func (b *Builder) Require(level delivery.Level) *Builder { b.cfg.Required = level; return b }
 
+// Policy is a stream's schema policy: what a record that would change
+// the stream's schema does (Builder.SchemaPolicy).
+type Policy string
+
+// The schema policies.
+const (
+	// PolicyEvolve adds new columns and widens types (the default).
+	PolicyEvolve = Policy(engine.PolicyEvolve)
+	// PolicyFreeze keeps the schema: a record that would add a column or
+	// widen one is quarantined (reason type_conflict).
+	PolicyFreeze = Policy(engine.PolicyFreeze)
+	// PolicyDiscard drops the new fields of documents; the rest of the
+	// record is written.
+	PolicyDiscard = Policy(engine.PolicyDiscard)
+)
+
 // SchemaPolicy sets the schema policy of the named streams (default
-// engine.PolicyEvolve: new columns are added and types widened). With
-// engine.PolicyFreeze a record that would add a column or widen one is
-// quarantined (reason type_conflict); with engine.PolicyDiscard new
-// fields of documents are dropped. Either is reported by a schema.blocked
-// event. A policy applies from the next attempt on, to the schema the
-// stream has then. Build fails when no stream is named.
-func (b *Builder) SchemaPolicy(p engine.Policy, streams ...string) *Builder {
+// PolicyEvolve: new columns are added and types widened). With
+// PolicyFreeze a record that would add a column or widen one is
+// quarantined (reason type_conflict); with PolicyDiscard new fields of
+// documents are dropped. Either is reported by a schema.blocked event. A
+// policy applies from the next attempt on, to the schema the stream has
+// then. Build fails when no stream is named, and for a policy that is
+// none of these.
+func (b *Builder) SchemaPolicy(p Policy, streams ...string) *Builder {
 	if len(streams) == 0 {
 		b.errs = append(b.errs, fmt.Errorf("schema policy %q: no stream names (name the streams it applies to)", p))
 	}
@@ -76,7 +94,7 @@ func (b *Builder) SchemaPolicy(p engine.Policy, streams ...string) *Builder {
 		b.cfg.Policies = map[string]engine.Policy{}
 	}
 	for _, s := range streams {
-		b.cfg.Policies[s] = p
+		b.cfg.Policies[s] = engine.Policy(p)
 	}
 	return b
 }
@@ -113,7 +131,10 @@ func (b *Builder) JSON(o JSONOptions, streams ...string) *Builder {
 
 // Mode sets the write mode of the named streams (default
 // delivery.Append). Merge needs a primary key and a destination that can
-// merge. Build fails when no stream is named.
+// merge. Each stream's writers learn it, with the stream's key, through
+// their sink.WriterConfig; a destination's own configuration has no say.
+// Build fails when no stream is named, and when the destination can't
+// write a stream so (sink.SpecChecker), naming the stream.
 func (b *Builder) Mode(mode delivery.Mode, streams ...string) *Builder {
 	if len(streams) == 0 {
 		b.errs = append(b.errs, fmt.Errorf("write mode %v: no stream names (name the streams it applies to)", mode))
@@ -123,6 +144,24 @@ func (b *Builder) Mode(mode delivery.Mode, streams ...string) *Builder {
 	}
 	for _, s := range streams {
 		b.cfg.Modes[s] = mode
+	}
+	return b
+}
+
+// Deletes sets what a delete does to the key's row in the named merge
+// streams: sink.SoftDeletes (the default) keeps it, marked
+// _openetl_deleted; sink.HardDeletes removes it. Build fails when no
+// stream is named, when a named stream is not written in merge mode
+// (Mode), and when the destination can't (sink.SpecChecker).
+func (b *Builder) Deletes(d sink.Deletes, streams ...string) *Builder {
+	if len(streams) == 0 {
+		b.errs = append(b.errs, fmt.Errorf("deletes %v: no stream names (name the streams they apply to)", d))
+	}
+	if b.cfg.Deletes == nil {
+		b.cfg.Deletes = map[string]sink.Deletes{}
+	}
+	for _, s := range streams {
+		b.cfg.Deletes[s] = d
 	}
 	return b
 }
@@ -229,8 +268,12 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 	cfg := b.cfg
 	cfg.Streams = append([]string(nil), cfg.Streams...)
 	cfg.Modes = maps.Clone(cfg.Modes)
+	cfg.Deletes = maps.Clone(cfg.Deletes)
 	cfg.Policies = maps.Clone(cfg.Policies)
 	cfg.JSON = maps.Clone(cfg.JSON)
+	cfg.Steps = slices.Clone(cfg.Steps)
+	cfg.Transforms = maps.Clone(cfg.Transforms)
+	cfg.Retry = retryPolicy(b.retry)
 	errs := append([]error{cfg.Validate()}, b.errs...)
 	eng, engErr := engine.New(engine.Config{})
 	if engErr != nil {
@@ -335,6 +378,10 @@ func (p *Pipeline) Status() Status { return statusOf(p.cfg.Monitor.Status()) }
 // name. A failed Sync's Result still carries the generation it claimed,
 // if it got that far.
 //
+// Once everything is committed, Sync runs the Builder's AfterSync steps
+// in order. When one fails, Sync returns its *StepError together with
+// the Result of what it committed, which stays committed.
+//
 // One Pipeline runs one Sync or Run at a time: a call while another runs
 // returns ErrBusy at once, without touching the checkpoint store (two
 // calls on one Pipeline never fence each other). After Close it returns
@@ -346,27 +393,33 @@ func (p *Pipeline) Sync(ctx context.Context) (Result, error) {
 	}
 	defer end()
 	res, err := runner.Sync(ctx, p.cfg)
-	return Result(res), err
+	return Result(res), budgetError(err)
 }
 
 // Run reads continuously, committing an epoch at each barrier (see
 // EpochEvery), until ctx is cancelled; it then places a final barrier,
-// commits it (within StopTimeout) and returns nil. It returns an error if
-// the attempt fails, wrapping checkpoint.ErrFenced when a newer attempt
-// took the pipeline over, and with a *sink.AheadError when the
-// destination is ahead of the checkpoint store (see Sync), which no
-// restart mends. A host restarts Run after an error at its own pace;
-// each start recovers from the last checkpoint.
+// commits it (within StopTimeout) and returns nil.
+//
+// Run rides out transient failures by itself (see Retry, Builder.Retry):
+// an attempt that fails with an error IsPermanent doesn't call permanent
+// is followed by a new one after a backoff, which resumes from the last
+// checkpoint. Run returns an error at once when the attempt is fenced
+// (wrapping checkpoint.ErrFenced: a newer attempt took the pipeline
+// over), when the destination is ahead of the checkpoint store (a
+// *sink.AheadError, see Sync), or on any other permanent error; and a
+// *RetryBudgetError when an outage outlasts Retry.Budget. Cancelled while
+// it waits to retry, it returns nil.
 //
 // Like Sync, Run returns ErrBusy while another Sync or Run of this
-// Pipeline runs, and ErrClosed after Close.
+// Pipeline runs, and ErrClosed after Close. Run doesn't run AfterSync
+// steps.
 func (p *Pipeline) Run(ctx context.Context) error {
 	end, err := p.begin()
 	if err != nil {
 		return err
 	}
 	defer end()
-	return runner.Run(ctx, p.cfg)
+	return budgetError(runner.Run(ctx, p.cfg))
 }
 
 // Close ends the Pipeline's life in this process: later calls of Sync

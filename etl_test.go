@@ -14,6 +14,7 @@ import (
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink/parquet"
+	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/faker"
 )
 
@@ -40,11 +41,17 @@ func TestTwoAttemptsAtOnce(t *testing.T) {
 	dir := t.TempDir()
 	tables, ckpts := filepath.Join(dir, "tables"), filepath.Join(dir, "checkpoints")
 	const rows = 20_000
-	build := func(rate float64) *etl.Pipeline {
+	// build makes the pipeline; with release set, its splits hold 1000
+	// records in until release is closed.
+	build := func(rate float64, release <-chan struct{}) *etl.Pipeline {
 		t.Helper()
-		src, err := faker.New(faker.Config{Seed: 7, Rows: rows, Rate: rate})
+		fk, err := faker.New(faker.Config{Seed: 7, Rows: rows, Rate: rate})
 		if err != nil {
 			t.Fatal(err)
+		}
+		var src source.Source = fk
+		if release != nil {
+			src = testutil.HoldUntil(fk, 1000, release)
 		}
 		bucket, err := fileblob.OpenBucket(tables, &fileblob.Options{CreateDir: true, Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
 		if err != nil {
@@ -69,21 +76,24 @@ func TestTwoAttemptsAtOnce(t *testing.T) {
 	// committed waits until p's attempt has committed an epoch: it has
 	// claimed the pipeline and runs.
 	committed := func(p *etl.Pipeline, failed <-chan error) bool {
-		for deadline := time.Now().Add(time.Minute); p.Status().Epochs == 0; time.Sleep(5 * time.Millisecond) {
+		ok := true
+		testutil.Until(t, p.Name()+" to commit an epoch", func() bool {
 			select {
 			case err := <-failed:
 				t.Errorf("%s ended before it committed an epoch: %v", p.Name(), err)
-				return false
+				ok = false
+				return true
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Errorf("%s committed no epoch within a minute", p.Name())
-				return false
-			}
-		}
-		return true
+			return p.Status().Epochs > 0
+		})
+		return ok
 	}
-	a := build(5000) // slow, and a Run: still running when B starts
+	// A, a Run, holds part way until B has committed: it has rows left
+	// to read then, so it goes on to a HEAD write that finds B's claim
+	// (a Run that had read everything would idle, never fenced).
+	releaseA := make(chan struct{})
+	a := build(5000, releaseA)
 	errA := make(chan error, 1)
 	go func() { errA <- a.Run(context.Background()) }()
 	if !committed(a, errA) {
@@ -91,7 +101,7 @@ func TestTwoAttemptsAtOnce(t *testing.T) {
 	}
 
 	// B runs until it committed an epoch of its own.
-	b := build(5000)
+	b := build(5000, nil)
 	ctxB, cancelB := context.WithCancel(context.Background())
 	defer cancelB()
 	bDone := make(chan error, 1)
@@ -103,15 +113,11 @@ func TestTwoAttemptsAtOnce(t *testing.T) {
 	if err := <-bDone; err != nil {
 		t.Fatalf("B: %v", err)
 	}
-	select {
-	case err := <-errA:
-		if !etl.IsFenced(err) {
-			t.Fatalf("A: want a fenced error, got %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("A still running 20s after B claimed the pipeline")
+	close(releaseA)
+	if err := testutil.Recv(t, "A to stop after B claimed the pipeline", errA); !etl.IsFenced(err) {
+		t.Fatalf("A: want a fenced error, got %v", err)
 	}
-	res, err := build(0).Sync(context.Background())
+	res, err := build(0, nil).Sync(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,13 @@ const (
 	// passwords). After EventPipelineFenced, Err wraps
 	// checkpoint.ErrFenced or sink.ErrFenced.
 	EventSyncFailed EventKind = "sync.failed"
+	// EventSyncRetrying: the attempt failed with Err, a transient error
+	// (see Retry), and a new attempt starts after Wait. Retry is its
+	// number in a row since the last committed epoch; Cause names the
+	// part that failed: "source", "destination", "checkpoints",
+	// "engine", "transform" or "other". It follows the attempt's
+	// EventSyncFailed.
+	EventSyncRetrying EventKind = "sync.retrying"
 	// EventSchemaChanged: a stream's schema gained a column or widened
 	// one: Stream, Column, Change ("added", "widened"), From, To (type
 	// names). Epoch is the epoch the change is committed with. A source
@@ -57,7 +64,8 @@ const (
 	// because the runner's queues are full (backpressure: the engine or
 	// the destination is the bottleneck), as the split reports it
 	// (source.PauseReporter) or, for splits without it, as the runner sees it
-	// (its records waited on the full engine queue for PauseAfter).
+	// (its records waited on the full engine queue, or for the alignment
+	// of a barrier it placed, for PauseAfter).
 	// Paused is how long it had been paused when a poll noticed it (about
 	// once a second); Stream is the split's stream when it emitted one
 	// only (a Kafka partition, a table's snapshot), else empty (every
@@ -89,6 +97,25 @@ const (
 	// not applied at the destination: Outcome sink.Recoverable (it was
 	// applied now) or sink.Lost (the log was rewound to the epoch before).
 	EventEpochRecovered EventKind = "epoch.recovered"
+	// EventStagingCollected: after recovery, the attempt removed what
+	// failed attempts had staged and no checkpoint record names:
+	// SideFiles counts the runner's staged side files (quarantined
+	// records and held values under _staging/ in the checkpoint store),
+	// Collected the destination's staged data (when it is a
+	// sink.Collector: files, staging partitions, old manifest versions).
+	// Epoch is the epoch the attempt resumes after. Sent only when
+	// something was found; the counts are logged at Info every time.
+	EventStagingCollected EventKind = "staging.collected"
+	// EventStepStarted: a Sync committed to the source's end and runs
+	// its after-sync step Step (Builder.AfterSync); Epoch is the last
+	// committed epoch.
+	EventStepStarted EventKind = "step.started"
+	// EventStepSucceeded: step Step returned nil after Took.
+	EventStepSucceeded EventKind = "step.succeeded"
+	// EventStepFailed: step Step failed after Took with Err (a
+	// *StepError); the Sync fails with it (EventSyncFailed follows) and
+	// the steps after it don't run. What the Sync copied stays committed.
+	EventStepFailed EventKind = "step.failed"
 )
 
 // Event is one thing that happened to a pipeline, delivered to
@@ -112,6 +139,8 @@ type Event struct {
 	Path       string
 	Lag        time.Duration
 	Outcome    sink.Outcome
+	// SideFiles and Collected are set on EventStagingCollected.
+	SideFiles, Collected sink.Collected
 	// Split and Paused are set on EventStreamPaused and
 	// EventStreamResumed; Split also on the events a source reports.
 	Split  string
@@ -119,6 +148,14 @@ type Event struct {
 	// Detail is set on the events a source reports: what happened, in
 	// the source's words, without row data.
 	Detail string
+	// Step and Took are set on the step events: the step's name and,
+	// once it returned, how long it ran.
+	Step string
+	Took time.Duration
+	// Retry, Wait and Cause are set on EventSyncRetrying.
+	Retry int
+	Wait  time.Duration
+	Cause string
 	// Err is the attempt's error, its message redacted (RedactSecrets);
 	// errors.Is and errors.As see the original.
 	Err error
@@ -128,5 +165,7 @@ func eventOf(e runner.Event) Event {
 	return Event{Kind: EventKind(e.Kind), Time: e.Time, Pipeline: e.Pipeline, Generation: e.Generation,
 		Epoch: e.Epoch, Bounded: e.Bounded, Epochs: e.Epochs, Streams: e.Streams, Stream: e.Stream,
 		Column: e.Column, Change: e.Change, From: e.From, To: e.To, Rows: e.Rows, Path: e.Path, Lag: e.Lag,
-		Outcome: e.Outcome, Split: e.Split, Paused: e.Paused, Detail: e.Detail, Err: e.Err}
+		Outcome: e.Outcome, Split: e.Split, Paused: e.Paused, Detail: e.Detail, Step: e.Step,
+		Took: e.Took, Retry: e.Retry, Wait: e.Wait, Cause: e.Cause, Err: e.Err,
+		SideFiles: e.SideFiles, Collected: e.Collected}
 }

@@ -2,6 +2,7 @@ package etl_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 
@@ -14,8 +15,8 @@ import (
 )
 
 // Embedding a pipeline: fake data into Parquet files, in memory here; use
-// fileblob/s3blob buckets and checkpoint.OpenDir or checkpoint.Open for
-// real runs.
+// parquet.OpenDir or an s3blob bucket and checkpoint.OpenDir or
+// checkpoint.Open for real runs.
 func Example() {
 	ctx := context.Background()
 	src, err := faker.New(faker.Config{Rows: 1000, MalformedShare: 0.01})
@@ -116,4 +117,53 @@ func ExampleBuilder_OnEvent() {
 	// quarantined: map[customers:6 orders:7]
 	// phase: succeeded generation: 1 orders written: 993
 	// ready after it: 200
+}
+
+// Running a step after each Sync commits: here a func of the host's;
+// etl.Command runs a program such as `dbt build` (examples/dbt). A
+// failing step fails the Sync with a *StepError, and what the Sync
+// copied stays committed: the next Sync copies nothing new and runs the
+// step again.
+func ExampleBuilder_AfterSync() {
+	src, err := faker.New(faker.Config{Rows: 1000, MalformedShare: 0.01})
+	if err != nil {
+		panic(err)
+	}
+	bucket := memblob.OpenBucket(nil)
+	defer bucket.Close()
+	dst, err := parquet.New(parquet.Config{Bucket: bucket})
+	if err != nil {
+		panic(err)
+	}
+	fail := true
+	p, err := etl.NewPipeline("orders").
+		From(src).
+		To(dst).
+		Checkpoints(checkpoint.NewMem()).
+		AfterSync("report", func(ctx context.Context, res etl.Result) error {
+			if fail {
+				return errors.New("the report's database is down")
+			}
+			fmt.Printf("report: %d epochs new, %d orders in all\n", res.Epochs, res.Totals["orders"].Written)
+			return nil
+		}).
+		Build()
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	res, err := p.Sync(ctx)
+	var step *etl.StepError
+	if errors.As(err, &step) {
+		fmt.Printf("step %q failed: %v; retryable: %v\n", step.Step, step.Err, etl.IsRetryable(err))
+		fmt.Println("orders committed all the same:", res.Streams["orders"].Written)
+	}
+	fail = false
+	if _, err := p.Sync(ctx); err != nil {
+		panic(err)
+	}
+	// Output:
+	// step "report" failed: the report's database is down; retryable: true
+	// orders committed all the same: 993
+	// report: 0 epochs new, 993 orders in all
 }

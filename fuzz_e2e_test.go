@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ import (
 // rule every input must keep: each sync succeeds, every record read is
 // written or quarantined, the destination holds exactly the rows written,
 // readable, and every held value is a line under _held/. `make test` runs
-// each for a few seconds beyond its seeds.
+// each for a few hundred inputs, its seeds first.
 
 // fuzzStream is the one stream of a fuzzSource.
 const fuzzStream = "fuzzed"
@@ -127,7 +128,11 @@ var fuzzDests = []fuzzDest{
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.RemoveAll(dir) })
-		db, err := sql.Open(sqliteshim.ShimName, "file:"+filepath.Join(dir, "catalog.db")+"?_pragma=busy_timeout(10000)&_txlock=immediate")
+		// synchronous(off): a throwaway catalog, and its fsyncs took
+		// most of an input's time; on a loaded machine an input then
+		// ran past the 10 s after which Go's fuzz worker panics
+		// ("deadlocked!").
+		db, err := sql.Open(sqliteshim.ShimName, "file:"+filepath.Join(dir, "catalog.db")+"?_pragma=busy_timeout(10000)&_pragma=synchronous(off)&_txlock=immediate")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -292,8 +297,29 @@ func splitRecords(data []byte, payload func([]byte) []byte) [][]fuzzRecord {
 	return syncs
 }
 
+// crashLog makes the runtime write a crash of the whole process (a panic
+// on a goroutine the target did not start, a fatal error) to the file
+// OPENETL_FUZZ_CRASH_LOG names as well, when it is set: go test -fuzz
+// throws a worker's output away, so such a crash leaves only "exit
+// status 2". make test sets it.
+func crashLog(f *testing.F) {
+	p := os.Getenv("OPENETL_FUZZ_CRASH_LOG")
+	if p == "" {
+		return
+	}
+	out, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer out.Close()
+	if err := debug.SetCrashOutput(out, debug.CrashOptions{}); err != nil {
+		f.Fatal(err)
+	}
+}
+
 // FuzzSyncJSON: documents, one a line, into Parquet and Iceberg.
 func FuzzSyncJSON(f *testing.F) {
+	crashLog(f)
 	for _, s := range []string{
 		`{"id":1,"a":"x"}` + "\n" + `{"id":2,"a":1.5,"b":[1,2]}`,
 		`{"id":1,"o":{}}` + "\n" + `{"id":2,"o":{"p":{}}}` + "\n" + `{"id":3,"o":{"a":1}}`,
@@ -323,6 +349,7 @@ func FuzzSyncJSON(f *testing.F) {
 // `\N` a null. A declaration the engine refuses is a configuration error,
 // not data, and is skipped.
 func FuzzSyncRows(f *testing.F) {
+	crashLog(f)
 	f.Add(false, "id int4\nname text\nn numeric(10,2)\nts timestamptz\na _int4",
 		[]byte("1\tx\t1.25\t2024-01-02 03:04:05+02\t{1,2}\n2\t\\N\t-0\t\\N\t{}\x1e3\ty\t99999999.99\tinfinity\t{NULL}"))
 	f.Add(false, "Name text\nname text\nNAME int8", []byte("a\tb\t1\n\\N\t\\N\t-0"))
@@ -342,7 +369,11 @@ func FuzzSyncRows(f *testing.F) {
 			name, ty, _ := strings.Cut(l, " ")
 			stream.Columns = append(stream.Columns, source.Column{Name: name, Type: ty, Nullable: true})
 		}
-		e, err := engine.New(engine.Config{Streams: []engine.StreamSpec{engine.SpecOf(stream)}})
+		spec := engine.StreamSpec{Name: stream.Name, Declared: true, Types: stream.Types}
+		for _, c := range stream.Columns {
+			spec.Columns = append(spec.Columns, engine.Column(c))
+		}
+		e, err := engine.New(engine.Config{Streams: []engine.StreamSpec{spec}})
 		if err != nil {
 			if errors.Is(err, engine.ErrInvalidInput) {
 				t.Skip("a declaration the engine refuses")

@@ -19,8 +19,9 @@ import (
 //     failureThreshold × periodSeconds, or liveness restarts the pod
 //     first.
 //   - GET /readyz (readiness) answers 200 while an attempt is reading or
-//     committing (PhaseRunning, PhaseStopping) and after a Sync
-//     succeeded (PhaseSucceeded); 503 before the first attempt, while one
+//     committing (PhaseRunning, PhaseStopping), while a Sync's
+//     AfterSync steps run (PhaseSteps) and after a Sync succeeded
+//     (PhaseSucceeded); 503 before the first attempt, while one
 //     starts (claim, recovery), and after one stopped, failed or was
 //     fenced.
 //
@@ -53,7 +54,8 @@ func (h healthHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/healthz", "/livez":
 		ok = st.Phase != PhaseFailed
 	case "/readyz":
-		ok = st.Phase == PhaseRunning || st.Phase == PhaseStopping || st.Phase == PhaseSucceeded
+		ok = st.Phase == PhaseRunning || st.Phase == PhaseStopping || st.Phase == PhaseSteps ||
+			st.Phase == PhaseSucceeded
 	default:
 		http.NotFound(w, r)
 		return

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source/faker"
@@ -118,11 +118,7 @@ func TestSchemaCheckerHoldsColumnsBack(t *testing.T) {
 	if dst.asked != 1 {
 		t.Errorf("CheckSchema asked %d times for one table and schema, want once", dst.asked)
 	}
-	select {
-	case <-done: // events are delivered in order: schema.blocked came before
-	case <-time.After(time.Minute):
-		t.Fatal("no sync.succeeded event")
-	}
+	testutil.Recv(t, "the sync.succeeded event", done) // events are delivered in order: schema.blocked came before
 	mu.Lock()
 	defer mu.Unlock()
 	if len(blocked) != 1 || blocked[0].Column != "amount" || blocked[0].Change != "held" {

@@ -23,8 +23,8 @@ type schemaRecorder struct {
 	schemas map[string]*arrow.Schema
 }
 
-func (d *schemaRecorder) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
-	w, err := d.FakeDestination.Writer(ctx, pipeline, lane)
+func (d *schemaRecorder) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
+	w, err := d.FakeDestination.Writer(ctx, cfg)
 	return &recordingWriter{Writer: w, d: d}, err
 }
 
@@ -61,7 +61,7 @@ func TestJSONOptions(t *testing.T) {
 				schemas: map[string]*arrow.Schema{}}
 			b := etl.NewPipeline("json").From(src).To(dst).Checkpoints(checkpoint.NewMem())
 			if tc.opts != nil {
-				b = b.JSON(*tc.opts, "other", fuzzStream)
+				b = b.JSON(*tc.opts, fuzzStream)
 			}
 			p, err := b.Build()
 			if err != nil {

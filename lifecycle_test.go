@@ -11,7 +11,6 @@ import (
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
-	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source"
@@ -206,9 +205,11 @@ type permanentErr struct{}
 func (permanentErr) Error() string   { return "slot dropped" }
 func (permanentErr) Permanent() bool { return true }
 
-// Build refuses what it can see would fail later: a mode or policy with
-// no stream named (silently ignored before), a name the checkpoint store
-// refuses (".lock", accepted by Build and refused at the first Sync).
+// Build refuses what it can see would fail later: a mode, policy or JSON
+// options with no stream named, or naming a stream the source doesn't
+// have (both silently ignored before, but for modes), a name the
+// checkpoint store refuses (".lock", accepted by Build and refused at the
+// first Sync).
 func TestBuildValidatesWhatItSees(t *testing.T) {
 	parts := func(name string) *etl.Builder {
 		src := sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{Streams: []sourcetest.FakeStream{{Name: "s", Rows: 1}}})
@@ -220,7 +221,11 @@ func TestBuildValidatesWhatItSees(t *testing.T) {
 		want string
 	}{
 		{parts("p").Mode(delivery.Merge), "write mode merge: no stream names"},
-		{parts("p").SchemaPolicy(engine.PolicyFreeze), "schema policy \"freeze\": no stream names"},
+		{parts("p").SchemaPolicy(etl.PolicyFreeze), "schema policy \"freeze\": no stream names"},
+		{parts("p").JSON(etl.JSONOptions{Timestamps: true}), "JSON options: no stream names"},
+		{parts("p").Mode(delivery.Append, "t"), `write mode: stream "t" is not in the source's catalog`},
+		{parts("p").SchemaPolicy(etl.PolicyFreeze, "t"), `schema policy: stream "t" is not in the source's catalog`},
+		{parts("p").JSON(etl.JSONOptions{Timestamps: true}, "t"), `JSON options: stream "t" is not in the source's catalog`},
 		{parts("orders.lock"), `".lock"`},
 	} {
 		_, err := tc.b.Build()

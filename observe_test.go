@@ -18,6 +18,7 @@ import (
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/parquet"
 	"github.com/openetl/etl/sink/sinktest"
@@ -321,11 +322,7 @@ func (r *recorder) on(e etl.Event) {
 
 func (r *recorder) wait(t *testing.T) []etl.Event {
 	t.Helper()
-	select {
-	case <-r.ended:
-	case <-time.After(time.Minute):
-		t.Fatal("no terminal event within a minute")
-	}
+	testutil.Recv(t, "a terminal event", r.ended)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := r.events
@@ -475,7 +472,7 @@ func TestEventsOfFencedZombie(t *testing.T) {
 	defer cancel()
 	errA := make(chan error, 1)
 	go func() { errA <- a.Run(ctx) }()
-	waitFor(t, func() bool { return a.Status().Epoch >= 1 })
+	testutil.Until(t, "A to commit an epoch", func() bool { return a.Status().Epoch >= 1 })
 	probe := httptest.NewRecorder()
 	etl.HealthHandler(a).ServeHTTP(probe, httptest.NewRequest("GET", "/readyz", nil))
 	if probe.Code != 200 || !strings.Contains(probe.Body.String(), `"phase":"running"`) {
@@ -499,13 +496,7 @@ func TestEventsOfFencedZombie(t *testing.T) {
 	if resB.Generation != 2 {
 		t.Fatalf("B: generation %d", resB.Generation)
 	}
-	var err2 error
-	select {
-	case err2 = <-errA:
-	case <-time.After(time.Minute):
-		t.Fatal("A still runs a minute after B claimed the pipeline")
-	}
-	if !etl.IsFenced(err2) {
+	if err2 := testutil.Recv(t, "A to stop after B claimed the pipeline", errA); !etl.IsFenced(err2) {
 		t.Fatalf("A: %v, want fenced", err2)
 	}
 	es := recA.wait(t)
@@ -525,18 +516,6 @@ func TestEventsOfFencedZombie(t *testing.T) {
 	}
 	if got := b.Status(); got.Phase != etl.PhaseSucceeded || got.Generation != 2 {
 		t.Errorf("B's status: %+v", got)
-	}
-}
-
-// waitFor polls cond (a state the test waits for, not a timing
-// assertion) for up to a minute.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a minute")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -565,7 +544,7 @@ func TestSlowEventCallbackNeverBlocksTheSync(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(2 * time.Minute):
+	case <-testutil.Context(t).Done():
 		close(rec.block)
 		t.Fatal("the sync waited for the event callback")
 	}
@@ -582,13 +561,15 @@ func TestSlowEventCallbackNeverBlocksTheSync(t *testing.T) {
 		t.Errorf("openetl.events.dropped = %d, status says %d", got, dropped)
 	}
 	close(rec.block)
-	waitFor(t, func() bool {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		return len(rec.events) == 1+queue
-	})
+	// Close returns once every queued event is delivered.
+	if err := p.Close(testutil.Context(t)); err != nil {
+		t.Fatal(err)
+	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
+	if len(rec.events) != 1+queue {
+		t.Fatalf("%d events delivered, want the %d that fit the queue", len(rec.events), 1+queue)
+	}
 	if rec.events[0].Kind != etl.EventSyncStarted {
 		t.Errorf("first delivered event %s, want sync.started", rec.events[0].Kind)
 	}

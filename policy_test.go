@@ -5,11 +5,10 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
-	"github.com/openetl/etl/engine"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source"
@@ -60,13 +59,13 @@ func (s *docsSplit) Read(ctx context.Context, e source.Emitter, bounded bool) er
 // policy the column is added.
 func TestSchemaPolicies(t *testing.T) {
 	for _, tc := range []struct {
-		policy      engine.Policy
+		policy      etl.Policy
 		quarantined int64
 		change      string
 		column      bool
 	}{
-		{engine.PolicyFreeze, 1, "blocked", false},
-		{engine.PolicyDiscard, 0, "discarded", false},
+		{etl.PolicyFreeze, 1, "blocked", false},
+		{etl.PolicyDiscard, 0, "discarded", false},
 		{"", 0, "", true},
 	} {
 		name := string(tc.policy)
@@ -108,11 +107,7 @@ func TestSchemaPolicies(t *testing.T) {
 			if c := res.Streams["docs"]; c.Read != 2 || c.Quarantined != tc.quarantined {
 				t.Errorf("counts %+v, want 2 read, %d quarantined", c, tc.quarantined)
 			}
-			select {
-			case <-done:
-			case <-time.After(time.Minute):
-				t.Fatal("no sync.succeeded event")
-			}
+			testutil.Recv(t, "the sync.succeeded event", done)
 			mu.Lock()
 			defer mu.Unlock()
 			if tc.change == "" && len(blocked) != 0 || tc.change != "" && (len(blocked) != 1 || blocked[0].Change != tc.change || blocked[0].Column != "b") {

@@ -10,17 +10,22 @@ import (
 // Phase is where a pipeline's latest attempt is.
 type Phase string
 
-// The phases of an attempt, in order; an attempt ends in one of the last
-// four.
+// The phases of an attempt, in order; an attempt ends in succeeded,
+// stopped, failed or fenced. PhaseRetrying comes between two attempts.
 const (
 	PhaseIdle      Phase = "idle"      // no attempt has run in this process yet
 	PhaseStarting  Phase = "starting"  // discovering, claiming, recovering, opening splits
 	PhaseRunning   Phase = "running"   // reading and committing epochs
 	PhaseStopping  Phase = "stopping"  // the final barrier is requested; committing the last epochs
+	PhaseSteps     Phase = "steps"     // a Sync committed to the source's end; its AfterSync steps run
 	PhaseSucceeded Phase = "succeeded" // a Sync read to the source's end and committed it
 	PhaseStopped   Phase = "stopped"   // a Run stopped cleanly, or a Sync was abandoned by its context
 	PhaseFailed    Phase = "failed"    // the attempt failed (Status.LastError)
 	PhaseFenced    Phase = "fenced"    // a newer attempt took the pipeline over
+	// PhaseRetrying: the latest attempt failed with a transient error
+	// and the next one starts after a backoff (see Retry); LastError
+	// says why, Retries how many in a row.
+	PhaseRetrying Phase = "retrying"
 )
 
 // Status is a snapshot of a pipeline's latest attempt in this process.
@@ -43,6 +48,9 @@ type Status struct {
 	Epochs int
 	// Read counts the records this attempt read, committed or not.
 	Read int64
+	// Step is the AfterSync step running (PhaseSteps), or the last one
+	// that ran; empty when none did.
+	Step string
 	// Streams holds per-stream counts and snapshot progress.
 	Streams map[string]StreamStatus
 	// Splits holds what is known of each split at the last poll (about
@@ -62,6 +70,10 @@ type Status struct {
 	// success does not clear it.
 	LastError     string
 	LastErrorTime time.Time
+	// Retries counts the attempts Run (or a retrying Sync) retried in a
+	// row after transient failures (see Retry), since the last committed
+	// epoch: 0 once an attempt commits again.
+	Retries int
 	// EventsDropped counts the events dropped because the event queue
 	// was full (the OnEvent callback was too slow), over the life of the
 	// pipeline value.
@@ -108,18 +120,22 @@ type SplitStatus struct {
 	Estimated int64
 	// Paused is true while the split has stopped reading from its source
 	// because the runner's queues are full, since PausedSince: as the
-	// split reports it (source.PauseReporter), or else as the runner sees it (its
-	// records waited on the full engine queue for PauseAfter or longer).
+	// split reports it (source.PauseReporter), or else as the runner sees
+	// it (its records waited on the full engine queue, or for the
+	// alignment of a barrier it placed behind queued batches, for
+	// PauseAfter or longer).
 	Paused      bool
 	PausedSince time.Time
 	// Backpressure is how long, in total over this attempt, the split's
-	// records waited on the runner's full engine queue.
+	// records waited on the runner: on its full engine queue, or for the
+	// alignment of a barrier the split placed.
 	Backpressure time.Duration
 }
 
 // PauseAfter is how long a split that doesn't implement
-// source.PauseReporter must wait on the runner's full engine queue,
-// without a break, before the runner reports it paused.
+// source.PauseReporter (or whose Paused says ok false) must wait on the
+// runner (its full engine queue, or the alignment of a barrier it
+// placed), without a break, before the runner reports it paused.
 const PauseAfter = runner.PauseAfter
 
 // RedactSecrets returns s with passwords and similar secrets replaced by
@@ -130,9 +146,9 @@ func RedactSecrets(s string) string { return runner.RedactSecrets(s) }
 
 func statusOf(s runner.Status) Status {
 	return Status{Pipeline: s.Pipeline, Phase: Phase(s.Phase), Bounded: s.Bounded, Generation: s.Generation,
-		Started: s.Started, Ended: s.Ended, Epoch: s.Epoch, EpochTime: s.EpochTime, Epochs: s.Epochs, Read: s.Read,
+		Started: s.Started, Ended: s.Ended, Epoch: s.Epoch, EpochTime: s.EpochTime, Epochs: s.Epochs, Read: s.Read, Step: s.Step,
 		Streams: streamsOf(s.Streams), Splits: splitsOf(s.Splits), Paused: s.Paused, Lag: s.Lag, LagKnown: s.LagKnown,
-		Backlog: s.Backlog, LastError: s.LastError, LastErrorTime: s.LastErrorTime, EventsDropped: s.EventsDropped}
+		Backlog: s.Backlog, LastError: s.LastError, LastErrorTime: s.LastErrorTime, Retries: s.Retries, EventsDropped: s.EventsDropped}
 }
 
 func streamsOf(m map[string]runner.StreamStatus) map[string]StreamStatus {

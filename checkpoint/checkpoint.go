@@ -48,14 +48,27 @@ type Ref struct {
 	Generation Generation `json:"generation"`
 }
 
-// Counts are the rows of one stream in one epoch. Read = Written +
-// Quarantined. Held counts values (cells) of written rows that were held
-// back because the destination can't take their column's type.
+// Counts are the rows of one stream in one epoch: Read + Added =
+// Written + Filtered + Quarantined, which is Read = Written + Filtered +
+// Quarantined for a stream whose transform (if any) makes no more rows
+// than it gets. Filtered counts the rows a transform dropped, Added the
+// rows it made beyond those it got (both 0 without a transform);
+// Quarantined counts the records the engine or a transform rejected.
+// Held counts values (cells) of written rows that were held back
+// because the destination can't take their column's type.
 type Counts struct {
 	Read        int64 `json:"read"`
 	Written     int64 `json:"written"`
 	Quarantined int64 `json:"quarantined"`
 	Held        int64 `json:"held,omitempty"`
+	Filtered    int64 `json:"filtered,omitempty"`
+	Added       int64 `json:"added,omitempty"`
+}
+
+// Add returns the sums of c's and o's counts.
+func (c Counts) Add(o Counts) Counts {
+	return Counts{Read: c.Read + o.Read, Written: c.Written + o.Written, Quarantined: c.Quarantined + o.Quarantined,
+		Held: c.Held + o.Held, Filtered: c.Filtered + o.Filtered, Added: c.Added + o.Added}
 }
 
 // File is a side file an epoch wrote (quarantined records, say), relative

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/internal/testutil"
 )
 
 // The multi-process test re-executes the test binary as children; these
@@ -45,7 +47,7 @@ func TestMultiProcess(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithCancel(testutil.Context(t))
 	var cmds []*exec.Cmd
 	// On failure, stop the children before TempDir's cleanup removes dir.
 	t.Cleanup(func() {
@@ -54,31 +56,42 @@ func TestMultiProcess(t *testing.T) {
 			cmd.Wait()
 		}
 	})
+	// Each child says it is ready on a pipe (fd 3) and waits for its
+	// stdin to close: closing every child's stdin starts them together.
 	outs := make([]*bytes.Buffer, procs)
+	readies := make([]*os.File, procs)
+	starts := make([]io.WriteCloser, procs)
 	for i := range procs {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMultiProcess$", "-test.count=1", "-test.v")
 		cmd.Env = append(os.Environ(), envDir+"="+dir, envChild+"="+strconv.Itoa(i))
 		outs[i] = new(bytes.Buffer)
 		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.ExtraFiles = []*os.File{w}
+		if starts[i], err = cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		w.Close()
+		readies[i] = r
 		cmds = append(cmds, cmd)
 	}
-	// Start them together, once every child is ready.
-	for i := range procs {
-		for {
-			if _, err := os.Stat(filepath.Join(dir, "ready-"+strconv.Itoa(i))); err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("child %d never got ready", i)
-			}
-			time.Sleep(time.Millisecond)
+	for i, r := range readies {
+		b, _ := io.ReadAll(r) // until the child closes fd 3, or dies
+		r.Close()
+		if string(b) != "ready\n" {
+			cancel()
+			cmds[i].Wait()
+			t.Fatalf("child %d never got ready:\n%s", i, outs[i])
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
-		t.Fatal(err)
+	for _, w := range starts {
+		w.Close()
 	}
 
 	claims := make(map[checkpoint.Generation]int) // generation -> child
@@ -158,15 +171,13 @@ func TestMultiProcess(t *testing.T) {
 func child(t *testing.T, dir, id string) {
 	ctx := context.Background()
 	s := openDir(t, filepath.Join(dir, "store"))
-	if err := os.WriteFile(filepath.Join(dir, "ready-"+id), nil, 0o644); err != nil {
+	ready := os.NewFile(3, "ready")
+	if _, err := ready.WriteString("ready\n"); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go")); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	ready.Close()
+	io.Copy(io.Discard, os.Stdin) // until the parent closes it: go
+
 	var out strings.Builder
 	defer func() { fmt.Print(out.String()) }()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))

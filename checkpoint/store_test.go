@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -601,5 +603,107 @@ func TestNewBucketStore(t *testing.T) {
 			}
 			equalRef(t, "HEAD by URL", head, rec)
 		})
+	}
+}
+
+// TestDeleteFile: every store removes a side file it wrote, and a file
+// already gone is no error; names WriteFile refuses are refused.
+func TestDeleteFile(t *testing.T) {
+	forEach(t, func(t *testing.T, s checkpoint.Store) {
+		ctx := context.Background()
+		d, ok := s.(checkpoint.FileDeleter)
+		if !ok {
+			t.Fatalf("%T is no FileDeleter", s)
+		}
+		for _, name := range []string{"_staging/1-1/quarantine/s.jsonl", "_staging/1-1/held/s.jsonl"} {
+			if err := s.WriteFile(ctx, "p", name, []byte("a\n")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 2 {
+			if err := d.DeleteFile(ctx, "p", "_staging/1-1/quarantine/s.jsonl"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.ReadFile(ctx, "p", "_staging/1-1/quarantine/s.jsonl"); !errors.Is(err, checkpoint.ErrNotFound) {
+			t.Fatalf("deleted file: %v", err)
+		}
+		if got, err := s.ReadFile(ctx, "p", "_staging/1-1/held/s.jsonl"); err != nil || string(got) != "a\n" {
+			t.Fatalf("the other file: %q, %v", got, err)
+		}
+		for _, bad := range []string{"../x", "_checkpoints/HEAD", ""} {
+			if err := d.DeleteFile(ctx, "p", bad); !errors.Is(err, checkpoint.ErrBadName) {
+				t.Errorf("DeleteFile(%q) = %v, want ErrBadName", bad, err)
+			}
+		}
+	})
+}
+
+// TestListFiles: a store lists the side files under a prefix, sorted,
+// by the names WriteFile took, never the log's own objects and never
+// another pipeline's.
+func TestListFiles(t *testing.T) {
+	forEach(t, func(t *testing.T, s checkpoint.Store) {
+		ctx := context.Background()
+		l, ok := s.(checkpoint.FileLister)
+		if !ok {
+			t.Fatalf("%T is no FileLister", s)
+		}
+		if got, err := l.ListFiles(ctx, "p", "_staging/"); err != nil || len(got) != 0 {
+			t.Fatalf("ListFiles of a new pipeline = %v, %v; want none", got, err)
+		}
+		gen, _ := claim(t, s, "p")
+		commit(t, s, gen, nil)
+		names := []string{"_staging/2-1/quarantine/s.jsonl", "_staging/1-1/held/s.jsonl", "_quarantine/s/1.jsonl"}
+		for _, name := range names {
+			if err := s.WriteFile(ctx, "p", name, []byte("a\n")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.WriteFile(ctx, "q", "_staging/9-9/held/s.jsonl", []byte("b\n")); err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.ListFiles(ctx, "p", "_staging/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"_staging/1-1/held/s.jsonl", "_staging/2-1/quarantine/s.jsonl"}; !slices.Equal(got, want) {
+			t.Fatalf("ListFiles(_staging/) = %v, want %v", got, want)
+		}
+		all, err := l.ListFiles(ctx, "p", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != 3 || slices.ContainsFunc(all, func(n string) bool { return strings.HasPrefix(n, "_checkpoints") }) {
+			t.Fatalf("ListFiles(\"\") = %v, want the 3 side files and nothing of _checkpoints/", all)
+		}
+		if _, err := l.ListFiles(ctx, "../p", ""); !errors.Is(err, checkpoint.ErrBadName) {
+			t.Errorf("ListFiles of a bad pipeline name: %v, want ErrBadName", err)
+		}
+	})
+}
+
+// TestDeleteFileDirs: a directory store also removes the directories a
+// deleted file leaves empty, and writes into such a directory again.
+func TestDeleteFileDirs(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, dir)
+	ctx := context.Background()
+	gen, _ := claim(t, s, "p")
+	commit(t, s, gen, nil)
+	name := "_staging/00000000000000000001-00000000000000000001/quarantine/s.jsonl"
+	for range 2 {
+		if err := s.WriteFile(ctx, "p", name, []byte("a\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.(checkpoint.FileDeleter).DeleteFile(ctx, "p", name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "p", "_staging")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("_staging/ after its only file was deleted: %v", err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "p", "_checkpoints", "HEAD")); err != nil {
+		t.Fatalf("HEAD: %v", err)
 	}
 }

@@ -13,8 +13,11 @@
 //	superset       anything else                                          at least once
 //	none           any                                                    best effort (a crash may lose records)
 //
-// Merge needs a primary key and a destination that can merge: without
-// them the stream is invalid whatever the level required.
+// Merge needs a primary key and a destination that can merge
+// (sink.Capabilities.Merge), hard deletes one that can remove a merged
+// key's row (Capabilities.HardDeletes), overwrite one that can replace a
+// table's contents (Capabilities.Overwrite): without them the stream is
+// invalid whatever the level required. Every destination appends.
 package delivery
 
 import (
@@ -76,6 +79,9 @@ type Stream struct {
 	Capabilities sink.Capabilities
 	Mode         Mode
 	HasKey       bool
+	// Deletes is what a Merge stream's deletes do (sink.SoftDeletes
+	// unless the pipeline says otherwise); ignored for the other modes.
+	Deletes sink.Deletes
 }
 
 // Guarantee is a stream's effective delivery guarantee and why.
@@ -92,7 +98,8 @@ var (
 	// level.
 	ErrUnmet = errors.New("delivery: required level not met")
 	// ErrInvalid is wrapped when a stream's configuration cannot work at
-	// all (merge without a key, or at a destination that cannot merge).
+	// all (merge without a key; a mode or delete handling the
+	// destination's sink.Capabilities don't declare).
 	ErrInvalid = errors.New("delivery: invalid stream configuration")
 )
 
@@ -102,15 +109,26 @@ var (
 // an error wrapping ErrInvalid for a configuration that cannot work.
 func Decide(s Stream, required Level) (Guarantee, error) {
 	g := Guarantee{Stream: s.Name}
-	if s.Mode == Merge {
-		if !s.HasKey {
+	switch s.Mode {
+	case Append:
+	case Merge:
+		switch {
+		case !s.HasKey:
 			return g, fmt.Errorf("%w: stream %q: merge needs a primary key, and the source reports none", ErrInvalid, s.Name)
+		case !s.Capabilities.Merge:
+			return g, fmt.Errorf("%w: stream %q: merge requested, but the destination cannot merge (its sink.Capabilities.Merge is false)", ErrInvalid, s.Name)
+		case s.Deletes == sink.HardDeletes && !s.Capabilities.HardDeletes:
+			return g, fmt.Errorf("%w: stream %q: hard deletes requested, but the destination keeps a deleted key's row, marked %s (its sink.Capabilities.HardDeletes is false): use soft deletes",
+				ErrInvalid, s.Name, sink.ColumnDeleted)
+		case s.Deletes > sink.HardDeletes:
+			return g, fmt.Errorf("%w: stream %q: unknown delete handling %v", ErrInvalid, s.Name, s.Deletes)
 		}
-		if !s.Capabilities.Merge {
-			return g, fmt.Errorf("%w: stream %q: merge requested, but the destination cannot merge", ErrInvalid, s.Name)
+	case Overwrite:
+		if !s.Capabilities.Overwrite {
+			return g, fmt.Errorf("%w: stream %q: overwrite requested, but the destination can't replace a table's contents (its sink.Capabilities.Overwrite is false): write it in append or merge mode",
+				ErrInvalid, s.Name)
 		}
-	}
-	if s.Mode > Overwrite {
+	default:
 		return g, fmt.Errorf("%w: stream %q: unknown write mode %v", ErrInvalid, s.Name, s.Mode)
 	}
 	switch {

@@ -19,6 +19,9 @@
 #               changes, 200k messages, 200k rows)
 #   PG_ROWS, CDC_CHANGES, KAFKA_MSGS, ARROW_ROWS   override the sizes
 #               (CDC_CHANGES is the Postgres and the MariaDB change count)
+#   ARROW_PG_ROWS  the Arrow rows written into Postgres (default 500k at
+#               full size, 100k small: the writer stages every row and
+#               copies it, appended and merged: 1-2 min at full size)
 #   KFAKE_MSGS  the messages on kfake (default KAFKA_MSGS), filled once
 #               into a kfake process of its own that every run reads
 #   PEER_PG_ROWS, PEER_CDC_CHANGES, PEER_KAFKA_MSGS   the sizes Conduit
@@ -29,7 +32,8 @@
 #               labelled with their size (rows/s and CPU-s per million
 #               rows stay comparable). canal runs at the full size.
 #   SCENARIOS   default "pg-snapshot pg-cdc mariadb-cdc kafka-kfake
-#               kafka-broker ndjson arrow-parquet arrow-clickhouse"
+#               kafka-broker ndjson arrow-parquet arrow-clickhouse
+#               arrow-postgres"
 #   PEERS       default "conduit benthos canal"; "" runs OpenETL and ceilings only
 #   BUDGET_MIN  the whole run's budget in minutes (default 45). The
 #               script prints its estimate per scenario first (from the
@@ -62,11 +66,13 @@ ROWS=${ROWS:-full}
 case $ROWS in
 full)
   PG_ROWS=${PG_ROWS:-5000000} KAFKA_MSGS=${KAFKA_MSGS:-10000000} ARROW_ROWS=${ARROW_ROWS:-5000000} CDC_CHANGES=${CDC_CHANGES:-2000000}
+  ARROW_PG_ROWS=${ARROW_PG_ROWS:-500000}
   PEER_RUNS=${PEER_RUNS:-1} PEER_PG_ROWS=${PEER_PG_ROWS:-200000} PEER_CDC_CHANGES=${PEER_CDC_CHANGES:-200000}
   PEER_KAFKA_MSGS=${PEER_KAFKA_MSGS:-1000000}
   ;;
 small)
   PG_ROWS=${PG_ROWS:-100000} KAFKA_MSGS=${KAFKA_MSGS:-200000} ARROW_ROWS=${ARROW_ROWS:-200000} CDC_CHANGES=${CDC_CHANGES:-50000}
+  ARROW_PG_ROWS=${ARROW_PG_ROWS:-100000}
   ;;
 *) echo "bench-compare: ROWS is full or small, not $ROWS" >&2; exit 2 ;;
 esac
@@ -76,7 +82,7 @@ PEER_PG_ROWS=$((${PEER_PG_ROWS:-$PG_ROWS} < PG_ROWS ? ${PEER_PG_ROWS:-$PG_ROWS} 
 PEER_CDC_CHANGES=$((${PEER_CDC_CHANGES:-$CDC_CHANGES} < CDC_CHANGES ? ${PEER_CDC_CHANGES:-$CDC_CHANGES} : CDC_CHANGES))
 PEER_KAFKA_MSGS=$((${PEER_KAFKA_MSGS:-$KAFKA_MSGS} < KAFKA_MSGS ? ${PEER_KAFKA_MSGS:-$KAFKA_MSGS} : KAFKA_MSGS))
 BUDGET_MIN=${BUDGET_MIN:-45}
-SCENARIOS=${SCENARIOS:-pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker ndjson arrow-parquet arrow-clickhouse}
+SCENARIOS=${SCENARIOS:-pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker ndjson arrow-parquet arrow-clickhouse arrow-postgres}
 PEERS=${PEERS-conduit benthos canal}
 BENCH_OUT=${BENCH_OUT:-$ROOT/BENCHMARKS.md}
 WORK="$BENCH_DIR/work"
@@ -121,9 +127,14 @@ declare -A EST_RATE=(
   [arrow-parquet/ceiling]=1.5 [arrow-parquet/openetl]=1.5
   [arrow-clickhouse/ceiling]=1.2 [arrow-clickhouse/openetl]=1.2
   [arrow-clickhouse-mt/ceiling]=2 [arrow-clickhouse-mt/openetl]=3.5
+  [arrow-postgres/ceiling]=4 [arrow-postgres/openetl]=7
 )
 EST_STEP=4
 
+# arrow-postgres's are from a RUNS=2 ROWS=small pass of 2026-12-02 at
+# load 4-5: ceiling ~320k rows/s, the writer's append ~240k and merge
+# ~180k (its openetl key is per leg, two legs a run); at load 15-30
+# all three were 2-4x slower.
 # est KEY N [TIMES]: the estimated seconds of TIMES (default 1) steps of
 # KEY over N rows.
 est() {
@@ -196,6 +207,7 @@ estimate() {
     t=$(($(est arrow-clickhouse/ceiling "$ARROW_ROWS" "$RUNS") + $(est arrow-clickhouse/openetl "$ARROW_ROWS" "$RUNS")
       + $(est arrow-clickhouse-mt/ceiling "$ARROW_ROWS") + $(est arrow-clickhouse-mt/openetl "$ARROW_ROWS")))
     ;;
+  arrow-postgres) t=$(($(est arrow-postgres/ceiling "$ARROW_PG_ROWS" "$RUNS") + $(est arrow-postgres/openetl "$ARROW_PG_ROWS" $((2 * RUNS))))) ;;
   esac
   echo "$t"
 }
@@ -292,7 +304,7 @@ PY=$(scripts/test-tools.sh)
 # ------------------------------------------------------------ servers
 
 services=()
-{ has pg-snapshot || has pg-cdc; } && services+=(postgres)
+{ has pg-snapshot || has pg-cdc || has arrow-postgres; } && services+=(postgres)
 has kafka-broker && services+=(kafka)
 has mariadb-cdc && services+=(mariadb)
 has arrow-clickhouse && services+=(clickhouse)
@@ -1085,20 +1097,77 @@ scenario_arrow_clickhouse() {
   ch_driver arrow-clickhouse-mt openetl "sink/clickhouse Write+PreCommit+Commit → MergeTree (staged, then copied)" 1 ch_read -store
 }
 
+# ------------------------------------------------------------ arrow-postgres
+
+# pg_read JSON N: the run's table read back with psql (count, distinct
+# ids, min, max and sum), checked against 1..N.
+pg_read() {
+  local table
+  table=$(jget "$1" server table)
+  pg "SELECT json_build_object('count', count(*), 'distinct', count(DISTINCT id), 'min', min(id), 'max', max(id), 'sum', sum(id)) FROM $table" >"$1.read"
+  check_ids "$1.read" "$2"
+}
+
+# pg_driver TOOL LEG SETTING RUN ARGS...: one arrow-postgres run (driver's
+# limits and figures), read back by pg_read; the server's CPU per
+# million rows goes to pgserver.tsv under LEG.
+pg_driver() {
+  local sc=arrow-postgres tool=$1 leg=$2 set=$3 run=$4 out="$WORK/arrow-postgres-$2-$4.json" ok detail rc=0 lim
+  shift 4
+  lim=$(step_limit "$sc/$tool" "$ARROW_PG_ROWS")
+  await_peers
+  timeout -k 10 "$lim" taskset -c "$TOOL_CPU" "$BIN" arrow-postgres -n "$ARROW_PG_ROWS" "$@" >"$out" 2>"$out.err" || rc=$?
+  if ((rc == 124 || rc == 137)); then
+    result "$sc" "$tool" "$set" "$run" 0 0 0 0 FAIL "over its step budget of $lim s (killed)"
+    OVER=1
+    return 0
+  elif ((rc != 0)); then
+    result "$sc" "$tool" "$set" "$run" 0 0 0 0 FAIL "$(tail -1 "$out.err")"
+    return 0
+  fi
+  detail=$(pg_read "$out" "$ARROW_PG_ROWS") ok=FAIL
+  [ "$detail" = ok ] && ok=ok
+  result "$sc" "$tool" "$set" "$run" "$(jget "$out" rows)" "$(jget "$out" seconds)" \
+    "$(jget "$out" cpu_seconds)" "$(jget "$out" peak_rss_mb)" "$ok" "$detail"
+  printf '%s\t%s\n' "$leg" "$(python3 -c "print($(jget "$out" server cpu_seconds) / $ARROW_PG_ROWS * 1e6)")" >>"$WORK/pgserver.tsv"
+}
+
+# The Postgres destination's writer (Write, PreCommit and Commit of
+# 100k-row epochs, each committed before the next is written: its whole
+# path, no overlap) against a bare pgx CopyFrom of the same Arrow rows
+# (handed to pgx as Go values) into a logged table of the same types:
+# 14 columns, metadata included, 10k-row batches, appended and merged by
+# id, each run into a fresh schema and read back with psql.
+scenario_arrow_postgres() {
+  pin postgres "$DB_CPU"
+  local r
+  : >"$WORK/pgserver.tsv"
+  for ((r = 1; r <= RUNS; r++)); do
+    in_budget "arrow-postgres run $r" || break
+    log "arrow-postgres run $r of $RUNS"
+    pg_driver ceiling copy "pgx CopyFrom → logged table" "$r" -plain
+    pg_driver openetl append "sink/postgres Write+PreCommit+Commit, append (staged, then INSERT ... SELECT)" "$r" -mode append
+    pg_driver openetl merge "sink/postgres Write+PreCommit+Commit, merge by id (staged, then MERGE)" "$r" -mode merge
+  done
+}
+
 # ------------------------------------------------------------ run
 
 T_SCEN=$SECONDS
-for sc in pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker ndjson arrow-parquet arrow-clickhouse; do
+for sc in pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker ndjson arrow-parquet arrow-clickhouse arrow-postgres; do
   if has "$sc"; then run_scenario "$sc" "scenario_${sc//-/_}"; fi
 done
 
 await_peers # when no timed step ran
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+# The load and the commit are in the log and results.tsv, not in the
+# Markdown (BENCHMARKS.md keeps reference figures, not a run's state).
+log "built from $BUILT_FROM; load average (1, 5, 15 min) $LOAD_START at the start, $LOAD_END at the end"
 
 # ------------------------------------------------------------ report
 
 versions() {
-  echo "- Go: $(go version | cut -d' ' -f3); OpenETL: built from $BUILT_FROM at the start$([ -z "$BUILT_DIRTY" ] || echo " with uncommitted changes to $BUILT_DIRTY")"
+  echo "- Go: $(go version | cut -d' ' -f3)$([ -z "$BUILT_DIRTY" ] || echo "; OpenETL with uncommitted changes to $BUILT_DIRTY")"
   if [ -n "${OPENETL_TEST_POSTGRES_DSN:-}" ]; then
     echo "- PostgreSQL: $(pg 'SHOW server_version') (scripts/servers.sh: fsync=off, wal_level=logical)"
   fi
@@ -1116,10 +1185,9 @@ machine() {
   model=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
   mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
   echo "- Machine: $model, $(nproc) CPUs, $mem, $(uname -sr)"
-  echo "- Load average (1, 5, 15 min): $LOAD_START at the start, $LOAD_END at the end"
 }
 
-SIZES="$PG_ROWS Postgres rows, $CDC_CHANGES changes (Postgres and MariaDB), $KAFKA_MSGS Kafka messages of ~200 bytes ($KFAKE_MSGS on kfake), $ARROW_ROWS Arrow rows"
+SIZES="$PG_ROWS Postgres rows, $CDC_CHANGES changes (Postgres and MariaDB), $KAFKA_MSGS Kafka messages of ~200 bytes ($KFAKE_MSGS on kfake), $ARROW_ROWS Arrow rows ($ARROW_PG_ROWS into Postgres)"
 PEER_SIZES="Conduit: $PEER_PG_ROWS rows (snapshot), $PEER_CDC_CHANGES changes, $PEER_KAFKA_MSGS messages; Benthos: $PEER_KAFKA_MSGS messages; canal: $CDC_CHANGES changes"
 {
   echo "<!-- bench-compare:start -->"
@@ -1154,11 +1222,12 @@ titles = {
     "arrow-parquet": "Arrow batches → Parquet (zstd, 10 columns, sink/parquet's default dictionary choice on both sides), local disk",
     "arrow-clickhouse": "Arrow batches → ClickHouse, Engine=Null (13 columns, 100k-row blocks; checked by the server's InsertedRows)",
     "arrow-clickhouse-mt": "Arrow batches → ClickHouse, MergeTree, one run (read back with clickhouse-client)",
+    "arrow-postgres": "Arrow batches → Postgres (14 columns, 10k-row batches, 100k-row epochs each committed before the next; read back with psql)",
 }
 def fmt(v, d=0):
     return f"{v:,.{d}f}"
-print("| scenario | tool | settings | rows/s (median, min–max) | vs ceiling | CPU-s / M rows | peak RSS MB | load (1 min) | checks |")
-print("|---|---|---|---:|---:|---:|---:|---:|---|")
+print("| scenario | tool | settings | rows/s (median, min–max) | vs ceiling | CPU-s / M rows | peak RSS MB | checks |")
+print("|---|---|---|---:|---:|---:|---:|---|")
 ceil = {}
 for (sc, tool, st), rs in groups.items():
     good = [r for r in rs if r["ok"] == "ok" and float(r["seconds"]) > 0]
@@ -1175,15 +1244,13 @@ shown = set()
 for (sc, tool, st), rs in groups.items():
     good = [r for r in rs if r["ok"] == "ok" and float(r["seconds"]) > 0]
     bad = [r for r in rs if r not in good]
-    loads = [float(r["load"]) for r in rs]
-    load = f"{min(loads):.1f}–{max(loads):.1f}" if len(loads) > 1 else f"{loads[0]:.1f}"
     title = "" if sc in shown else titles.get(sc, sc)
     shown.add(sc)
     checks = f"{len(good)}/{len(rs)} ok"
     if bad:
         checks += "; FAIL: " + bad[0]["detail"].replace("|", "/")[:160]
     if not good:
-        print(f"| {title} | {tool} | {st} | — | — | — | — | {load} | {checks} |")
+        print(f"| {title} | {tool} | {st} | — | — | — | — | {checks} |")
         continue
     n = max(int(r["rows"]) for r in good)
     if sc in size and n != size[sc]:
@@ -1194,7 +1261,7 @@ for (sc, tool, st), rs in groups.items():
     m = statistics.median(rate)
     vs = "" if tool == "ceiling" or sc not in ceil else f"{m / ceil[sc]:.2f}"
     rng = f" ({fmt(min(rate))}–{fmt(max(rate))})" if len(rate) > 1 else ""
-    print(f"| {title} | **{tool}** | {st} | {fmt(m)}{rng} | {vs} | {statistics.median(cpu):.2f} | {statistics.median(rss):.0f} | {load} | {checks} |")
+    print(f"| {title} | **{tool}** | {st} | {fmt(m)}{rng} | {vs} | {statistics.median(cpu):.2f} | {statistics.median(rss):.0f} | {checks} |")
 PY
   echo
   echo "Not run, and why:"
@@ -1217,6 +1284,14 @@ for l in open(sys.argv[1]):
     sc, tool, v = l.split()
     g.setdefault((sc, tool), []).append(float(v))
 print("; ".join("%s %s %.2f" % (sc, t, statistics.median(v)) for (sc, t), v in g.items()))' "$WORK/chserver.tsv")"
+  fi
+  if [ -s "$WORK/pgserver.tsv" ]; then
+    echo "- Postgres server CPU-s per million rows (median; its processes' CPU from /proc): $(python3 -c 'import sys, statistics
+g = {}
+for l in open(sys.argv[1]):
+    leg, v = l.split()
+    g.setdefault(leg, []).append(float(v))
+print("; ".join("%s %.2f" % (leg, statistics.median(v)) for leg, v in g.items()))' "$WORK/pgserver.tsv")"
   fi
   echo
   echo "Time per scenario (estimate from the script's EST_RATE, actual; preparation and peers included):"

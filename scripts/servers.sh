@@ -20,6 +20,9 @@
 #   env                   print $OPENETL_SERVERS_DIR/env
 #   stop [DIR]            kill the servers of DIR (default
 #                         $OPENETL_SERVERS_DIR) and remove DIR
+#   down SERVICE          stop one service of $OPENETL_SERVERS_DIR, keeping
+#                         its port and data (s3, kafka, postgres, mariadb)
+#   up SERVICE            start it again from them; waits until ready
 #
 #   apt PACKAGE...        install Debian packages the way install does (one
 #                         apt-get run, waiting for a dpkg lock held by
@@ -83,12 +86,14 @@ free_port() {
 
 # wait_port NAME: poll until the service's port accepts connections.
 # Returns 1 if its process exits first (say, the port was taken between
-# free_port and the bind) or 60 s pass.
+# free_port and the bind) or 60 s pass (WAIT_PORT_SECS[NAME] for a
+# service that sets it: one that opens its port only when fully started).
+declare -A WAIT_PORT_SECS=()
 wait_port() {
-  local name=$1 port pid i
+  local name=$1 port pid i secs=${WAIT_PORT_SECS[$1]:-60}
   port=$(cat "$DIR/$name.port")
   pid=$(pid_of "$name")
-  for ((i = 0; i < 600; i++)); do
+  for ((i = 0; i < secs * 10; i++)); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       return 0
     fi
@@ -98,7 +103,7 @@ wait_port() {
     fi
     sleep 0.1
   done
-  log "$name did not listen on 127.0.0.1:$port within 60s; see $DIR/$name.log"
+  log "$name did not listen on 127.0.0.1:$port within ${secs}s; see $DIR/$name.log"
   return 1
 }
 
@@ -190,8 +195,12 @@ apt_install() {
       printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made=1
     fi
     log "installing Debian packages: $*"
-    apt_get install -y --no-install-recommends "$@" ||
-      { [ -z "$updated" ] && apt_update && apt_get install -y --no-install-recommends "$@"; } || rc=1
+    # --no-upgrade: a package that is installed already stays at its
+    # version. Upgrading one under a server that runs from it breaks the
+    # server (Postgres 15.18 loading 15.20's plpgsql.so: "undefined
+    # symbol"), and a test run must not change the machine's versions.
+    apt_get install -y --no-install-recommends --no-upgrade "$@" ||
+      { [ -z "$updated" ] && apt_update && apt_get install -y --no-install-recommends --no-upgrade "$@"; } || rc=1
     [ -n "$made" ] && rm -f "$policy"
     [ $rc -eq 0 ] || die "apt-get could not install $*"
     log "installed $* in $((SECONDS - t0))s"
@@ -206,8 +215,14 @@ start_s3() {
   S3_PORT=$(free_port)
   mkdir -p "$DIR/s3"
   echo "$S3_PORT" >"$DIR/s3.port"
+  run_s3
+}
+
+# run_NAME starts a service that start_NAME prepared, on its port, from
+# its data (cmd_up runs it again after cmd_down).
+run_s3() {
   ROOT_ACCESS_KEY=$S3_ACCESS_KEY ROOT_SECRET_KEY=$S3_SECRET_KEY \
-    launch s3 "$GOBIN_DIR/versitygw" --port "127.0.0.1:$S3_PORT" posix "$DIR/s3"
+    launch s3 "$GOBIN_DIR/versitygw" --port "127.0.0.1:$(cat "$DIR/s3.port")" posix "$DIR/s3"
 }
 
 ready_s3() {
@@ -361,8 +376,13 @@ start_kafka() {
     -t "$(java "$log4j" -cp "$cp" kafka.tools.StorageTool random-uuid)" \
     -c "$DIR/kafka/server.properties" >"$DIR/kafka.format.log" 2>&1 ||
     die "kafka: storage format failed: $(tail -3 "$DIR/kafka.format.log")"
-  launch kafka java -Xms256m -Xmx512m -Djava.awt.headless=true "$log4j" \
-    -cp "$cp" kafka.Kafka "$DIR/kafka/server.properties"
+  run_kafka
+}
+
+run_kafka() {
+  launch kafka java -Xms256m -Xmx512m -Djava.awt.headless=true \
+    "-Dlog4j2.configurationFile=$SCRIPTS/kafka/log4j2.properties" \
+    -cp "$KAFKA_DIR/libs/*" kafka.Kafka "$DIR/kafka/server.properties"
 }
 
 # The port answers before the broker has joined its own quorum: wait for
@@ -413,7 +433,12 @@ start_postgres() {
   runuser -u postgres -- "$PG_BIN/initdb" -D "$data/data" -U postgres -A trust --no-sync -E UTF8 \
     --locale=C.UTF-8 >"$DIR/postgres.initdb.log" 2>&1 ||
     die "postgres: initdb failed: $(tail -3 "$DIR/postgres.initdb.log")"
-  launch postgres runuser -u postgres -- "$PG_BIN/postgres" -D "$data/data" -p "$port" \
+  run_postgres
+}
+
+run_postgres() {
+  local data=$DIR/postgres
+  launch postgres runuser -u postgres -- "$PG_BIN/postgres" -D "$data/data" -p "$(cat "$DIR/postgres.port")" \
     -c listen_addresses=127.0.0.1 -c unix_socket_directories="$data" -c wal_level=logical \
     -c max_replication_slots=20 -c max_wal_senders=20 -c fsync=off \
     -c full_page_writes=off
@@ -568,6 +593,37 @@ stop_one() {
   rm -f "$DIR/$name.pid"
 }
 
+# cmd_down NAME: stop one running service of $OPENETL_SERVERS_DIR and
+# keep its port and data, for cmd_up to start it again: what a test of
+# an outage or a server restart needs. Postgres stops with pg_ctl stop
+# -m fast (clients are disconnected, a shutdown checkpoint is written);
+# the others get SIGTERM, and SIGKILL after 5 s.
+cmd_down() {
+  local name=${1:?down: name a service}
+  DIR=${OPENETL_SERVERS_DIR:?down: OPENETL_SERVERS_DIR is not set}
+  alive "$name" || die "down: $name is not running from $DIR"
+  if [ "$name" = postgres ]; then
+    runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$DIR/postgres/data" -m fast -w -t 60 stop >&2 ||
+      log "down: pg_ctl stop failed; stopping by signal"
+  fi
+  stop_one "$name"
+  log "$name down (port $(cat "$DIR/$name.port") kept)"
+}
+
+# cmd_up NAME: start a service cmd_down stopped, on the same port from
+# the same data, and wait until it is ready.
+cmd_up() {
+  local name=${1:?up: name a service}
+  DIR=${OPENETL_SERVERS_DIR:?up: OPENETL_SERVERS_DIR is not set}
+  [ -f "$DIR/$name.port" ] || die "up: $name was never started in $DIR"
+  alive "$name" && die "up: $name is running already"
+  declare -F "run_$name" >/dev/null || die "up: $name can't be started again (no run_$name)"
+  "run_$name"
+  wait_port "$name" || die "up: $name did not start again; see $DIR/$name.log"
+  "ready_$name"
+  log "$name up again on port $(cat "$DIR/$name.port")"
+}
+
 cmd_stop() {
   DIR=${1:-${OPENETL_SERVERS_DIR:-}}
   [ -n "$DIR" ] || die "stop: no directory: set OPENETL_SERVERS_DIR or pass it"
@@ -587,6 +643,8 @@ install) shift; cmd_install "$@" ;;
 apt) shift; mkdir -p "$TOOLS"; apt_install "$@" ;;
 start) shift; cmd_start "$@" ;;
 stop) shift; cmd_stop "$@" ;;
+down) shift; cmd_down "$@" ;;
+up) shift; cmd_up "$@" ;;
 env)
   [ -n "${OPENETL_SERVERS_DIR:-}" ] || die "env: OPENETL_SERVERS_DIR is not set"
   cat "$OPENETL_SERVERS_DIR/env"

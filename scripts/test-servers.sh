@@ -16,6 +16,8 @@ for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
     { echo "test-servers: $p is not installed (run scripts/servers.sh install first)" >&2; exit 1; }
 done
+versions() { dpkg-query -W -f='${Package} ${Version}\n' "${pkgs[@]}"; }
+before=$(versions)
 tmp=$(mktemp -d)
 trap 'kill "$holder" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 mkfifo "$tmp/locked" "$tmp/release"
@@ -31,7 +33,7 @@ PY
 holder=$!
 read -r _ <"$tmp/locked"
 # While the lock is held, a bare apt-get fails at once: the check is real.
-if apt-get -q -o DPkg::Lock::Timeout=0 install -y "${pkgs[0]}" >"$tmp/bare.log" 2>&1; then
+if apt-get -q -o DPkg::Lock::Timeout=0 install -y --no-upgrade "${pkgs[0]}" >"$tmp/bare.log" 2>&1; then
   echo "test-servers: apt-get ran while the dpkg lock was held; the check proves nothing" >&2
   exit 1
 fi
@@ -52,5 +54,9 @@ rc=0
 wait "$a" || { echo "test-servers: first install failed:" >&2; cat "$tmp/a.log" >&2; rc=1; }
 wait "$b" || { echo "test-servers: second install failed:" >&2; cat "$tmp/b.log" >&2; rc=1; }
 [ "$waited" -ge 1 ] || { echo "test-servers: no install waited for the lock:" >&2; cat "$tmp/a.log" "$tmp/b.log" >&2; rc=1; }
+# Installs of what is installed change nothing: an upgrade under the
+# running test servers breaks them (a new plpgsql.so in an old postgres).
+after=$(versions)
+[ "$before" = "$after" ] || { echo "test-servers: the installs changed installed versions:" >&2; diff <(echo "$before") <(echo "$after") >&2; rc=1; }
 [ $rc -eq 0 ] && echo "test-servers: two installs waited for a held dpkg lock and succeeded"
 exit $rc

@@ -1,27 +1,61 @@
 #!/usr/bin/env bash
 # Installs the independent readers the tests use to check what was
 # written (pyarrow for Parquet, pyiceberg with its SQL catalog for
-# Iceberg), into a virtualenv under the cache directory. Idempotent: a
-# second run installs nothing. Prints the virtualenv's python.
+# Iceberg), dbt with its Postgres adapter (examples/dbt) and an
+# independent Kafka producer (confluent-kafka with its Avro serializer),
+# into a virtualenv under the cache directory. Idempotent: a second run
+# installs nothing. Concurrent runs wait for each other. Prints the
+# virtualenv's python; dbt is beside it.
 set -euo pipefail
 cache="${OPENETL_CACHE:-$HOME/.cache/openetl}"
 venv="$cache/venv"
 want_pyarrow=26.0.1
 want_pyiceberg=0.12.0
+# dbt-core 1.12 needs a package whose build downloads a wheel from outside
+# the registry: 1.11 is the newest that installs from PyPI alone.
+want_dbt_core=1.11.16
+want_dbt_postgres=1.11.0
+want_dbt_adapters=1.24.5
+want_dbt_common=1.39.0
+mkdir -p "$cache"
+exec 9>"$cache/venv.lock"
+flock 9
 if [ ! -x "$venv/bin/python" ]; then
-  mkdir -p "$cache"
   python3 -m venv "$venv" >&2
 fi
+pip_install() {
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "$@" >&2
+}
 have=$("$venv/bin/python" -c 'import pyarrow; print(pyarrow.__version__)' 2>/dev/null || true)
 if [ "$have" != "$want_pyarrow" ]; then
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "pyarrow==$want_pyarrow" >&2
+  pip_install "pyarrow==$want_pyarrow"
 fi
 # pyiceberg reads the tables sink/iceberg writes, over the same SQLite
 # catalog; sqlalchemy comes with the sql-sqlite extra. pyarrow stays at
 # the version pinned above.
 have=$("$venv/bin/python" -c 'import pyiceberg, sqlalchemy; print(pyiceberg.__version__)' 2>/dev/null || true)
 if [ "$have" != "$want_pyiceberg" ]; then
-  "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    "pyiceberg[sql-sqlite,pyarrow]==$want_pyiceberg" "pyarrow==$want_pyarrow" >&2
+  pip_install "pyiceberg[sql-sqlite,pyarrow]==$want_pyiceberg" "pyarrow==$want_pyarrow"
+fi
+# dbt-core and dbt-postgres (psycopg2-binary: a wheel, nothing to
+# compile) for examples/dbt, with the libraries they share pinned too;
+# the other pins stay as they are.
+# (The installed versions, not an import: importing dbt takes seconds.)
+have=$("$venv/bin/python" -c 'from importlib.metadata import version as v; print(v("dbt-core"), v("dbt-postgres"))' 2>/dev/null || true)
+if [ "$have" != "$want_dbt_core $want_dbt_postgres" ] || [ ! -x "$venv/bin/dbt" ]; then
+  pip_install "dbt-core==$want_dbt_core" "dbt-postgres==$want_dbt_postgres" \
+    "dbt-adapters==$want_dbt_adapters" "dbt-common==$want_dbt_common" \
+    "pyiceberg[sql-sqlite,pyarrow]==$want_pyiceberg" "pyarrow==$want_pyarrow"
+fi
+# confluent-kafka's Avro serializer and schema registry client: the
+# independent producer of source/kafka's registry tests; the other pins
+# stay as they are.
+want_confluent=2.16.1
+have=$("$venv/bin/python" -c 'import confluent_kafka, fastavro, httpx; print(confluent_kafka.version()[0])' 2>/dev/null || true)
+if [ "$have" != "$want_confluent" ]; then
+  pip_install "confluent-kafka[avro,schemaregistry]==$want_confluent" \
+    "dbt-core==$want_dbt_core" "dbt-postgres==$want_dbt_postgres" \
+    "dbt-adapters==$want_dbt_adapters" "dbt-common==$want_dbt_common" \
+    "pyiceberg[sql-sqlite,pyarrow]==$want_pyiceberg" "pyarrow==$want_pyarrow"
 fi
 echo "$venv/bin/python"

@@ -33,9 +33,54 @@ func (s *sim) check() {
 	s.checkLog(head)
 	s.checkApplies()
 	s.checkAcks(head)
+	s.checkStaged(head)
 	for _, st := range s.w.streams {
 		s.checkStream(st.Name, head)
 	}
+}
+
+// checkStaged: the last attempt was clean and started once every
+// zombie had returned, and collected, after its recovery, what failed
+// attempts had staged: nothing is left staged that head doesn't name,
+// neither the runner's side files under _staging/ in the checkpoint
+// store nor the destination's staged data.
+func (s *sim) checkStaged(head *checkpoint.Record) {
+	named := map[string]bool{}
+	if head != nil {
+		for _, f := range head.Files {
+			named[f.Path] = true
+		}
+	}
+	if l, ok := s.store.inner.(checkpoint.FileLister); ok {
+		files, err := l.ListFiles(context.Background(), pipelineName, "_staging/")
+		if err != nil {
+			s.violate("listing the staged side files: %v", err)
+		}
+		for _, f := range files {
+			if !named[f] {
+				s.violate("after the clean attempt, side file %s is staged although HEAD (%s) doesn't name it", f, refStr(refOf(head)))
+			}
+		}
+	}
+	left, err := s.dst.unnamed(head)
+	if err != nil {
+		s.violate("listing the destination's staged data: %v", err)
+	}
+	for i, u := range left {
+		if i == maxReported {
+			s.violate("... and %d more staged units HEAD doesn't name", len(left)-i)
+			break
+		}
+		s.violate("after the clean attempt, %s holds %s staged although HEAD (%s) doesn't name it", s.dst.name(), u, refStr(refOf(head)))
+	}
+}
+
+func refOf(r *checkpoint.Record) *checkpoint.Ref {
+	if r == nil {
+		return nil
+	}
+	ref := r.Ref()
+	return &ref
 }
 
 func (s *sim) rows() int {
@@ -125,8 +170,9 @@ func (s *sim) checkLog(head *checkpoint.Record) {
 			}
 		}
 		for name, c := range rec.Totals {
-			if c.Read != c.Written+c.Quarantined {
-				s.violate("epoch %d: stream %s totals read %d != written %d + quarantined %d", rec.Epoch, name, c.Read, c.Written, c.Quarantined)
+			if c.Read+c.Added != c.Written+c.Filtered+c.Quarantined {
+				s.violate("epoch %d: stream %s totals read %d + added %d != written %d + filtered %d + quarantined %d",
+					rec.Epoch, name, c.Read, c.Added, c.Written, c.Filtered, c.Quarantined)
 			}
 		}
 		if rec.Prev == nil {
@@ -225,28 +271,36 @@ func (s *sim) checkStream(name string, head *checkpoint.Record) {
 	}
 	recs := s.src.Records(name)
 	bad := 0
-	want := map[string]sourcetest.FakeRecord{}
 	for _, r := range recs {
 		if r.Bad {
 			bad++
-			continue
 		}
-		want[RecordID(name, r.Key, r.Payload, r.Seq)] = r
 	}
+	e := s.expect(name, recs)
+	want := e.want
 	s.logf("stream %s: %v (%s); %d records, %d quarantined", name, g.Level, g.Reason, len(recs), bad)
+	if k := s.w.transforms[name]; k != tfNone {
+		s.logf("stream %s: transform %v: %d rejected, %d dropped, %d added", name, k, e.rejected, e.dropped, e.added)
+	}
 
-	// Totals.
+	// Totals: an exact source's records are each read once, a superset
+	// source's at least once.
 	var tot checkpoint.Counts
 	if head != nil {
 		tot = head.Totals[name]
 	}
+	quar := int64(bad + e.rejected)
 	switch {
-	case tot.Read != tot.Written+tot.Quarantined:
-		s.violate("stream %s: final totals read %d != written %d + quarantined %d", name, tot.Read, tot.Written, tot.Quarantined)
-	case s.w.replay == source.ReplayExact && (tot.Read != int64(len(recs)) || tot.Quarantined != int64(bad)):
-		s.violate("stream %s: exact source holds %d records (%d bad), final totals %+v", name, len(recs), bad, tot)
-	case tot.Read < int64(len(recs)) || tot.Quarantined < int64(bad):
-		s.violate("stream %s: source holds %d records (%d bad), final totals only %+v", name, len(recs), bad, tot)
+	case tot.Read+tot.Added != tot.Written+tot.Filtered+tot.Quarantined:
+		s.violate("stream %s: final totals read %d + added %d != written %d + filtered %d + quarantined %d",
+			name, tot.Read, tot.Added, tot.Written, tot.Filtered, tot.Quarantined)
+	case s.w.replay == source.ReplayExact && (tot.Read != int64(len(recs)) || tot.Quarantined != quar ||
+		tot.Filtered != int64(e.dropped) || tot.Added != int64(e.added)):
+		s.violate("stream %s: exact source holds %d records (%d bad, %d rejected, %d dropped, %d added by the transform), final totals %+v",
+			name, len(recs), bad, e.rejected, e.dropped, e.added, tot)
+	case tot.Read < int64(len(recs)) || tot.Quarantined < quar || tot.Filtered < int64(e.dropped) || tot.Added < int64(e.added):
+		s.violate("stream %s: source holds %d records (%d bad, %d rejected, %d dropped, %d added by the transform), final totals only %+v",
+			name, len(recs), bad, e.rejected, e.dropped, e.added, tot)
 	}
 
 	merged := ds.Mode == delivery.Merge
@@ -294,7 +348,7 @@ func (s *sim) checkStream(name string, head *checkpoint.Record) {
 	report("records duplicated", dup)
 
 	if merged && g.Level >= delivery.EffectivelyOnce {
-		s.checkMerged(name, g.Level, live)
+		s.checkMerged(name, g.Level, live, e.gone)
 	} else if onlyLatest {
 		s.logf("stream %s: not checked: lost versions (merged at %v: %s shows only each key's latest row)", name, g.Level, s.dst.name())
 	}
@@ -365,9 +419,14 @@ func (s *sim) deliveryStream(name string) delivery.Stream {
 }
 
 // checkMerged compares a merged stream's live rows with the source's
-// latest version of each key.
-func (s *sim) checkMerged(name string, level delivery.Level, rows []sinktest.FakeRow) {
+// latest version of each key, but for the keys its transform never lets
+// through (gone).
+func (s *sim) checkMerged(name string, level delivery.Level, rows []sinktest.FakeRow, gone map[string]bool) {
 	latest := s.src.Latest(name)
+	for k := range gone {
+		delete(latest, k)
+	}
+	tagged := s.w.transforms[name] == tfFilter
 	var diffs []string
 	got := map[string]bool{}
 	for _, r := range rows {
@@ -389,6 +448,9 @@ func (s *sim) checkMerged(name string, level delivery.Level, rows []sinktest.Fak
 		dec := json.NewDecoder(bytes.NewReader(w.Payload))
 		dec.UseNumber()
 		if err := dec.Decode(&doc); err == nil {
+			if tagged {
+				doc["tag"] = "t" + valueStr(doc["id"])
+			}
 			for col, v := range r.Values {
 				want := valueStr(doc[col])
 				if gotv := valueStr(v); gotv != want {

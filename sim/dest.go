@@ -2,12 +2,13 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 
-	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 )
@@ -48,29 +49,28 @@ type Target struct {
 	// other units) it removed: the next Recover must then report such an
 	// epoch Lost. Nil: the simulation plans no expiry.
 	DropStaged func(ctx context.Context) (int, error)
+
+	// Unnamed, when set, returns what the target holds staged (files,
+	// staging partitions) that head's committables don't name. The
+	// simulation asks it after the last clean attempt, which started
+	// once every zombie had returned and collected what failed attempts
+	// left (sink.Collector): anything it returns then is a violation.
+	// Nil: only the checkpoint store's staged side files are checked.
+	Unnamed func(ctx context.Context, head *checkpoint.Record) ([]string, error)
 }
 
-// Setup is what a Target's Open gets: the workload's streams and how the
-// simulation writes them.
+// Setup is what a Target's Open gets. How each stream is written (the
+// fake source's streams "orders", "users", "events", each keyed by "id";
+// its write mode delivery.Append, or delivery.Merge when the
+// destination's Capabilities say it can) reaches the destination's
+// writers in their sink.WriterConfig, as in any pipeline: the
+// destination needs no configuration of its own for it.
 type Setup struct {
 	Seed     uint64
 	Pipeline string // the pipeline's name, "sim"
 	// Attempt numbers the attempt from 1; 0 for the first call, which
 	// only learns the destination's Class and Capabilities.
 	Attempt int
-	// Streams lists the workload's streams; empty for the first call.
-	Streams []StreamSetup
-}
-
-// StreamSetup is one stream of a Setup: its table name (the stream's
-// name; the fake source's streams are "orders", "users", "events"), its
-// write mode (delivery.Append or delivery.Merge: the simulation picks
-// Merge only when the destination's Capabilities say it can), and for
-// Merge the key columns, always ["id"].
-type StreamSetup struct {
-	Name string
-	Mode delivery.Mode
-	Key  []string
 }
 
 // destination is what the simulation needs of the destination it drives:
@@ -89,6 +89,9 @@ type destination interface {
 	applies() ([]sinktest.FakeApply, bool)
 	// dropStaged discards the staged data of unapplied epochs.
 	dropStaged() (int, error)
+	// unnamed returns what the destination holds staged that head
+	// doesn't name (nil when it can't tell).
+	unnamed(head *checkpoint.Record) ([]string, error)
 	// canDropStaged reports whether dropStaged can.
 	canDropStaged() bool
 	// contents returns how often each _openetl_id of stream is visible
@@ -123,10 +126,36 @@ func (f fakeDest) dropStaged() (int, error) { return f.d.DropStaged(pipelineName
 
 func (f fakeDest) canDropStaged() bool { return true }
 
+func (f fakeDest) unnamed(head *checkpoint.Record) ([]string, error) {
+	named := map[string]bool{}
+	if head != nil {
+		for _, c := range head.Committables {
+			var fc struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(c, &fc); err != nil {
+				return nil, fmt.Errorf("sim: committable %q: %w", c, err)
+			}
+			named[fc.ID] = true
+		}
+	}
+	var out []string
+	for _, id := range f.d.Staged(pipelineName) {
+		if !named[id] {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
 func (f fakeDest) contents(stream string, merged bool) (map[string]int, []sinktest.FakeRow, error) {
 	var live []sinktest.FakeRow
 	if merged {
-		live = f.d.Rows(stream)
+		for _, r := range f.d.Rows(stream) {
+			if r.Op != sink.OpDelete { // a soft-deleted key's tombstone
+				live = append(live, r)
+			}
+		}
 	}
 	return f.d.Visibility(stream), live, nil
 }
@@ -239,6 +268,13 @@ func (d *targetDest) dropStaged() (int, error) {
 
 func (d *targetDest) canDropStaged() bool { return d.t.DropStaged != nil }
 
+func (d *targetDest) unnamed(head *checkpoint.Record) ([]string, error) {
+	if d.t.Unnamed == nil {
+		return nil, nil
+	}
+	return d.t.Unnamed(context.Background(), head)
+}
+
 func (d *targetDest) history() bool { return false }
 
 func (d *targetDest) keyed(stream string) ([]sinktest.FakeRow, error) {
@@ -327,15 +363,7 @@ func (s *sim) learnTarget() error {
 
 // setup is what Target.Open gets for attempt n.
 func (s *sim) setup(n int) Setup {
-	st := Setup{Seed: s.seed, Pipeline: pipelineName, Attempt: n}
-	for _, fs := range s.w.streams {
-		ss := StreamSetup{Name: fs.Name, Mode: s.w.modes[fs.Name]}
-		if ss.Mode == delivery.Merge {
-			ss.Key = []string{"id"}
-		}
-		st.Streams = append(st.Streams, ss)
-	}
-	return st
+	return Setup{Seed: s.seed, Pipeline: pipelineName, Attempt: n}
 }
 
 // sameDeclared checks that a Target's destination declares what the
@@ -344,7 +372,8 @@ func (s *sim) sameDeclared(d sink.Destination) error {
 	if c := d.Class(); c != s.declared.class {
 		return fmt.Errorf("sim: the Target's destination changed its class from %v to %v", s.declared.class, c)
 	}
-	if c := d.Capabilities(); c.Merge != s.declared.caps.Merge || c.SkipByID != s.declared.caps.SkipByID {
+	if c, was := d.Capabilities(), s.declared.caps; c.Merge != was.Merge || c.SkipByID != was.SkipByID ||
+		c.HardDeletes != was.HardDeletes || c.Overwrite != was.Overwrite {
 		return fmt.Errorf("sim: the Target's destination changed its capabilities from %+v to %+v", s.declared.caps, c)
 	}
 	return nil

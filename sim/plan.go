@@ -35,17 +35,21 @@ const (
 	pStoreReadFile
 	// numPoints bounds the points newFault draws from (the fake's plans).
 	numPoints
-	// pDstFinish (sink.Finisher's Finish) is drawn only for Targets, from
+	// pDstFinish (the Writer's Finish) is drawn only for Targets, from
 	// a stream of their own, so that the fake's plans stay what they were.
-	pDstFinish   = numPoints
-	numAllPoints = numPoints + 1
+	pDstFinish = numPoints
+	// pStoreDeleteFile (checkpoint.FileDeleter's DeleteFile, removing a
+	// published side file's staged copy) is never drawn: faults at the
+	// publish before it cover a crash between the two.
+	pStoreDeleteFile = numPoints + 1
+	numAllPoints     = numPoints + 2
 )
 
 var pointNames = [numAllPoints]string{
 	"source.discover", "source.open", "source.read", "source.resume-point", "source.ack",
 	"dest.write", "dest.precommit", "dest.commit", "dest.recover", "dest.close",
 	"store.claim", "store.commit", "store.rewind", "store.get", "store.writefile", "store.readfile",
-	"dest.finish",
+	"dest.finish", "store.deletefile",
 }
 
 func (p point) String() string { return pointNames[p] }
@@ -140,6 +144,10 @@ type workload struct {
 	// checkpoint store lost (an empty one), claimed past the fence's
 	// generation first when lostPastFence.
 	loseStore, lostPastFence bool
+	// transforms gives streams a Go transform (Options.Transforms), the
+	// filter a flaky one with flakyFilter.
+	transforms  map[string]transformKind
+	flakyFilter bool
 }
 
 func (w *workload) String() string {
@@ -149,6 +157,9 @@ func (w *workload) String() string {
 	for _, s := range w.streams {
 		fmt.Fprintf(&b, "\n  stream %s: keyed=%v cdc=%v splits=%d rows/split=%d bad-every=%d mode=%v",
 			s.Name, !s.Unkeyed, s.CDC, s.Splits, s.Rows, s.BadEvery, w.modes[s.Name])
+		if k := w.transforms[s.Name]; k != tfNone {
+			fmt.Fprintf(&b, " transform=%v", k)
+		}
 	}
 	return b.String()
 }
@@ -265,6 +276,17 @@ func newWorkload(seed uint64, opts Options, decl *declared) *workload {
 	rng3 := rand.New(rand.NewPCG(seed, 0x1057570e))
 	w.loseStore = rng3.IntN(3) == 0
 	w.lostPastFence = rng3.IntN(2) == 0
+	if opts.Transforms {
+		// And one more: with or without transforms a seed draws the same
+		// workload and faults otherwise. Half the streams get the filter.
+		rng4 := rand.New(rand.NewPCG(seed, 0x7a4f0f11))
+		w.transforms, w.flakyFilter = map[string]transformKind{}, opts.flakyFilter
+		for _, s := range w.streams {
+			if k := []transformKind{tfNone, tfIdentity, tfFilter, tfFilter}[rng4.IntN(4)]; k != tfNone {
+				w.transforms[s.Name] = k
+			}
+		}
+	}
 	return w
 }
 

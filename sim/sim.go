@@ -12,7 +12,7 @@
 //
 //	rep, err := sim.Run(seed, sim.Options{Target: &sim.Target{
 //		Open: func(ctx context.Context, s sim.Setup) (sink.Destination, error) {
-//			return mysink.New(mysink.Config{DB: db, Merge: s.Streams}) // a new "process" per attempt
+//			return mysink.New(mysink.Config{DB: db}) // a new "process" per attempt
 //		},
 //		Read: func(ctx context.Context, stream string) ([]sinktest.Row, error) {
 //			return readTable(ctx, db, stream) // what a reader sees
@@ -22,7 +22,8 @@
 //
 // The destination's Class and Capabilities then replace the ones the
 // seed would pick, so the workload uses only write modes it declares
-// (merge when Capabilities.Merge), and each attempt's destination is
+// (merge when Capabilities.Merge; the writers learn each stream's mode
+// and key from their sink.WriterConfig), and each attempt's destination is
 // wrapped by sinktest.WithFaults, which injects the same faults from
 // outside the writer. The checks then read what the destination holds
 // through Target.Read, and know what the wrapper saw: an epoch counts as
@@ -50,7 +51,7 @@
 //     Commit that is not idempotent or one that ignores its fence in at
 //     least 95 of 100 runs (TestTargetCatchesWithin50Seeds measures it);
 //   - staged data expires only when Target.DropStaged is set;
-//   - faults are drawn at sink.Finisher's Finish too (crashes, errors,
+//   - faults are drawn at the Writer's Finish too (crashes, errors,
 //     lost responses, zombies), and errors at Recover (before it took
 //     effect, or after it raised the fence), from a random stream of
 //     their own, so that the fake's plans are the same as without.
@@ -113,6 +114,10 @@
 // seed; goroutine interleavings are not (the real runner runs on real
 // goroutines and timers), so a seed replays the same plan but may take a
 // different path through it. The Report's trace says what happened.
+// Running Run inside a testing/synctest bubble does not change that: the
+// bubble puts the timers on a fake clock, but the paths differ by which
+// goroutine runs first, which it leaves to the scheduler; and with a
+// Target that waits on a network the bubble's clock would not move.
 package sim
 
 import (
@@ -151,6 +156,17 @@ type Options struct {
 	// AttemptTimeout bounds how long one attempt may take to return
 	// before the simulation reports it hung; default 60s.
 	AttemptTimeout time.Duration
+	// Transforms gives some streams a Go transform (etl.Builder.Transform),
+	// picked by the seed: the identity, or a filter that rejects, drops,
+	// adds a column to and (unless merged) doubles rows by their "id"
+	// (sim/transform.go); the checks then expect what it makes of the
+	// source's records. The rest of a seed's workload and faults stays
+	// the same. Default false.
+	Transforms bool
+	// flakyFilter makes the filter drop, besides, one row of a batch now
+	// and then, at random: a transform that is not deterministic, which
+	// the checks must catch (the package's own tests).
+	flakyFilter bool
 	// Target, when set, runs the simulation against a real destination
 	// instead of a sinktest.FakeDestination: the destination's Class and
 	// Capabilities replace the ones the seed would pick (so the
@@ -289,16 +305,12 @@ func Run(seed uint64, opts Options) (*Report, error) {
 		Streams: w.streams, Replay: w.replay, SupersetMax: w.supersetMax, Seed: seed, ResumeEvery: w.resumeEvery,
 		Live: true,
 	})
-	streamModes := map[string]sinktest.FakeStreamMode{}
-	for name, m := range w.modes {
-		streamModes[name] = sinktest.FakeStreamMode{Mode: m}
-	}
 	if opts.Target != nil {
 		s.dst = &targetDest{t: opts.Target, s: s, done: map[uint64]bool{}, started: map[commitKey]uint64{}}
 		s.logf("destination: %s (%v)", s.dst.name(), w.class)
 	} else {
 		s.dst = fakeDest{sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{
-			Class: w.class, Capabilities: w.caps, Streams: streamModes, Broken: opts.Broken,
+			Class: w.class, Capabilities: w.caps, Broken: opts.Broken,
 		})}
 		s.logf("destination variant: %v", opts.Broken)
 	}

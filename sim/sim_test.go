@@ -228,11 +228,7 @@ func fakeTarget(seed uint64, broken sinktest.FakeBroken) *sim.Target {
 				return sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: class, Capabilities: caps}), nil
 			}
 			if d == nil {
-				modes := map[string]sinktest.FakeStreamMode{}
-				for _, s := range setup.Streams {
-					modes[s.Name] = sinktest.FakeStreamMode{Mode: s.Mode, Key: s.Key}
-				}
-				d = sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: class, Capabilities: caps, Streams: modes, Broken: broken})
+				d = sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: class, Capabilities: caps, Broken: broken})
 			}
 			return d, nil
 		},

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -58,7 +59,11 @@ type attemptStore struct {
 	a *attempt
 }
 
-var _ checkpoint.Store = (*attemptStore)(nil)
+var (
+	_ checkpoint.Store       = (*attemptStore)(nil)
+	_ checkpoint.FileDeleter = (*attemptStore)(nil)
+	_ checkpoint.FileLister  = (*attemptStore)(nil)
+)
 
 // finish applies an after-effect fault to a call that took effect.
 func (w *attemptStore) finish(after action, err error) error {
@@ -185,6 +190,32 @@ func (w *attemptStore) ReadFile(ctx context.Context, pipeline, name string) ([]b
 		return nil, err
 	}
 	return b, nil
+}
+
+// DeleteFile implements checkpoint.FileDeleter when the shared store does.
+func (w *attemptStore) DeleteFile(ctx context.Context, pipeline, name string) error {
+	d, ok := w.s.inner.(checkpoint.FileDeleter)
+	if !ok {
+		return fmt.Errorf("sim: the store can't delete: %w", errors.ErrUnsupported)
+	}
+	after, err := w.a.hook(ctx, pStoreDeleteFile, name)
+	if err != nil {
+		return err
+	}
+	return w.finish(after, d.DeleteFile(ctx, pipeline, name))
+}
+
+// ListFiles lists the side files of the shared store; a crashed
+// attempt's call fails.
+func (w *attemptStore) ListFiles(ctx context.Context, pipeline, prefix string) ([]string, error) {
+	l, ok := w.s.inner.(checkpoint.FileLister)
+	if !ok {
+		return nil, fmt.Errorf("sim: the store can't list: %w", errors.ErrUnsupported)
+	}
+	if w.a.dead.Load() {
+		return nil, errCrashed
+	}
+	return l.ListFiles(ctx, pipeline, prefix)
 }
 
 // Close does nothing: the store outlives attempts.

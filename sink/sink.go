@@ -1,16 +1,36 @@
 // Package sink defines the contract every destination implements: the
-// built-in ones (sink/parquet, sink/iceberg, sink/clickhouse) and any a
-// user writes. Built-in destinations use nothing
-// but this package and package checkpoint's types.
+// built-in ones (sink/parquet, sink/iceberg, sink/clickhouse,
+// sink/postgres) and any a user writes. Built-in destinations use nothing but this package and
+// package checkpoint's types; sink/sinktest checks a destination against
+// the contract.
 //
-// The runner hands each writer lane's Writer Arrow record batches with
-// Write, asks it at each checkpoint barrier to make the epoch's data durable
-// with PreCommit, records the returned Committables in the checkpoint log,
-// and only then asks lane 0's Writer to make the epoch visible with Commit.
+// For each attempt the runner asks the Destination for one Writer per
+// lane (Destination.Writer), telling each the spec of every stream it
+// will write (WriterConfig, StreamSpec): the table name, write mode,
+// primary key, delete handling and declared schema, all decided once by
+// the pipeline (etl.Builder.Mode, etl.Builder.Deletes) and the source's
+// catalog. A destination's own configuration holds only physical
+// options.
 //
-// The pipeline owns each stream's write mode (Mode) and primary key; a
-// destination whose configuration must agree with them implements
-// SpecChecker, which Build asks about each stream's StreamSpec.
+// An epoch is committed in steps: the runner hands each lane's Writer
+// Arrow record batches with Write, asks it at the epoch's barrier to
+// make the data durable with PreCommit, records the returned
+// Committables in the checkpoint log, and only then asks lane 0's Writer
+// to make the epoch visible with Commit, and, after the last epoch of a
+// completed Sync, to Finish. An attempt starts with lane 0's Recover,
+// which raises the destination's fence; then, before any Write, a
+// destination that is a Collector removes what failed attempts staged
+// that no checkpoint record names (see Collector for the order that
+// keeps a newer attempt's staged data safe; CollectStaged keeps it).
+//
+// Every destination appends; Capabilities declares what it does beyond
+// that (Merge, HardDeletes, Overwrite), and Build, and each attempt
+// before it claims the pipeline, refuses a stream whose spec asks for
+// more, naming the stream: a Writer never gets a mode it did not
+// declare. Optional capabilities (SpecChecker, SchemaChecker, Namer,
+// Collector) are listed in optional.go; a destination that can't honour a stream's
+// spec for reasons of its own (a key, a physical option) implements
+// SpecChecker, and Build fails the same way.
 package sink
 
 import (
@@ -54,10 +74,26 @@ func (c Class) String() string {
 	return fmt.Sprintf("class(%d)", uint8(c))
 }
 
-// Capabilities describes what a destination can take.
+// Capabilities describes what a destination can take. Every
+// destination appends; the write modes and delete handling beyond that
+// are declared here, and a stream's spec that asks for one its
+// destination does not declare fails Build, and each attempt before it
+// claims the pipeline, naming the stream (package delivery): a Writer
+// never gets a spec its destination's Capabilities don't declare. A
+// destination that declares a mode must write it as StreamSpec says,
+// which sink/sinktest checks.
 type Capabilities struct {
-	// Merge: the destination can upsert by primary key.
+	// Merge: the destination can upsert by primary key (Merge mode),
+	// guarded by _openetl_seq, with soft deletes: a deleted key keeps a
+	// row marked ColumnDeleted (SoftDeletes, the default).
 	Merge bool
+	// HardDeletes: a merged stream's deletes can remove the key's row
+	// instead (HardDeletes). Only with Merge.
+	HardDeletes bool
+	// Overwrite: the destination can replace a table's contents with
+	// the rows of a completed Sync, in one step at Finish (Overwrite
+	// mode).
+	Overwrite bool
 	// SkipByID: applying skips rows whose _openetl_id is already present.
 	SkipByID bool
 	// MaxIdentifier is the longest table or column name it accepts in
@@ -78,30 +114,6 @@ type Capabilities struct {
 	// of the rows it gets, and their values kept under the pipeline's
 	// _held/ directory until it can.
 	Unsupported []string
-}
-
-// SchemaChecker may be implemented by a Destination that can't take every
-// schema change a stream may go through (a type change it can't make,
-// say string to int). The runner asks it about each new schema of a
-// table before the table's batches reach the writers, and holds back the
-// columns it names: they are left out of the rows the writers get (the
-// destination's column keeps its old type; its values for these rows are
-// null there), and their values are kept under the pipeline's _held/
-// directory, one JSON line per value with the row's _openetl_id, seq
-// and op, instead of the epoch failing. The stream's schema.blocked event
-// and held count report it.
-type SchemaChecker interface {
-	// CheckSchema returns the columns of the batch schema sc that table
-	// can't take, each with the reason; none when it takes sc, possibly
-	// after adding columns or widening types as Write does. It must not
-	// change anything. An error fails the attempt.
-	CheckSchema(ctx context.Context, table string, sc *arrow.Schema) ([]RejectedColumn, error)
-}
-
-// RejectedColumn is a column a SchemaChecker can't take, and why.
-type RejectedColumn struct {
-	Column string // the column's name in the batch schema
-	Reason string // e.g. "string to int64: Iceberg can't promote it"
 }
 
 // Committable is what a Writer's PreCommit returns: an opaque, durable
@@ -148,16 +160,29 @@ type Destination interface {
 	Capabilities() Capabilities
 	// Writer returns the writer of one lane for one attempt. The runner
 	// calls it once per lane per attempt, lanes numbered from 0, and
-	// closes every writer it got when the attempt ends. pipeline names the
-	// pipeline, so a destination shared by several can keep them apart.
-	Writer(ctx context.Context, pipeline string, lane int) (Writer, error)
+	// closes every writer it got when the attempt ends. cfg names the
+	// pipeline and lane and gives every stream's spec: a writer learns a
+	// table's write mode, key and delete handling from it (cfg.Spec),
+	// never from the destination's own configuration. Every spec's
+	// mode and delete handling is one Capabilities declares; a
+	// destination that can't honour a spec for another reason should
+	// refuse it in CheckStream (SpecChecker), before the attempt claims
+	// the pipeline; Writer may fail too.
+	Writer(ctx context.Context, cfg WriterConfig) (Writer, error)
 }
 
 // Writer writes one lane's share of the data. Write and PreCommit are
 // called from the lane's goroutine, one at a time, in order. On lane 0,
-// Recover and Commit are called from the commit goroutine, one at a time,
-// possibly while Write and PreCommit of later epochs run: a Writer must
-// allow that.
+// Recover, Commit and Finish are called from the commit goroutine, one
+// at a time, possibly while Write and PreCommit of later epochs run: a
+// Writer must allow that.
+//
+// Every method is part of the commit protocol, none is optional: a
+// Writer that holds nothing back still has Finish (returning nil), so
+// that a Writer wrapping another (a fault injector, instrumentation)
+// can't drop it by accident and silently leave grouped or overwrite
+// commits unfinished. A wrapper either embeds the inner sink.Writer,
+// which forwards every method, or implements each one.
 type Writer interface {
 	// Write adds a batch of rows of one table to the current epoch. stream
 	// is the table's destination name (the stream's name unless the
@@ -196,26 +221,30 @@ type Writer interface {
 	// fence, with an *AheadError (see CheckAhead) when the destination
 	// has applied an epoch of the pipeline after head's epoch (any epoch,
 	// when head is nil): the checkpoint log was lost or replaced.
+	// When head is Final and its Finish did not happen (the process
+	// died before it, or before head's Commit), a Writer that holds
+	// anything back for Finish (see Finish) finishes it in Recover,
+	// applying head's epoch first if need be, and reports Applied: the
+	// runner calls Finish only right after a Commit of a Final epoch,
+	// never after Recover, and this attempt's rows start a new refresh.
 	Recover(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) (Outcome, error)
+
+	// Finish is called on lane 0, from the commit goroutine, right after
+	// Commit of an epoch whose checkpoint record is Final: the attempt
+	// read every split to its end (a Sync that completed). It makes
+	// visible everything the epochs up to this one wrote that Commit held
+	// back: files grouped into fewer commits, the new contents of an
+	// Overwrite stream's table. An error fails the attempt (Sync returns
+	// it): the record stays HEAD, so the next attempt's Recover gets it
+	// with head.Final set and must finish the job there. Like Commit it
+	// must be idempotent and must fail with ErrFenced once a newer
+	// generation has raised the fence. A Writer that holds nothing back
+	// has nothing to finish: its Finish returns nil.
+	Finish(ctx context.Context, epoch uint64) error
 
 	// Close releases the writer's resources and discards rows written
 	// since the last PreCommit. It is called once, last.
 	Close(ctx context.Context) error
-}
-
-// Finisher is implemented by a Writer that holds data back across epochs
-// (files grouped into fewer commits, the new contents of a table a full
-// refresh replaces) and must make it visible when a refresh ends.
-type Finisher interface {
-	// Finish is called on lane 0, from the commit goroutine, right after
-	// Commit of an epoch whose checkpoint record is Final: the attempt
-	// read every split to its end (a Sync that completed). It makes
-	// visible everything the epochs up to this one wrote. An error fails
-	// the attempt (Sync returns it): the record stays HEAD, so the next
-	// attempt's Recover gets it with head.Final set and must finish the
-	// job there. Like Commit it must be idempotent and must fail with
-	// ErrFenced once a newer generation has raised the fence.
-	Finish(ctx context.Context, epoch uint64) error
 }
 
 // Errors returned by writers.

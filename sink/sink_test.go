@@ -2,6 +2,7 @@ package sink_test
 
 import (
 	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -47,5 +48,23 @@ func TestCheckAhead(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWrapperDroppingFinish: Finish is part of sink.Writer, so a wrapper
+// that forwards every other method but forgets Finish (which silently
+// left grouped and overwrite commits unfinished while Finish was an
+// optional interface) does not compile.
+func TestWrapperDroppingFinish(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is not on PATH: %v", err)
+	}
+	out, err := exec.Command(goBin, "vet", "./testdata/dropfinish").CombinedOutput()
+	if err == nil {
+		t.Fatal("a Writer wrapper without Finish compiled")
+	}
+	if !strings.Contains(string(out), "missing method Finish") {
+		t.Fatalf("building a Writer wrapper without Finish failed, but not for the missing Finish:\n%s", out)
 	}
 }

@@ -1,12 +1,32 @@
 package source
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
-// The optional capabilities of a Split. The runner asserts each on every
-// split it opens and uses what it finds; a split that implements none
-// works the same, with less reported about it. (The optional
-// capabilities of a Source are Acker and Closer, and of the Emitter the
-// runner hands to Read, Reporter.)
+// The optional capabilities of the source contract, listed in the
+// package doc, with the rule for wrappers.
+
+// Acker may be implemented by a Source that acknowledges positions
+// upstream (Kafka group offsets, a Postgres slot's confirmed LSN).
+type Acker interface {
+	// Ack tells the source that the records up to these resume states are
+	// committed at the destination and will never be read again by this
+	// pipeline. The runner calls it once per committed epoch, one
+	// checkpoint behind (after epoch N is applied it acknowledges the
+	// states of epoch N-1), from the commit goroutine, never concurrently
+	// with itself. A failed Ack is logged and retried with the next epoch;
+	// it never fails the sync.
+	Ack(ctx context.Context, states map[SplitID][]byte) error
+}
+
+// Closer may be implemented by a Source that holds resources between
+// attempts (connections, a client). The runner never calls it: the host
+// that made the source closes it, after the last attempt returned.
+type Closer interface {
+	Close(ctx context.Context) error
+}
 
 // LagReporter may be implemented by a Split to report how far it
 // is behind the source's end. The runner calls Lag about once a second
@@ -46,17 +66,63 @@ type SnapshotReporter interface {
 // resumed; a pause shorter than the poll interval (about a second) may go
 // unseen.
 //
-// For splits that don't implement it, the runner reports the pauses it
-// causes itself: a split is paused while its records have waited on the
-// runner's full engine queue for at least PauseAfter without a break
-// (while it waits, its Read is blocked in the Emitter, so it reads
-// nothing from its source). Shorter waits — the ordinary throttling of a
-// source faster than the engine or the destination — are only counted
-// (etl.SplitStatus.Backpressure, the openetl.backpressure.duration
-// metric).
+// For splits that don't implement it, or whose Paused returns ok false,
+// the runner reports the pauses it causes itself: a split is paused
+// while its records have waited on the runner's full engine queue, or
+// for the alignment of a barrier it placed (which the engine stage
+// reaches only after the batches queued before it), for at least
+// PauseAfter without a break (while it waits, its Read is blocked in
+// the Emitter, so it reads nothing from its source). Shorter
+// waits — the ordinary throttling of a source faster than the engine or
+// the destination — are only counted (etl.SplitStatus.Backpressure, the
+// openetl.backpressure.duration metric).
 type PauseReporter interface {
 	// Paused returns whether the split has stopped fetching from its
 	// source because the runner's queues are full, and since when (the
-	// zero time when not paused).
-	Paused() (paused bool, since time.Time)
+	// zero time when not paused). ok is false when the split can't tell
+	// (a wrapper of a split without Paused); the runner then judges by
+	// what it sees itself.
+	Paused() (paused bool, since time.Time, ok bool)
 }
+
+// Reporter is implemented by the Emitter the runner hands to Split.Read.
+// A split asserts it (e.(source.Reporter)) to report what the host should
+// know and no record shows: that it could not go on from its resume state
+// and started over, or that a schema change left rows at the destination
+// different from the source's. The runner logs each Notice at Warn and
+// delivers it to the pipeline's OnEvent callback as an event of the
+// notice's Kind. Like the Emitter's other methods, Report is only called
+// from the goroutine that called Read; it does not block.
+type Reporter interface {
+	Report(Notice)
+}
+
+// Notice is one thing a split reports through a Reporter.
+type Notice struct {
+	// Kind is NoticeReset or NoticeSchemaChanged.
+	Kind string
+	// Stream is the stream concerned; empty for every stream of the
+	// split.
+	Stream string
+	// Column, Change and To describe a schema change: the column, what
+	// happened to it ("added") and its type.
+	Column, Change, To string
+	// Detail says what happened and what it means for the destination,
+	// without row data.
+	Detail string
+	// Err is the cause, when there is one (the error a reset recovered
+	// from).
+	Err error
+}
+
+// The kinds of Notice: the runner's event kinds of the same names.
+const (
+	// NoticeReset: the split could not go on from its resume state (a
+	// replication slot or binlog gone) and started over from a new
+	// snapshot of its streams.
+	NoticeReset = "source.reset"
+	// NoticeSchemaChanged: a stream's schema changed in a way its records
+	// alone don't carry to the destination (a column added with a
+	// default that rows not changed since read).
+	NoticeSchemaChanged = "schema.changed"
+)

@@ -10,6 +10,40 @@
 // right after resume points, so a pipeline restarted from a checkpoint
 // calls Open again with the states saved there and the split continues from
 // exactly that place.
+//
+// # Optional capabilities
+//
+// Beyond the required methods a connector may implement optional
+// capabilities; the runner asserts each on the value it applies to and
+// uses what it finds, and a value that implements none works the same,
+// with less reported about it or done for it:
+//
+//	Source   Acker             acknowledges committed positions upstream
+//	         Closer            holds resources between attempts
+//	Split    LagReporter       how far it is behind the source's end
+//	         SnapshotReporter  how far its copy of a table is
+//	         PauseReporter     whether it stopped fetching (backpressure)
+//	Emitter  Reporter          the runner's: a split's notices (a reset,
+//	                           a schema change)
+//
+// Each built-in connector asserts the ones it implements at compile time
+// (var _ source.Acker = (*Source)(nil)). A wrapper of a Source, Split or
+// Emitter (a test kit's, a user's middleware) implements every one and
+// forwards it, whether the value it wraps has it or not: each is written
+// so that forwarding to a value without it means the same as not
+// implementing it. Its Ack or Close returns nil, its Lag,
+// SnapshotProgress or Paused returns ok false, and its Report drops the
+// notice, when the wrapped value lacks the method.
+// sourcetest.CheckWrapper tests a wrapper for that.
+//
+// # A lost position
+//
+// When the data at a resume state is gone from the source for good (a
+// replication slot dropped, a binlog purged, a Kafka offset removed by
+// retention), Open or Read return an error matching ErrPositionLost. The
+// SQL connectors can instead start over from a new snapshot, as their
+// Config.OnPositionLost (a PositionLostPolicy) says, and report it
+// (NoticeReset).
 package source
 
 import (
@@ -118,7 +152,8 @@ type Stream struct {
 	// Format of the stream's payloads.
 	Format Format
 	// PrimaryKey lists the key's field names, in key order; empty when the
-	// stream has none. A keyed stream's records carry the encoded key.
+	// stream has none. A keyed stream's records carry the encoded key;
+	// one that comes without a key is quarantined missing_key.
 	PrimaryKey []string
 	// CDC is true when the stream emits updates and deletes as well as
 	// inserts.
@@ -211,67 +246,6 @@ type Emitter interface {
 	ResumePoint(state []byte) error
 }
 
-// Reporter is implemented by the Emitter the runner hands to Split.Read.
-// A split asserts it (e.(source.Reporter)) to report what the host should
-// know and no record shows: that it could not go on from its resume state
-// and started over, or that a schema change left rows at the destination
-// different from the source's. The runner logs each Notice at Warn and
-// delivers it to the pipeline's OnEvent callback as an event of the
-// notice's Kind. Like the Emitter's other methods, Report is only called
-// from the goroutine that called Read; it does not block.
-type Reporter interface {
-	Report(Notice)
-}
-
-// Notice is one thing a split reports through a Reporter.
-type Notice struct {
-	// Kind is NoticeReset or NoticeSchemaChanged.
-	Kind string
-	// Stream is the stream concerned; empty for every stream of the
-	// split.
-	Stream string
-	// Column, Change and To describe a schema change: the column, what
-	// happened to it ("added") and its type.
-	Column, Change, To string
-	// Detail says what happened and what it means for the destination,
-	// without row data.
-	Detail string
-	// Err is the cause, when there is one (the error a reset recovered
-	// from).
-	Err error
-}
-
-// The kinds of Notice: the runner's event kinds of the same names.
-const (
-	// NoticeReset: the split could not go on from its resume state (a
-	// replication slot or binlog gone) and started over from a new
-	// snapshot of its streams.
-	NoticeReset = "source.reset"
-	// NoticeSchemaChanged: a stream's schema changed in a way its records
-	// alone don't carry to the destination (a column added with a
-	// default that rows not changed since read).
-	NoticeSchemaChanged = "schema.changed"
-)
-
-// Acker is implemented by sources that acknowledge positions upstream
-// (Kafka group offsets, a Postgres slot's confirmed LSN).
-type Acker interface {
-	// Ack tells the source that the records up to these resume states are
-	// committed at the destination and will never be read again by this
-	// pipeline. The runner calls it once per committed epoch, one
-	// checkpoint behind (after epoch N is applied it acknowledges the
-	// states of epoch N-1), from the commit goroutine, never concurrently
-	// with itself. A failed Ack is logged and retried with the next epoch;
-	// it never fails the sync.
-	Ack(ctx context.Context, states map[SplitID][]byte) error
-}
-
-// Closer is implemented by sources that hold resources between attempts.
-// The runner never calls it: the host that made the source closes it.
-type Closer interface {
-	Close(ctx context.Context) error
-}
-
 // Errors returned by the runner to splits and by helpers in this package.
 var (
 	// ErrStopping is returned by Emitter methods once the runner has all it
@@ -297,7 +271,52 @@ var (
 	// Going on from the checkpoint would lose changes, so the attempt
 	// fails, and etl.IsPermanent reports it: the connector's own error
 	// says what to do (start over from a new snapshot, or let the
-	// connector re-snapshot by itself). Each built-in connector's
-	// position-lost error matches it.
+	// connector re-snapshot by itself: see PositionLostPolicy). Each
+	// built-in connector's position-lost error matches it.
 	ErrPositionLost = errors.New("source: resume position lost")
 )
+
+// PositionLostPolicy says what a connector does when the data at a
+// split's resume position is gone from the source for good (what
+// ErrPositionLost stands for). The SQL connectors take it as
+// Config.OnPositionLost (source/postgres: a replication slot dropped,
+// past its WAL or advanced past the position; source/mysql: a binlog
+// purged). A connector of your own with a way to start over can take it
+// the same way.
+type PositionLostPolicy uint8
+
+const (
+	// PositionLostFail, the default, fails Open (or Read) with the
+	// connector's error, which matches ErrPositionLost and which
+	// etl.IsPermanent reports: the host decides, by starting the
+	// pipeline over from a new snapshot (a new name, or its checkpoints
+	// removed) or by setting PositionLostResnapshot.
+	PositionLostFail PositionLostPolicy = iota
+	// PositionLostResnapshot starts over as a first sync does, from a
+	// new snapshot of every stream opened, and says so: the split whose
+	// position was lost reports a NoticeReset (a source.reset event,
+	// whose Err is the connector's position-lost error) when its Read
+	// starts, and the connector logs a Warn line. The new snapshot's rows
+	// have higher seqs than anything read before, so a merge destination
+	// converges on the source again, except that rows deleted while the
+	// position was lost stay at the destination (no change reports their
+	// deletion); an append destination receives every row again. If the
+	// new snapshot fails before its first checkpoint, the next attempt
+	// (resuming from the same checkpoint, whose position is still lost)
+	// starts over again.
+	PositionLostResnapshot
+)
+
+// String returns "fail" or "resnapshot".
+func (p PositionLostPolicy) String() string {
+	switch p {
+	case PositionLostFail:
+		return "fail"
+	case PositionLostResnapshot:
+		return "resnapshot"
+	}
+	return fmt.Sprintf("position-lost-policy(%d)", uint8(p))
+}
+
+// Valid reports whether p is one of the defined policies.
+func (p PositionLostPolicy) Valid() bool { return p <= PositionLostResnapshot }

@@ -56,10 +56,7 @@ func (d *Dir) Create(ctx context.Context, key string, data []byte) error {
 	}
 	p := d.path(key)
 	dir := filepath.Dir(p)
-	if err := mkdirs(dir); err != nil {
-		return err
-	}
-	tmp, err := writeTemp(dir, data)
+	tmp, err := tempIn(dir, data)
 	if err != nil {
 		return err
 	}
@@ -124,15 +121,11 @@ func (d *Dir) Put(ctx context.Context, key string, data []byte) error {
 		return err
 	}
 	p := d.path(key)
-	dir := filepath.Dir(p)
-	if err := mkdirs(dir); err != nil {
-		return err
-	}
-	return d.rename(key, dir, p, data)
+	return d.rename(key, filepath.Dir(p), p, data)
 }
 
 func (d *Dir) rename(key, dir, p string, data []byte) error {
-	tmp, err := writeTemp(dir, data)
+	tmp, err := tempIn(dir, data)
 	if err != nil {
 		return err
 	}
@@ -141,6 +134,25 @@ func (d *Dir) rename(key, dir, p string, data []byte) error {
 		return fmt.Errorf("object: write %s: %w", key, err)
 	}
 	return syncDir(dir)
+}
+
+// Delete implements Deleter. It also removes the directories the object
+// leaves empty, up to the bucket's root (a writer whose directory is
+// removed under it makes it again).
+func (d *Dir) Delete(ctx context.Context, key string) error {
+	if err := check(ctx, key); err != nil {
+		return err
+	}
+	p := d.path(key)
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+		return fmt.Errorf("object: delete %s: %w", key, err)
+	}
+	for dir := filepath.Dir(p); dir != d.root && strings.HasPrefix(dir, d.root+string(filepath.Separator)); dir = filepath.Dir(dir) {
+		if os.Remove(dir) != nil {
+			break // not empty
+		}
+	}
+	return nil
 }
 
 // List implements Bucket. Files the backend keeps for itself (temp files,
@@ -201,6 +213,20 @@ func readFile(p string) ([]byte, error) {
 		return nil, ErrNotExist
 	}
 	return data, err
+}
+
+// tempIn is writeTemp in dir, made first (again, when a Delete removed
+// it as empty between the two).
+func tempIn(dir string, data []byte) (string, error) {
+	for i := 0; ; i++ {
+		if err := mkdirs(dir); err != nil {
+			return "", err
+		}
+		tmp, err := writeTemp(dir, data)
+		if err == nil || i == 2 || !errors.Is(err, fs.ErrNotExist) {
+			return tmp, err
+		}
+	}
 }
 
 // writeTemp writes data to a new temp file in dir and fsyncs it, so that

@@ -83,6 +83,17 @@ func (m *Mem) Put(ctx context.Context, key string, data []byte) error {
 	return nil
 }
 
+// Delete implements Deleter.
+func (m *Mem) Delete(ctx context.Context, key string) error {
+	if err := check(ctx, key); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.objects, key)
+	return nil
+}
+
 // List implements Bucket.
 func (m *Mem) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := ctx.Err(); err != nil {

@@ -13,6 +13,7 @@
 //	Replace  If-Match on S3 and Azure, GenerationMatch on GCS
 //	Put      an unconditional write
 //	List     a prefix listing
+//	Delete   a delete (optional: Deleter)
 package object
 
 import (
@@ -66,6 +67,15 @@ type Bucket interface {
 	List(ctx context.Context, prefix string) ([]string, error)
 	// Close releases the bucket's resources.
 	Close(ctx context.Context) error
+}
+
+// Deleter is implemented by buckets that can remove an object: Dir, Mem
+// and the cloud buckets of package checkpoint/cloud do. The checkpoint
+// store removes side files it no longer needs through it (see
+// checkpoint.FileDeleter); over a bucket without it they stay, unread.
+type Deleter interface {
+	// Delete removes the object at key; nil when there is none.
+	Delete(ctx context.Context, key string) error
 }
 
 // ValidKey reports whether key can name an object in every backend: a

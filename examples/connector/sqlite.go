@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -14,8 +13,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver, "sqlite"
 
-	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/sink/ledger"
 )
 
 // SQLite is an exactly-once stage-and-apply destination: each stream is
@@ -26,17 +25,22 @@ import (
 //	CREATE TABLE orders (_openetl_id TEXT, _openetl_op TEXT,
 //		_openetl_seq INTEGER, _openetl_synced_at TEXT, data TEXT)
 //
-// It keeps the commit protocol with two tables of its own in the same
-// database:
-//   - _openetl_staged: PreCommit inserts the lane's rows of the epoch
-//     there (durable, and invisible to readers of the tables) and returns
-//     a committable that names them;
-//   - _openetl_pipelines: per pipeline, the fence (the newest generation
-//     that recovered) and the last epoch applied. Commit checks the
-//     fence, moves the staged rows into the tables and records the epoch,
-//     in one transaction: an epoch is applied whole or not at all, once.
+// It is built on package ledger, which keeps the commit protocol (the
+// fence, the epochs applied, the outcome of recovery) in its table
+// _openetl_ledger of the same database; this file is only the data path:
+//   - lane: a writer lane keeps the rows it is given (Write), and at each
+//     checkpoint inserts them into the table _openetl_staged (Stage:
+//     durable, and invisible to readers of the tables) and returns a
+//     reference that names them;
+//   - tables: once the checkpoint is recorded, Apply moves the staged
+//     rows of each lane into the tables, in the transaction in which
+//     package ledger checks the fence and records the epoch: an epoch is
+//     applied whole or not at all, once. Intact tells a recovery whether
+//     an epoch's staged rows are all there, Discard drops the rows of
+//     attempts that died.
 //
-// Stream names starting with "sqlite_" can't be tables: SQLite keeps them.
+// Stream names starting with "sqlite_" can't be tables: SQLite keeps
+// them (CheckStream refuses them).
 type SQLite struct {
 	// DB is the database, opened with OpenDB; the caller closes it. Any
 	// number of processes may write to one.
@@ -46,22 +50,24 @@ type SQLite struct {
 // OpenDB opens the SQLite database at path, creating it when missing,
 // as SQLite needs it, and creates the tables of the commit protocol. WAL
 // and a busy timeout let processes share the file; every transaction
-// takes the write lock at BEGIN (immediate), so a fence read in one
-// can't change before it commits.
+// takes the write lock at BEGIN (immediate), as ledger.SQLite requires,
+// so a fence read in one can't change before it commits.
 func OpenDB(ctx context.Context, path string) (*sql.DB, error) {
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 	if err != nil {
 		return nil, err
 	}
+	if err := (ledger.SQL{DB: db}).Create(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
 	_, err = db.ExecContext(ctx, `
-		CREATE TABLE IF NOT EXISTS _openetl_pipelines (pipeline TEXT PRIMARY KEY,
-			fence INTEGER NOT NULL, applied INTEGER NOT NULL);
 		CREATE TABLE IF NOT EXISTS _openetl_staged (pipeline TEXT NOT NULL, stage TEXT NOT NULL,
 			epoch INTEGER NOT NULL, stream TEXT NOT NULL, `+columns+`);
 		CREATE INDEX IF NOT EXISTS _openetl_staged_by_stage ON _openetl_staged (stage, epoch)`)
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("sqlite: %s: create the tables of the commit protocol: %w", path, err)
+		return nil, fmt.Errorf("sqlite: %s: create the staging table: %w", path, err)
 	}
 	return db, nil
 }
@@ -72,14 +78,33 @@ const columns = "_openetl_id TEXT NOT NULL, _openetl_op TEXT NOT NULL, _openetl_
 // names are the same columns without their types.
 const names = "_openetl_id, _openetl_op, _openetl_seq, _openetl_synced_at, data"
 
-func (d *SQLite) Class() sink.Class               { return sink.StageAndApply }
+func (d *SQLite) Class() sink.Class { return sink.StageAndApply }
+
+// Capabilities declares no mode beyond append: Build refuses a stream
+// in merge or overwrite mode, naming it.
 func (d *SQLite) Capabilities() sink.Capabilities { return sink.Capabilities{} }
 
-// Writer returns the writer of one lane of an attempt of pipeline.
-func (d *SQLite) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
+var _ sink.SpecChecker = (*SQLite)(nil)
+
+// CheckStream refuses a stream whose table name SQLite keeps for itself
+// (sqlite_...): Build fails naming the stream, rather than the first
+// Commit.
+func (d *SQLite) CheckStream(spec sink.StreamSpec) error {
+	if strings.HasPrefix(strings.ToLower(spec.Table), "sqlite_") {
+		return fmt.Errorf("sqlite: table name %q: SQLite keeps names starting with sqlite_ for itself", spec.Table)
+	}
+	return nil
+}
+
+// Writer returns the writer of one lane of an attempt of cfg.Pipeline.
+// Every stream is appended to its own table (the streams' specs are in
+// cfg.Streams).
+func (d *SQLite) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
 	// stage names this writer's staged rows: unique per lane and attempt,
 	// so a zombie's rows never mix with its successor's.
-	return &writer{db: d.DB, pipeline: pipeline, stage: fmt.Sprintf("%d-%s", lane, rand.Text())}, nil
+	l := &lane{db: d.DB, pipeline: cfg.Pipeline, stage: fmt.Sprintf("%d-%s", cfg.Lane, rand.Text())}
+	return ledger.NewWriter(ledger.Config[*sql.Tx]{Pipeline: cfg.Pipeline, Lane: cfg.Lane, Stager: l,
+		Books: ledger.SQL{DB: d.DB}, Applier: tables{}, Name: "sqlite", Where: "the SQLite database"})
 }
 
 // DropStaged discards the staged rows of every pipeline, returning how
@@ -135,11 +160,12 @@ func ReadTable(ctx context.Context, db *sql.DB, table string, f func(Row)) error
 // quote quotes an SQL identifier.
 func quote(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
 
-type writer struct {
+// lane is a writer lane's data path: Write keeps the rows of the epoch,
+// Stage inserts them into _openetl_staged. Package ledger does the rest.
+type lane struct {
 	db              *sql.DB
 	pipeline, stage string
-	rows            []row                 // written since the last PreCommit
-	gen             checkpoint.Generation // set by Recover (lane 0 only)
+	rows            []row // written since the last Stage
 }
 
 // row is one record, copied out of its Arrow batch: Write must not keep
@@ -150,16 +176,14 @@ type row struct {
 	data                     string
 }
 
-// committable is what PreCommit returns: where the lane's rows of the
+// staged is what Stage returns, for Apply: where the lane's rows of the
 // epoch are staged, and how many there are of each stream.
-type committable struct {
-	Pipeline string         `json:"pipeline"`
-	Epoch    uint64         `json:"epoch"`
-	Stage    string         `json:"stage"`
-	Rows     map[string]int `json:"rows"`
+type staged struct {
+	Stage string         `json:"stage"`
+	Rows  map[string]int `json:"rows"`
 }
 
-func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch) error {
+func (l *lane) Write(ctx context.Context, stream string, rec arrow.RecordBatch) error {
 	ids, ok1 := column[*array.String](rec, "_openetl_id")
 	ops, ok2 := column[*array.String](rec, "_openetl_op")
 	seqs, ok3 := column[*array.Int64](rec, "_openetl_seq")
@@ -178,7 +202,7 @@ func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch
 		if err != nil {
 			return fmt.Errorf("sqlite: %s: row %s: %w", stream, ids.Value(i), err)
 		}
-		w.rows = append(w.rows, row{stream: stream, id: strings.Clone(ids.Value(i)), op: strings.Clone(ops.Value(i)),
+		l.rows = append(l.rows, row{stream: stream, id: strings.Clone(ids.Value(i)), op: strings.Clone(ops.Value(i)),
 			seq: seqs.Value(i), syncedAt: synced.ValueStr(i), data: string(data)})
 	}
 	return nil
@@ -194,168 +218,94 @@ func column[T arrow.Array](rec arrow.RecordBatch, name string) (T, bool) {
 	return a, false
 }
 
-// PreCommit stages the rows written since the last one, in one
-// transaction.
-func (w *writer) PreCommit(ctx context.Context, epoch uint64) (sink.Committable, error) {
-	c := committable{Pipeline: w.pipeline, Epoch: epoch, Stage: w.stage, Rows: map[string]int{}}
-	tx, err := w.db.BeginTx(ctx, nil)
+// Stage inserts the rows written since the last one into
+// _openetl_staged, in one transaction.
+func (l *lane) Stage(ctx context.Context, epoch uint64) ([]byte, error) {
+	if len(l.rows) == 0 {
+		return nil, nil
+	}
+	s := staged{Stage: l.stage, Rows: map[string]int{}}
+	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
-	for _, r := range w.rows {
+	for _, r := range l.rows {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO _openetl_staged (pipeline, stage, epoch, stream, `+names+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, w.pipeline, w.stage, epoch, r.stream, r.id, r.op, r.seq, r.syncedAt, r.data); err != nil {
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, l.pipeline, l.stage, epoch, r.stream, r.id, r.op, r.seq, r.syncedAt, r.data); err != nil {
 			return nil, fmt.Errorf("sqlite: stage epoch %d: %w", epoch, err)
 		}
-		c.Rows[r.stream]++
+		s.Rows[r.stream]++
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("sqlite: stage epoch %d: %w", epoch, err)
 	}
-	w.rows = w.rows[:0]
-	return json.Marshal(c)
+	l.rows = l.rows[:0]
+	return json.Marshal(s)
 }
 
-// Commit applies epoch: it moves the staged rows of every lane into the
-// tables and records the epoch as applied, in one transaction; nothing
-// when the epoch is applied already; ErrFenced when a newer generation
-// has recovered.
-func (w *writer) Commit(ctx context.Context, epoch uint64, committables []sink.Committable) error {
-	if w.gen == 0 {
-		return errors.New("sqlite: Commit before Recover")
-	}
-	cs, err := decode(w.pipeline, epoch, committables)
-	if err != nil {
+// Close drops the rows written since the last Stage.
+func (l *lane) Close(ctx context.Context) error {
+	l.rows = nil
+	return nil
+}
+
+// tables applies staged rows: package ledger calls it in the transaction
+// that checks the fence and records the epoch.
+type tables struct{}
+
+// Apply moves a lane's staged rows of an epoch into the tables.
+func (tables) Apply(ctx context.Context, tx *sql.Tx, s ledger.Staged) error {
+	var st staged
+	if err := json.Unmarshal(s.Data, &st); err != nil {
 		return err
 	}
-	tx, err := w.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if applied, err := w.checkFence(ctx, tx, w.gen); err != nil || applied >= epoch {
-		return err
-	}
-	for _, c := range cs {
-		for stream, n := range c.Rows {
-			table := quote(stream)
-			if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (`+columns+`)`); err != nil {
-				return fmt.Errorf("sqlite: create table %s: %w", table, err)
-			}
-			res, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (`+names+`) SELECT `+names+` FROM _openetl_staged
-				WHERE stage = ? AND epoch = ? AND stream = ? ORDER BY rowid`, c.Stage, epoch, stream)
-			if err != nil {
-				return fmt.Errorf("sqlite: apply epoch %d to %s: %w", epoch, table, err)
-			}
-			if got, _ := res.RowsAffected(); got != int64(n) {
-				return fmt.Errorf("sqlite: epoch %d of %s: %d staged rows of %d are left: the epoch is lost", epoch, table, got, n)
-			}
+	for stream, n := range st.Rows {
+		table := quote(stream)
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (`+columns+`)`); err != nil {
+			return fmt.Errorf("create table %s: %w", table, err)
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM _openetl_staged WHERE stage = ? AND epoch = ?`, c.Stage, epoch); err != nil {
+		res, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (`+names+`) SELECT `+names+` FROM _openetl_staged
+			WHERE stage = ? AND epoch = ? AND stream = ? ORDER BY rowid`, st.Stage, s.Epoch, stream)
+		if err != nil {
+			return fmt.Errorf("apply to %s: %w", table, err)
+		}
+		if got, _ := res.RowsAffected(); got != int64(n) {
+			return fmt.Errorf("%s: %d staged rows of %d are left: the epoch is lost", table, got, n)
+		}
+	}
+	_, err := tx.ExecContext(ctx, `DELETE FROM _openetl_staged WHERE stage = ? AND epoch = ?`, st.Stage, s.Epoch)
+	return err
+}
+
+// Intact reports whether every staged row of a lane's epoch is there.
+func (tables) Intact(ctx context.Context, tx *sql.Tx, s ledger.Staged) (bool, error) {
+	var st staged
+	if err := json.Unmarshal(s.Data, &st); err != nil {
+		return false, err
+	}
+	for stream, n := range st.Rows {
+		var got int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM _openetl_staged WHERE stage = ? AND epoch = ? AND stream = ?`,
+			st.Stage, s.Epoch, stream).Scan(&got); err != nil || got != n {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// Discard deletes the pipeline's staged rows but keep's: the rows of
+// attempts that died or were fenced.
+func (tables) Discard(ctx context.Context, tx *sql.Tx, pipeline string, keep []ledger.Staged) error {
+	query, args := `DELETE FROM _openetl_staged WHERE pipeline = ?`, []any{pipeline}
+	for _, s := range keep {
+		var st staged
+		if err := json.Unmarshal(s.Data, &st); err != nil {
 			return err
 		}
+		query += ` AND NOT (stage = ? AND epoch = ?)`
+		args = append(args, st.Stage, s.Epoch)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE _openetl_pipelines SET applied = ? WHERE pipeline = ?`, epoch, w.pipeline); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-// Recover raises the fence to gen and reports head's epoch Applied (the
-// pipeline's marker has it), Recoverable (every staged row of it is
-// there) or Lost. It discards staged rows that head does not name: the
-// rows of attempts that died or were fenced.
-func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) (sink.Outcome, error) {
-	var epoch uint64 // 0: a new pipeline
-	var cs []committable
-	if head != nil {
-		var err error
-		if cs, err = decode(w.pipeline, head.Epoch, head.Committables); err != nil {
-			return 0, err
-		}
-		epoch = head.Epoch
-	}
-	tx, err := w.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback()
-	applied, err := w.checkFence(ctx, tx, gen)
-	if err != nil {
-		return 0, err
-	}
-	// A database ahead of the log (the checkpoint store was lost or
-	// restored from an older copy) must not be written past.
-	if err := sink.CheckAhead(w.pipeline, "the SQLite database", applied, 0, gen, head); err != nil {
-		return 0, err
-	}
-	out := sink.Applied
-	if applied < epoch {
-		out = sink.Recoverable
-		for _, c := range cs {
-			for stream, n := range c.Rows {
-				var got int
-				if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM _openetl_staged WHERE stage = ? AND epoch = ? AND stream = ?`,
-					c.Stage, epoch, stream).Scan(&got); err != nil {
-					return 0, err
-				}
-				if got != n {
-					out = sink.Lost
-				}
-			}
-		}
-	}
-	stages := []string{}
-	for _, c := range cs {
-		stages = append(stages, c.Stage)
-	}
-	keep, _ := json.Marshal(stages)
-	if _, err := tx.ExecContext(ctx, `DELETE FROM _openetl_staged WHERE pipeline = ? AND
-		(epoch != ? OR stage NOT IN (SELECT value FROM json_each(?)))`, w.pipeline, epoch, string(keep)); err != nil {
-		return 0, err
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO _openetl_pipelines (pipeline, fence, applied) VALUES (?, ?, 0)
-		ON CONFLICT (pipeline) DO UPDATE SET fence = excluded.fence`, w.pipeline, gen); err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-	w.gen = gen
-	return out, nil
-}
-
-// checkFence returns the pipeline's last applied epoch, or an error
-// wrapping sink.ErrFenced when a generation newer than gen has recovered.
-func (w *writer) checkFence(ctx context.Context, tx *sql.Tx, gen checkpoint.Generation) (applied uint64, err error) {
-	var fence checkpoint.Generation
-	err = tx.QueryRowContext(ctx, `SELECT fence, applied FROM _openetl_pipelines WHERE pipeline = ?`, w.pipeline).Scan(&fence, &applied)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, nil
-	case err == nil && fence > gen:
-		return 0, fmt.Errorf("sqlite: pipeline %q: generation %d is fenced by %d: %w", w.pipeline, gen, fence, sink.ErrFenced)
-	}
-	return applied, err
-}
-
-// decode decodes the lanes' committables of epoch.
-func decode[T ~[]byte](pipeline string, epoch uint64, raw []T) ([]committable, error) {
-	cs := make([]committable, len(raw))
-	for lane, b := range raw {
-		if err := json.Unmarshal(b, &cs[lane]); err != nil {
-			return nil, fmt.Errorf("sqlite: lane %d's committable: %w", lane, err)
-		}
-		if c := cs[lane]; c.Pipeline != pipeline || c.Epoch != epoch {
-			return nil, fmt.Errorf("sqlite: lane %d's committable is for %s epoch %d, not %s epoch %d", lane, c.Pipeline, c.Epoch, pipeline, epoch)
-		}
-	}
-	return cs, nil
-}
-
-// Close drops the rows written since the last PreCommit.
-func (w *writer) Close(ctx context.Context) error {
-	w.rows = nil
-	return nil
+	_, err := tx.ExecContext(ctx, query, args...)
+	return err
 }

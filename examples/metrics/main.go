@@ -37,7 +37,6 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"gocloud.dev/blob/fileblob"
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
@@ -114,7 +113,7 @@ func syncFake(ctx context.Context, mp metric.MeterProvider, dir string, cfg fake
 	if err != nil {
 		return etl.Result{}, err
 	}
-	bucket, err := fileblob.OpenBucket(filepath.Join(dir, "tables"), &fileblob.Options{CreateDir: true, NoTempDir: true})
+	bucket, err := parquet.OpenDir(filepath.Join(dir, "tables"))
 	if err != nil {
 		return etl.Result{}, err
 	}

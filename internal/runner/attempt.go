@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,7 @@ type runner struct {
 
 	streamSet map[string]bool
 	checked   map[string]*checkedSchema // by table: what a sink.SchemaChecker said (engine stage)
+	specs     []sink.StreamSpec         // what the writers were told
 	splits    []source.Split
 	pumps     []*pump
 	eng       engine.Engine
@@ -156,9 +158,19 @@ func Run(ctx context.Context, cfg Config) error {
 	return err
 }
 
-func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err error) {
+// attemptSummary is what attempts needs to know of an attempt besides
+// its Result: how many records it read, and for how long it was reading
+// (0 when it never got there).
+type attemptSummary struct {
+	read    int64
+	reading time.Duration
+}
+
+// attempt runs one attempt; prior is what the earlier attempts of the
+// same Sync committed (see attempts), for its after-sync steps.
+func attempt(ctx context.Context, cfg Config, bounded bool, prior Result) (res Result, sum attemptSummary, err error) {
 	if err := cfg.Validate(); err != nil {
-		return Result{}, err
+		return Result{}, sum, err
 	}
 	cfg = cfg.withDefaults()
 	mon := cfg.Monitor
@@ -173,12 +185,22 @@ func attempt(ctx context.Context, cfg Config, bounded bool) (res Result, err err
 	ctx, r.syncSpan = mon.tracer.Start(ctx, "openetl.sync", trace.WithAttributes(
 		AttrPipeline.String(cfg.Name), AttrBounded.Bool(bounded)))
 	defer func() {
+		r.state.mu.Lock()
+		sum.read = r.state.st.Read
+		if !r.state.readingSince.IsZero() {
+			sum.reading = time.Since(r.state.readingSince)
+		}
+		r.state.mu.Unlock()
 		r.end(ctx, res, err)
 		// The caller may print it: no passwords (errors.Is and As still
 		// see the original).
 		err = redactErr(err)
 	}()
-	return r.run(ctx)
+	res, err = r.run(ctx)
+	if err == nil && bounded && len(cfg.Steps) > 0 {
+		err = r.runSteps(ctx, addResults(prior, res))
+	}
+	return res, sum, err
 }
 
 func (r *runner) run(ctx context.Context) (res Result, err error) {
@@ -234,46 +256,13 @@ func (r *runner) run(ctx context.Context) (res Result, err error) {
 	r.claimed()
 
 	defer func() { r.closeWriters(log) }()
-	for lane := 0; lane < cfg.Lanes; lane++ {
-		w, err := cfg.Destination.Writer(ctx, cfg.Name, lane)
-		if err != nil {
-			return Result{}, fmt.Errorf("destination: writer for lane %d: %w", lane, err)
-		}
-		r.writers = append(r.writers, w)
-	}
-	if err := r.recoverSpan(ctx, log); err != nil {
+	if err := r.setUp(ctx, catalog, streams, log); err != nil {
 		return Result{}, err
 	}
-	r.firstEpoch = headEpoch(r.head) + 1
-
-	var state []byte
-	if r.head != nil {
-		state = r.head.Engine
-	}
-	// Declared (FormatRow) streams need their columns in the engine, and
-	// streams with a schema policy or JSON options those.
-	var specs []engine.StreamSpec
-	for _, name := range streams {
-		st, ok := catalog.Stream(name)
-		switch pol := cfg.Policies[name]; {
-		case !ok:
-		case st.Format == source.FormatRow:
-			spec := engine.SpecOf(st)
-			spec.Policy = pol
-			specs = append(specs, spec)
-		case pol != "" || cfg.JSON[name] != JSONOptions{}:
-			o := cfg.JSON[name]
-			specs = append(specs, engine.StreamSpec{Name: st.Name, Format: st.Format, Policy: pol,
-				NestedAsText: o.NestedAsText, Timestamps: o.Timestamps})
-		}
-	}
-	caps := cfg.Destination.Capabilities()
-	r.eng, err = cfg.NewEngine(engine.Config{Lanes: cfg.Lanes, MaxDocumentBytes: cfg.MaxDocumentBytes, State: state, Streams: specs,
-		Naming: namingRules(caps), Unsupported: caps.Unsupported})
-	if err != nil {
-		return Result{}, fmt.Errorf("engine: %w", err)
-	}
 	defer r.eng.Close()
+	r.firstEpoch = headEpoch(r.head) + 1
+	// Before any Write: nothing of this attempt is staged yet.
+	r.collect(ctx)
 
 	resume := map[source.SplitID][]byte{}
 	if r.head != nil {
@@ -289,6 +278,165 @@ func (r *runner) run(ctx context.Context) (res Result, err error) {
 		return Result{}, fmt.Errorf("source: open returned no splits for streams %v", streams)
 	}
 	return r.pipeline(ctx, work, cancelWork, resume, log)
+}
+
+// setUp makes the engine from HEAD's state, opens the writers with every
+// stream's spec and recovers. The engine is made first because it gives
+// the table names the specs carry: every selected stream's, in selection
+// order, before any batch (engine.Config.Tables), so a name never
+// depends on which stream's rows come first, and every writer knows
+// every table's spec from the start (lane 0 commits tables whose rows
+// went to other lanes, and Recover may commit before any row is read).
+// When recovery rewinds the log past a lost epoch, the engine is made
+// again from the record resumed from; if that changes a name (the lost
+// epoch was the first to name a stream whose name collides with
+// another's), the writers are opened again with the new specs and
+// recovered again.
+func (r *runner) setUp(ctx context.Context, catalog source.Catalog, streams []string, log *slog.Logger) error {
+	cfg := r.cfg
+	caps := cfg.Destination.Capabilities()
+	var open []sink.StreamSpec // the specs the writers have
+	for {
+		eng, err := r.newEngine(catalog, streams, caps)
+		if err != nil {
+			return err
+		}
+		names, err := givenNames(eng)
+		if err != nil {
+			eng.Close()
+			return err
+		}
+		specs := make([]sink.StreamSpec, 0, len(streams))
+		for _, name := range streams {
+			specs = append(specs, specOf(catalog, name, cfg, caps, names))
+		}
+		if r.writers != nil && slices.EqualFunc(specs, open, sameSpec) {
+			r.eng = eng
+			return nil
+		}
+		if err := r.checkSpecs(specs); err != nil {
+			eng.Close()
+			return err
+		}
+		if r.writers != nil {
+			log.Info("reopening the writers: the rewind changed table names")
+			r.closeWriters(log)
+		}
+		for lane := 0; lane < cfg.Lanes; lane++ {
+			w, err := cfg.Destination.Writer(ctx, sink.WriterConfig{Pipeline: cfg.Name, Lane: lane, Streams: cloneSpecs(specs)})
+			if err != nil {
+				eng.Close()
+				return fmt.Errorf("destination: writer for lane %d: %w", lane, err)
+			}
+			r.writers = append(r.writers, w)
+		}
+		open = specs
+		r.specs = specs
+		head := r.head
+		if err := r.recoverSpan(ctx); err != nil {
+			eng.Close()
+			return err
+		}
+		if r.head == head {
+			r.eng = eng
+			return nil
+		}
+		// The log was rewound: the engine starts from the record it now
+		// resumes from.
+		eng.Close()
+	}
+}
+
+// newEngine makes the attempt's engine from HEAD's state, with the
+// streams' declared columns, policies and options, and every selected
+// stream named ahead, in selection order.
+func (r *runner) newEngine(catalog source.Catalog, streams []string, caps sink.Capabilities) (engine.Engine, error) {
+	cfg := r.cfg
+	var state []byte
+	if r.head != nil {
+		state = r.head.Engine
+	}
+	// Declared (FormatRow) streams need their columns in the engine, and
+	// streams with a schema policy, JSON options or a key those.
+	var specs []engine.StreamSpec
+	for _, name := range streams {
+		st, ok := catalog.Stream(name)
+		switch pol := cfg.Policies[name]; {
+		case !ok:
+		case st.Format == source.FormatRow:
+			spec := declaredSpec(st)
+			spec.Policy = pol
+			specs = append(specs, spec)
+		case pol != "" || cfg.JSON[name] != JSONOptions{} || len(st.PrimaryKey) > 0:
+			// A keyed stream's record without a key is quarantined
+			// missing_key: it can't be merged or deleted by key.
+			o := cfg.JSON[name]
+			specs = append(specs, engine.StreamSpec{Name: st.Name, Policy: pol,
+				NestedAsText: o.NestedAsText, Timestamps: o.Timestamps, Keyed: len(st.PrimaryKey) > 0})
+		}
+	}
+	eng, err := cfg.NewEngine(engine.Config{Lanes: cfg.Lanes, MaxDocumentBytes: cfg.MaxDocumentBytes, State: state, Streams: specs,
+		Naming: namingRules(caps), Unsupported: caps.Unsupported, Tables: streams})
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	return eng, nil
+}
+
+// givenNames returns the destination names eng has given, by stream.
+func givenNames(eng engine.Engine) (map[string]engine.StreamNames, error) {
+	st, err := eng.State()
+	if err != nil {
+		return nil, fmt.Errorf("engine: state: %w", err)
+	}
+	names, err := engine.NamesFromState(st)
+	if err != nil {
+		return nil, fmt.Errorf("engine: names: %w", err)
+	}
+	return names, nil
+}
+
+// checkSpecs asks a destination that implements sink.SpecChecker about
+// each spec, as Guarantees does before the claim, now with the table
+// names the writers get.
+func (r *runner) checkSpecs(specs []sink.StreamSpec) error {
+	sc, ok := r.cfg.Destination.(sink.SpecChecker)
+	if !ok {
+		return nil
+	}
+	var errs []error
+	for _, spec := range specs {
+		if err := sc.CheckStream(spec); err != nil {
+			errs = append(errs, fmt.Errorf("destination: stream %q: %w", spec.Stream, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sameSpec(a, b sink.StreamSpec) bool {
+	return a.Stream == b.Stream && a.Table == b.Table && a.Mode == b.Mode && a.Deletes == b.Deletes &&
+		a.Types == b.Types && slices.Equal(a.Key, b.Key) && slices.Equal(a.Columns, b.Columns)
+}
+
+// cloneSpecs copies specs, so that no writer can change another's.
+func cloneSpecs(specs []sink.StreamSpec) []sink.StreamSpec {
+	out := slices.Clone(specs)
+	for i := range out {
+		out[i].Key = slices.Clone(out[i].Key)
+		out[i].Columns = slices.Clone(out[i].Columns)
+	}
+	return out
+}
+
+// declaredSpec returns the engine spec of a FormatRow stream of the
+// catalog.
+func declaredSpec(s source.Stream) engine.StreamSpec {
+	cols := make([]engine.Column, len(s.Columns))
+	for i, c := range s.Columns {
+		cols[i] = engine.Column(c)
+	}
+	return engine.StreamSpec{Name: s.Name, Declared: true, Types: s.Types, Columns: cols, Keyed: len(s.PrimaryKey) > 0,
+		Key: s.PrimaryKey}
 }
 
 func headEpoch(h *checkpoint.Record) uint64 {
@@ -335,9 +483,24 @@ func Guarantees(cfg Config, catalog source.Catalog, streams []string) ([]deliver
 		}
 	}
 	var errs []error
-	for name := range cfg.Modes {
+	for _, opt := range []struct {
+		what  string
+		names []string
+	}{
+		{"write mode", slices.Sorted(maps.Keys(cfg.Modes))},
+		{"schema policy", slices.Sorted(maps.Keys(cfg.Policies))},
+		{"JSON options", slices.Sorted(maps.Keys(cfg.JSON))},
+		{"transform", slices.Sorted(maps.Keys(cfg.Transforms))},
+	} {
+		for _, name := range opt.names {
+			if _, ok := catalog.Stream(name); !ok {
+				errs = append(errs, fmt.Errorf("%s: stream %q is not in the source's catalog", opt.what, name))
+			}
+		}
+	}
+	for name := range cfg.Deletes {
 		if _, ok := catalog.Stream(name); !ok {
-			errs = append(errs, fmt.Errorf("write mode: stream %q is not in the source's catalog", name))
+			errs = append(errs, fmt.Errorf("deletes: stream %q is not in the source's catalog", name))
 		}
 	}
 	ds := make([]delivery.Stream, 0, len(streams))
@@ -346,16 +509,21 @@ func Guarantees(cfg Config, catalog source.Catalog, streams []string) ([]deliver
 		ds = append(ds, delivery.Stream{
 			Name: name, Replay: cfg.Source.Replay(), Class: cfg.Destination.Class(),
 			Capabilities: cfg.Destination.Capabilities(), Mode: cfg.Modes[name], HasKey: len(st.PrimaryKey) > 0,
+			Deletes: cfg.Deletes[name],
 		})
 	}
 	gs, err := delivery.Check(ds, cfg.Required)
 	if err != nil {
 		errs = append(errs, err)
 	}
+	noteTransforms(cfg, gs)
 	if sc, ok := cfg.Destination.(sink.SpecChecker); ok {
 		caps := cfg.Destination.Capabilities()
-		for _, name := range streams {
-			if err := sc.CheckStream(specOf(catalog, name, cfg.Modes[name], caps)); err != nil {
+		for i, name := range streams {
+			if _, err := delivery.Decide(ds[i], cfg.Required); errors.Is(err, delivery.ErrInvalid) {
+				continue // said already: a mode the destination doesn't declare, say
+			}
+			if err := sc.CheckStream(specOf(catalog, name, cfg, caps, nil)); err != nil {
 				errs = append(errs, fmt.Errorf("destination: stream %q: %w", name, err))
 			}
 		}
@@ -363,13 +531,35 @@ func Guarantees(cfg Config, catalog source.Catalog, streams []string) ([]deliver
 	return gs, errors.Join(errs...)
 }
 
-// specOf returns stream name's spec, with its table and key columns
-// named under the destination's naming rules.
-func specOf(catalog source.Catalog, name string, mode delivery.Mode, caps sink.Capabilities) sink.StreamSpec {
+// specOf returns stream name's spec, with its table and columns named
+// as the engine named them (names, from its state: exact), or, for
+// names it has not given (names nil, before an attempt; a JSON stream's
+// column not seen yet), as it will name them unless two names collide
+// (baseName).
+func specOf(catalog source.Catalog, name string, cfg Config, caps sink.Capabilities, names map[string]engine.StreamNames) sink.StreamSpec {
 	st, _ := catalog.Stream(name)
-	spec := sink.StreamSpec{Stream: name, Table: baseName(caps, name), Mode: mode}
+	given := names[name]
+	column := func(c string) string {
+		if d, ok := given.Columns[c]; ok {
+			return d
+		}
+		return baseName(caps, c)
+	}
+	spec := sink.StreamSpec{Stream: name, Table: given.Table, Mode: cfg.Modes[name], Deletes: cfg.Deletes[name]}
+	if spec.Table == "" {
+		spec.Table = baseName(caps, name)
+	}
 	for _, k := range st.PrimaryKey {
-		spec.Key = append(spec.Key, baseName(caps, k))
+		spec.Key = append(spec.Key, column(k))
+	}
+	if st.Format == source.FormatRow {
+		spec.Types = st.Types
+		if spec.Types == "" {
+			spec.Types = source.TypesPostgres
+		}
+		for _, c := range st.Columns {
+			spec.Columns = append(spec.Columns, sink.Column{Name: column(c.Name), Type: c.Type, Nullable: c.Nullable})
+		}
 	}
 	return spec
 }
@@ -465,6 +655,7 @@ func (r *runner) closeWriters(log *slog.Logger) {
 			log.Warn("closing writer", "lane", i, "err", err)
 		}
 	}
+	r.writers = nil
 }
 
 // resumeMap builds a record's resume states: the head's, overlaid with

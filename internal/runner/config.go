@@ -20,6 +20,7 @@
 package runner
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,6 +59,9 @@ type Config struct {
 	Required delivery.Level
 	// Modes sets streams' write modes by name; default delivery.Append.
 	Modes map[string]delivery.Mode
+	// Deletes sets what merged streams' deletes do, by name; default
+	// sink.SoftDeletes. Only Merge streams may set it.
+	Deletes map[string]sink.Deletes
 	// Policies sets streams' schema policies by name (see engine.Policy):
 	// default engine.PolicyEvolve. A policy applies from the next attempt
 	// on, to the schema the stream has then.
@@ -65,6 +69,9 @@ type Config struct {
 	// JSON sets how JSON streams' documents are typed, by stream name
 	// (see JSONOptions); default the zero JSONOptions.
 	JSON map[string]JSONOptions
+	// Transforms sets streams' Go transforms by name (see Transform and
+	// etl.Builder.Transform); default none.
+	Transforms map[string]Transform
 	// Lanes is the number of writer lanes; default 1.
 	Lanes int
 	// BatchRows and BatchBytes bound a raw batch handed to the engine;
@@ -122,6 +129,23 @@ type Config struct {
 	// Now is the clock for _openetl_synced_at and record times; default
 	// time.Now.
 	Now func() time.Time
+	// Retry makes Run (and Sync, with Retry.Sync) start a new attempt
+	// after a transient failure (see RetryPolicy); nil: the first
+	// failure is returned.
+	Retry *RetryPolicy
+	// Steps run, in order, after a Sync that read to the source's end
+	// and committed (also one that committed nothing new), before the
+	// attempt ends; the first that fails fails the Sync, with its error
+	// as it is. Run never runs them.
+	Steps []Step
+}
+
+// Step is work the host runs after a Sync commits (Config.Steps). Run
+// gets the attempt's context and the Sync's Result (over every attempt
+// of a Sync that a source's source.ErrReopen restarted).
+type Step struct {
+	Name string
+	Run  func(context.Context, Result) error
 }
 
 // Progress is a snapshot of a running attempt, passed to OnProgress. Its
@@ -212,6 +236,9 @@ func (c *Config) Validate() error {
 	if c.CommitRetries < 0 || c.CommitBackoff < 0 || c.StopTimeout < 0 {
 		errs = append(errs, errors.New("commit retries, backoff and stop timeout: negative"))
 	}
+	if r := c.Retry; r != nil && (r.Backoff < 0 || r.MaxBackoff < 0) {
+		errs = append(errs, errors.New("retry: negative backoff"))
+	}
 	if c.EventQueue < 0 || c.LagAlert < 0 {
 		errs = append(errs, errors.New("event queue and lag alert: negative"))
 	}
@@ -223,11 +250,33 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("write mode: stream %q: unknown %v", name, m))
 		}
 	}
+	for name, d := range c.Deletes {
+		if d > sink.HardDeletes {
+			errs = append(errs, fmt.Errorf("deletes: stream %q: unknown %v", name, d))
+		} else if d != sink.SoftDeletes && c.Modes[name] != delivery.Merge {
+			errs = append(errs, fmt.Errorf("deletes: stream %q: %v deletes need merge mode, but it is written in %v mode (set Mode(delivery.Merge, %q))", name, d, c.Modes[name], name))
+		}
+	}
 	for name, p := range c.Policies {
 		switch p {
 		case "", engine.PolicyEvolve, engine.PolicyFreeze, engine.PolicyDiscard:
 		default:
 			errs = append(errs, fmt.Errorf("schema policy: stream %q: unknown %q (evolve, freeze or discard)", name, p))
+		}
+	}
+	steps := map[string]bool{}
+	for i, st := range c.Steps {
+		switch {
+		case st.Name == "" || steps[st.Name]:
+			errs = append(errs, fmt.Errorf("after-sync step %d: name %q empty or repeated", i+1, st.Name))
+		case st.Run == nil:
+			errs = append(errs, fmt.Errorf("after-sync step %q: nil func", st.Name))
+		}
+		steps[st.Name] = true
+	}
+	for name, t := range c.Transforms {
+		if t == nil {
+			errs = append(errs, fmt.Errorf("transform: stream %q: nil function", name))
 		}
 	}
 	seen := map[string]bool{}

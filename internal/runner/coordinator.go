@@ -86,7 +86,7 @@ func (r *runner) pipeline(ctx, work context.Context, cancelWork context.CancelCa
 		go func() { defer wg.Done(); fail(r.runLane(work, lane)) }()
 	}
 	commitDone := make(chan struct{})
-	go func() { defer wg.Done(); defer close(commitDone); fail(r.runCommit(work, log)) }()
+	go func() { defer wg.Done(); defer close(commitDone); fail(r.runCommit(work)) }()
 
 	res, err := r.coordinate(ctx, errCh, splitsDone, log)
 	if err != nil {
@@ -337,8 +337,12 @@ func publishedName(kind, stream string, epoch uint64) string {
 // publishFiles publishes rec's staged side files; data holds their
 // contents when the caller has them, else they are read back. Publishing
 // is idempotent: recovery repeats it for HEAD's epoch, which a crash may
-// have committed without publishing.
+// have committed without publishing. Once a file's published copy is
+// written, its staged copy is removed (when the store can: a
+// checkpoint.FileDeleter), and only then: so a staged copy that is gone
+// was published, and recovery passes it by.
 func (r *runner) publishFiles(ctx context.Context, rec *checkpoint.Record, data map[sideKey][]byte) error {
+	del, _ := r.cfg.Store.(checkpoint.FileDeleter)
 	for _, f := range rec.Files {
 		if f.Kind != kindQuarantine && f.Kind != kindHeld {
 			continue
@@ -346,12 +350,22 @@ func (r *runner) publishFiles(ctx context.Context, rec *checkpoint.Record, data 
 		b, ok := data[sideKey{f.Kind, f.Stream}]
 		if !ok {
 			var err error
-			if b, err = r.cfg.Store.ReadFile(ctx, r.cfg.Name, f.Path); err != nil {
+			b, err = r.cfg.Store.ReadFile(ctx, r.cfg.Name, f.Path)
+			if errors.Is(err, checkpoint.ErrNotFound) && del != nil {
+				continue // published, then removed
+			}
+			if err != nil {
 				return fmt.Errorf("checkpoints: read staged %s file of epoch %d: %w", f.Kind, rec.Epoch, err)
 			}
 		}
 		if err := r.cfg.Store.WriteFile(ctx, r.cfg.Name, publishedName(f.Kind, f.Stream, rec.Epoch), b); err != nil {
 			return fmt.Errorf("checkpoints: publish %s file of epoch %d: %w", f.Kind, rec.Epoch, err)
+		}
+		if del != nil {
+			if err := del.DeleteFile(ctx, r.cfg.Name, f.Path); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+				r.log.Warn("could not remove a published side file's staged copy; it is harmless but takes space",
+					"epoch", rec.Epoch, "path", f.Path, "err", err)
+			}
 		}
 	}
 	return nil
@@ -363,12 +377,7 @@ func addCounts(a, b map[string]checkpoint.Counts) map[string]checkpoint.Counts {
 		out = map[string]checkpoint.Counts{}
 	}
 	for k, v := range b {
-		c := out[k]
-		c.Read += v.Read
-		c.Written += v.Written
-		c.Quarantined += v.Quarantined
-		c.Held += v.Held
-		out[k] = c
+		out[k] = out[k].Add(v)
 	}
 	return out
 }

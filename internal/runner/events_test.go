@@ -13,10 +13,13 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/internal/runner"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
 )
@@ -102,7 +105,9 @@ func TestSchemaEvents(t *testing.T) {
 // sync.failed (openetl.attempts{outcome=failed}); the next attempt finds
 // HEAD's epoch not applied and says so with epoch.recovered — recoverable
 // when the staged data is there (applied now), lost when it is gone
-// (rewound).
+// (rewound). Each Commit of an epoch on lane 0, the recovery's included,
+// is one openetl.commit span (a retry event per retry) and one
+// openetl.commit.duration measurement.
 func TestRecoveryEventsRetryLogsAndAttemptMetrics(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -114,13 +119,16 @@ func TestRecoveryEventsRetryLogsAndAttemptMetrics(t *testing.T) {
 			reader := sdkmetric.NewManualReader()
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			defer mp.Shutdown(context.Background())
+			spans := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+			defer tp.Shutdown(context.Background())
 			ev := newEventWaiter()
 			cfg := f.config(1)
 			cfg.EpochInterval = time.Hour // one epoch
 			cfg.CommitRetries = 2
 			cfg.OnEvent = ev.on
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			cfg.MeterProvider, cfg.TracerProvider = mp, tracenoop.NewTracerProvider()
+			cfg.MeterProvider, cfg.TracerProvider = mp, tp
 			cfg.Monitor = runner.NewMonitor(cfg)
 			f.dst.commitErr = errors.New("destination down")
 			if _, err := syncWithin(t, cfg); err == nil {
@@ -168,6 +176,36 @@ func TestRecoveryEventsRetryLogsAndAttemptMetrics(t *testing.T) {
 					t.Errorf("openetl.attempts{outcome=%s} = %d, want %d", outcome, got, want)
 				}
 			}
+			// Two Commits: the failing one, and the recovery's
+			// (recoverable) or the epoch read again's (lost).
+			var retries []int64
+			commits := 0
+			for _, s := range spans.Ended() {
+				if s.Name() != "openetl.commit" {
+					continue
+				}
+				commits++
+				for _, e := range s.Events() {
+					if e.Name == "retry" {
+						for _, a := range e.Attributes {
+							if a.Key == "try" {
+								retries = append(retries, a.Value.AsInt64())
+							}
+						}
+					}
+				}
+			}
+			if commits != 2 || len(retries) != 2 || retries[0] != 1 || retries[1] != 2 {
+				t.Errorf("%d openetl.commit spans, retry events with tries %v; want 2 spans and tries [1 2]", commits, retries)
+			}
+			h, _ := ms["openetl.commit.duration"].Data.(metricdata.Histogram[float64])
+			var n uint64
+			for _, dp := range h.DataPoints {
+				n += dp.Count
+			}
+			if n != 2 {
+				t.Errorf("openetl.commit.duration: %d measurements, want 2", n)
+			}
 		})
 	}
 }
@@ -192,13 +230,8 @@ func TestCancelledSyncStops(t *testing.T) {
 	go func() { _, err := runner.Sync(ctx, cfg); done <- err }()
 	ev.wait(t, runner.EventEpochCommitted, 1)
 	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("cancelled Sync: %v", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Sync still runs a minute after its context was cancelled")
+	if err := testutil.Recv(t, "the cancelled Sync to return", done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Sync: %v", err)
 	}
 	stopped := ev.wait(t, runner.EventSyncStopped, 1)
 	if !errors.Is(stopped.Err, context.Canceled) || !stopped.Bounded || stopped.Epoch < 1 {

@@ -29,13 +29,20 @@ type fakeSource struct {
 	delay                            time.Duration // per record, to slow reading
 	mu                               sync.Mutex
 	acks                             []map[source.SplitID][]byte
-	idle                             atomic.Int32 // unbounded splits waiting at their end
+	idle                             atomic.Int32 // unbounded splits waiting at their end now
+	emitted                          atomic.Int64 // records emitted, over every attempt
 	openErr                          error        // Open fails with it
 	failStream                       string       // this stream's split fails...
 	failAt                           int          // ...before emitting this record...
 	failErr                          error        // ...with this error
 	failOnce                         bool         // ...the first time only
 	noFinalRP                        bool         // splits return nil without a resume point at their end
+	// Each split waits at its first resume point at or past record
+	// holdAt (0: never) until hold is closed, so that a test can make
+	// sure something happens while the read is under way, however fast
+	// the machine.
+	holdAt int
+	hold   chan struct{}
 }
 
 func (s *fakeSource) Discover(context.Context) (source.Catalog, error) {
@@ -77,6 +84,7 @@ type fakeSplit struct {
 	src    *fakeSource
 	stream string
 	next   int
+	held   bool
 }
 
 func (sp *fakeSplit) ID() source.SplitID { return source.SplitID(sp.stream) }
@@ -90,13 +98,14 @@ func (sp *fakeSplit) Read(ctx context.Context, e source.Emitter, bounded bool) e
 			}
 			sp.src.idle.Add(1)
 			<-ctx.Done()
+			sp.src.idle.Add(-1)
 			return ctx.Err()
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if sp.src.delay > 0 {
-			time.Sleep(sp.src.delay)
+			time.Sleep(sp.src.delay) // pacing only: tests wait on signals
 		}
 		i := sp.next
 		if sp.stream == sp.src.failStream && i == sp.src.failAt {
@@ -117,11 +126,20 @@ func (sp *fakeSplit) Read(ctx context.Context, e source.Emitter, bounded bool) e
 		if err := e.Record(sp.stream, source.OpInsert, int64(i+1), []byte(strconv.Itoa(i)), payload); err != nil {
 			return err
 		}
+		sp.src.emitted.Add(1)
 		sp.next++
 		if sp.next%sp.src.rpEvery == 0 || sp.next == sp.src.rows && !sp.src.noFinalRP {
 			binary.BigEndian.PutUint64(st[:], uint64(sp.next))
 			if err := e.ResumePoint(st[:]); err != nil {
 				return err
+			}
+			if sp.src.holdAt > 0 && sp.next >= sp.src.holdAt && !sp.held {
+				sp.held = true
+				select {
+				case <-sp.src.hold:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 			}
 		}
 	}
@@ -203,11 +221,12 @@ type memDest struct {
 	applied   map[uint64]bool
 	fence     checkpoint.Generation
 	nextID    int
-	failOnce  map[uint64]error // Commit of that epoch fails once
-	commitErr error            // every Commit fails with it while set
-	writeErr  error            // every Write fails with it while set
-	writers   int              // writers made
-	closed    int              // writers closed
+	failOnce  map[uint64]error    // Commit of that epoch fails once
+	commitErr error               // every Commit fails with it while set
+	writeErr  error               // every Write fails with it while set
+	writers   int                 // writers made
+	closed    int                 // writers closed
+	configs   []sink.WriterConfig // what each Writer call got
 }
 
 func newMemDest() *memDest {
@@ -216,11 +235,12 @@ func newMemDest() *memDest {
 
 func (d *memDest) Class() sink.Class               { return sink.StageAndApply }
 func (d *memDest) Capabilities() sink.Capabilities { return sink.Capabilities{} }
-func (d *memDest) Writer(_ context.Context, _ string, lane int) (sink.Writer, error) {
+func (d *memDest) Writer(_ context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.writers++
-	return &memWriter{d: d, lane: lane}, nil
+	d.configs = append(d.configs, cfg)
+	return &memWriter{d: d, lane: cfg.Lane}, nil
 }
 
 // rows returns the visible rows and whether any is duplicated.
@@ -324,6 +344,8 @@ func (w *memWriter) Recover(_ context.Context, gen checkpoint.Generation, head *
 	}
 	return sink.Recoverable, nil
 }
+
+func (w *memWriter) Finish(context.Context, uint64) error { return nil }
 
 func (w *memWriter) Close(context.Context) error {
 	w.d.mu.Lock()

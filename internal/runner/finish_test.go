@@ -12,7 +12,7 @@ import (
 	"github.com/openetl/etl/sink"
 )
 
-// finishDest is memDest whose writers implement sink.Finisher: it records
+// finishDest is memDest whose writers record every Finish: it records
 // every Finish (epoch, and whether that epoch was applied by then) and
 // the head every Recover was given.
 type finishDest struct {
@@ -24,8 +24,8 @@ type finishDest struct {
 	heads     []*checkpoint.Record
 }
 
-func (d *finishDest) Writer(ctx context.Context, p string, lane int) (sink.Writer, error) {
-	w, err := d.memDest.Writer(ctx, p, lane)
+func (d *finishDest) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
+	w, err := d.memDest.Writer(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -88,11 +88,11 @@ func logRecords(t *testing.T, store checkpoint.Store) []*checkpoint.Record {
 // nothing new to read commits no epoch and doesn't finish again.
 func TestFinalRecordAndFinish(t *testing.T) {
 	f := newFixture(t, 3, 300)
-	f.src.delay = 50 * time.Microsecond // several epochs of 1 ms
 	d := &finishDest{memDest: f.dst}
 	cfg := f.config(2)
 	cfg.Destination = d
 	cfg.EpochInterval = time.Millisecond
+	f.holdUntil(&cfg, 150, 1) // so that epochs before the last commit
 	res, err := syncWithin(t, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -168,13 +168,7 @@ func TestStoppedRunIsNotFinal(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runner.Run(ctx, cfg) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for f.src.idle.Load() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the Run's splits never reached their end")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitIdle(t, f, 2)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)

@@ -28,30 +28,29 @@ type checkedSchema struct {
 // rec's schema when it is new for table. When columns are rejected, it
 // stages their non-null values as held lines (counted in c.Held) and
 // returns rec without them, having released rec; otherwise it returns
-// rec. The engine stage calls it, once per batch.
-func (r *runner) holdBack(ctx context.Context, m pumpMsg, table string, rec arrow.RecordBatch, c *checkpoint.Counts,
-	side map[sideKey][]byte, epoch uint64) (arrow.RecordBatch, error) {
+// rec. The engine stage calls it, once per batch, for the rows of
+// split's raw batch of stream, with its cache of answers (checked, by
+// table); a lane calls it for a transform's output, with its own.
+func (r *runner) holdBack(ctx context.Context, checked map[string]*checkedSchema, stream string, split int, table string,
+	rec arrow.RecordBatch, c *checkpoint.Counts, side map[sideKey][]byte, epoch uint64) (arrow.RecordBatch, error) {
 	chk, ok := r.cfg.Destination.(sink.SchemaChecker)
 	if !ok {
 		return rec, nil
 	}
-	cs := r.checked[table]
+	cs := checked[table]
 	if cs == nil || cs.sc != rec.Schema() && !cs.sc.Equal(rec.Schema()) {
 		var err error
-		if cs, err = r.checkSchema(ctx, chk, m.batch.Stream, table, rec.Schema(), epoch); err != nil {
+		if cs, err = r.checkSchema(ctx, chk, stream, table, rec.Schema(), epoch); err != nil {
 			return rec, err
 		}
-		if r.checked == nil {
-			r.checked = map[string]*checkedSchema{}
-		}
-		r.checked[table] = cs
+		checked[table] = cs
 	}
 	if len(cs.drop) == 0 {
 		return rec, nil
 	}
 	id, seq, op := metaColumn(rec, sink.ColumnID), metaColumn(rec, sink.ColumnSeq), metaColumn(rec, sink.ColumnOp)
 	seqs, _ := seq.(*array.Int64)
-	k := sideKey{kindHeld, m.batch.Stream}
+	k := sideKey{kindHeld, stream}
 	buf := side[k]
 	for j, fi := range cs.drop {
 		col := rec.Column(fi)
@@ -59,7 +58,7 @@ func (r *runner) holdBack(ctx context.Context, m pumpMsg, table string, rec arro
 			if col.IsNull(i) {
 				continue
 			}
-			l := heldLine{Stream: m.batch.Stream, Table: table, Split: string(r.pumps[m.split].id), Epoch: epoch,
+			l := heldLine{Stream: stream, Table: table, Split: string(r.pumps[split].id), Epoch: epoch,
 				Generation: uint64(r.gen), Column: cs.sc.Field(fi).Name, Reason: cs.reasons[j]}
 			l.Value = col.ValueStr(i)
 			if id != nil {

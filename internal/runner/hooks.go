@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// PauseAfter is how long a split that doesn't implement source.PauseReporter
-// must wait on the runner's full engine queue, without a break, before
-// the runner reports it paused.
+// PauseAfter is how long a split that doesn't implement
+// source.PauseReporter (or whose Paused says ok false) must wait on the
+// runner (its full engine queue, or the alignment of a barrier it
+// placed), without a break, before the runner reports it paused.
 const PauseAfter = time.Second
 
 // SplitStatus is what is known of one split at the last poll (about once
@@ -35,20 +36,23 @@ type SplitStatus struct {
 	Estimated int64
 	// Paused is true while the split has stopped reading from its source
 	// because the runner's queues are full, since PausedSince: as the
-	// split reports it (source.PauseReporter), or else as the runner sees it (its
-	// records waited on the full engine queue for PauseAfter or longer).
+	// split reports it (source.PauseReporter), or else as the runner sees
+	// it (its records waited on the full engine queue, or for the
+	// alignment of a barrier it placed behind queued batches, for
+	// PauseAfter or longer).
 	Paused      bool
 	PausedSince time.Time
 	// Backpressure is how long, in total over this attempt, the split's
-	// records waited on the runner's full engine queue.
+	// records waited on the runner: on its full engine queue, or for the
+	// alignment of a barrier the split placed.
 	Backpressure time.Duration
 }
 
 // splitObs is what the runner observes of one split's pump.
 type splitObs struct {
-	// waitSince is when the pump started waiting on the full engine
-	// queue (Unix nanoseconds), 0 when it doesn't wait; waited sums its
-	// waits (nanoseconds).
+	// waitSince is when the pump started waiting on the runner (the
+	// full engine queue, a barrier's alignment; Unix nanoseconds), 0
+	// when it doesn't wait; waited sums its waits (nanoseconds).
 	waitSince atomic.Int64
 	waited    atomic.Int64
 	// streams is append-only, guarded by attemptState.mu: a Status may
@@ -56,8 +60,9 @@ type splitObs struct {
 	streams []string
 }
 
-// waitStart records that split's pump found the engine queue full and
-// waits; it returns the time it started, for waitEnd.
+// waitStart records that split's pump waits on the runner (the engine
+// queue is full, or its barrier is not aligned yet); it returns the time
+// it started, for waitEnd.
 func (r *runner) waitStart(split int) time.Time {
 	t0 := time.Now()
 	if split < len(r.state.splits) {
@@ -90,17 +95,20 @@ func (r *runner) pollSplits(now time.Time) []SplitStatus {
 		if sr, ok := sp.(source.SnapshotReporter); ok {
 			s.Stream, s.Done, s.Estimated, s.Snapshot = sr.SnapshotProgress()
 		}
+		told := false // the split says whether it is paused
+		if pr, ok := sp.(source.PauseReporter); ok {
+			if paused, since, ok := pr.Paused(); ok {
+				s.Paused, s.PausedSince, told = paused, since, true
+			}
+		}
 		if i < len(r.state.splits) {
 			o := &r.state.splits[i]
 			s.Backpressure = time.Duration(o.waited.Load())
-			if _, ok := sp.(source.PauseReporter); !ok {
+			if !told {
 				if ns := o.waitSince.Load(); ns != 0 && now.Sub(time.Unix(0, ns)) >= PauseAfter {
 					s.Paused, s.PausedSince = true, time.Unix(0, ns)
 				}
 			}
-		}
-		if pr, ok := sp.(source.PauseReporter); ok {
-			s.Paused, s.PausedSince = pr.Paused()
 		}
 		if !s.Paused {
 			s.PausedSince = time.Time{}

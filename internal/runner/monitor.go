@@ -34,6 +34,7 @@ const (
 	AttrGeneration  = attribute.Key("openetl.generation")
 	AttrEpoch       = attribute.Key("openetl.epoch")
 	AttrBounded     = attribute.Key("openetl.bounded")
+	AttrStep        = attribute.Key("openetl.step")
 )
 
 // Monitor holds what outlives one attempt of a pipeline: its status, its
@@ -54,12 +55,15 @@ type Monitor struct {
 	pipeAttr    metric.MeasurementOption // openetl.pipeline
 	destAttr    metric.MeasurementOption // openetl.pipeline, openetl.destination
 	backpressNs atomic.Int64             // over all attempts
+	rec         atomic.Pointer[Recorder] // nil until Watch
 
 	mu        sync.Mutex
 	cur       *attemptState // the latest attempt to start
 	lastErr   string
 	lastErrAt time.Time
 	lagging   bool
+	retries   int  // retries in a row since the last committed epoch (RetryPolicy)
+	waiting   bool // waiting to retry
 }
 
 // NewMonitor makes a Monitor for the pipeline cfg describes, with
@@ -112,7 +116,7 @@ func (m *Monitor) Close(ctx context.Context) error {
 // process (Phase PhaseIdle before the first).
 func (m *Monitor) Status() Status {
 	m.mu.Lock()
-	cur, lastErr, lastErrAt := m.cur, m.lastErr, m.lastErrAt
+	cur, lastErr, lastErrAt, retries, waiting := m.cur, m.lastErr, m.lastErrAt, m.retries, m.waiting
 	m.mu.Unlock()
 	var s Status
 	if cur != nil {
@@ -121,6 +125,10 @@ func (m *Monitor) Status() Status {
 		s = Status{Pipeline: m.name, Phase: PhaseIdle}
 	}
 	s.LastError, s.LastErrorTime = lastErr, lastErrAt
+	s.Retries = retries
+	if waiting {
+		s.Phase = PhaseRetrying
+	}
 	s.EventsDropped = m.EventsDropped()
 	return s
 }
@@ -139,6 +147,14 @@ func (m *Monitor) begin(a *attemptState) {
 	m.cur = a
 	m.lagging = false
 	m.mu.Unlock()
+	m.rec.Load().begin()
+}
+
+// progressed notes a committed epoch: the retries in a row start over.
+func (m *Monitor) progressed() {
+	m.mu.Lock()
+	m.retries = 0
+	m.mu.Unlock()
 }
 
 func (m *Monitor) failed(err error, at time.Time) {
@@ -149,14 +165,18 @@ func (m *Monitor) failed(err error, at time.Time) {
 
 // emit publishes e when the host listens; it never blocks.
 func (m *Monitor) emit(e Event) {
-	if m.events == nil {
+	rec := m.rec.Load()
+	if m.events == nil && rec == nil {
 		return
 	}
 	e.Pipeline = m.name
 	if e.Time.IsZero() {
 		e.Time = m.now()
 	}
-	m.events.publish(e)
+	rec.event(e)
+	if m.events != nil {
+		m.events.publish(e)
+	}
 }
 
 // lag updates the lagging state from a poll and emits its events.
@@ -227,7 +247,7 @@ func destinationName(d sink.Destination) string {
 	if d == nil {
 		return ""
 	}
-	if n, ok := d.(interface{ Name() string }); ok {
+	if n, ok := d.(sink.Namer); ok {
 		return n.Name()
 	}
 	t := reflect.TypeOf(d)
@@ -247,9 +267,10 @@ type instruments struct {
 
 	rowsRead, bytesRead, bytesWritten                metric.Int64Counter
 	rowsWritten, rowsQuarantined, rowsHeld           metric.Int64Counter
-	epochs, attempts                                 metric.Int64Counter
+	rowsFiltered                                     metric.Int64Counter
+	epochs, attempts, retries                        metric.Int64Counter
 	epochDur, checkpointDur, commitDur, precommitDur metric.Float64Histogram
-	engineDur                                        metric.Float64Histogram
+	engineDur, transformDur                          metric.Float64Histogram
 	lag, queueDepth, eventsDropped, splitsPaused     metric.Int64Observable
 	lagAge, freshness, backpressure                  metric.Float64Observable
 }
@@ -295,13 +316,16 @@ func newInstruments(m metric.Meter) *instruments {
 	in.rowsWritten = counter("openetl.rows.written", "{row}", "Rows committed to the destination")
 	in.rowsQuarantined = counter("openetl.rows.quarantined", "{row}", "Records set aside in committed epochs (quarantine)")
 	in.rowsHeld = counter("openetl.rows.held", "{value}", "Values held back in committed epochs because the destination can't take their type yet")
+	in.rowsFiltered = counter("openetl.rows.filtered", "{row}", "Rows a stream's transform dropped (net of rows it added), in committed epochs")
 	in.epochs = counter("openetl.epochs.committed", "{epoch}", "Epochs committed")
 	in.attempts = counter("openetl.attempts", "{attempt}", "Attempts (Sync or Run) ended, by outcome")
+	in.retries = counter("openetl.retries", "{retry}", "New attempts started after a transient failure, by the part that failed (openetl.cause)")
 	in.epochDur = hist("openetl.epoch.duration", "From an epoch's barrier request to its commit")
 	in.checkpointDur = hist("openetl.checkpoint.duration", "Writing an epoch's checkpoint record and moving HEAD (the commit point)")
-	in.commitDur = hist("openetl.commit.duration", "The destination's Commit of an epoch on lane 0, retries included")
+	in.commitDur = hist("openetl.commit.duration", "The destination's Commit of an epoch on lane 0, retries included (recovery's too)")
 	in.precommitDur = hist("openetl.precommit.duration", "A writer lane's PreCommit of an epoch")
 	in.engineDur = hist("openetl.engine.batch.duration", "The engine's processing of one raw batch")
+	in.transformDur = hist("openetl.transform.duration", "A stream's Go transform on one batch of one lane")
 	var err error
 	in.lag, err = m.Int64ObservableGauge("openetl.job.lag", metric.WithUnit("1"),
 		metric.WithDescription("How far a split is behind the source's end, in the source's unit (openetl.lag.unit)"))
@@ -319,7 +343,7 @@ func newInstruments(m metric.Meter) *instruments {
 		metric.WithDescription("Splits paused at the last poll because the runner's queues are full"))
 	errs = append(errs, err)
 	in.backpressure, err = m.Float64ObservableCounter("openetl.backpressure.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time source splits waited on a full engine queue"))
+		metric.WithDescription("Time source splits waited on the runner: a full engine queue, or a barrier's alignment"))
 	errs = append(errs, err)
 	in.eventsDropped, err = m.Int64ObservableCounter("openetl.events.dropped", metric.WithUnit("{event}"),
 		metric.WithDescription("Events dropped because the host's event callback fell behind the queue"))

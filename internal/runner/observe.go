@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"maps"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/sink"
 )
 
 // This file is the runner's side of observability: status updates,
@@ -71,14 +71,25 @@ func (r *runner) claimed() {
 }
 
 // recoverSpan runs recover in a span of its own.
-func (r *runner) recoverSpan(ctx context.Context, log *slog.Logger) (err error) {
+func (r *runner) recoverSpan(ctx context.Context) (err error) {
 	ctx, span := r.mon.tracer.Start(ctx, "openetl.recover", trace.WithAttributes(
 		AttrGeneration.Int64(int64(r.gen)), AttrEpoch.Int64(int64(headEpoch(r.head)))))
 	defer func() {
 		span.SetAttributes(attribute.Int64("openetl.resume_epoch", int64(headEpoch(r.head))))
 		endSpan(span, err)
 	}()
-	return r.recover(ctx, log)
+	return r.recover(ctx)
+}
+
+// epochRecovered reports what recover found of HEAD's epoch: applied
+// now (sink.Recoverable) or lost, the log rewound to epoch to.
+func (r *runner) epochRecovered(out sink.Outcome, epoch, to uint64) {
+	if out == sink.Lost {
+		r.log.Warn("rewinding past a lost epoch", "epoch", epoch, "to", to)
+	} else {
+		r.log.Info("applying the last committed epoch", "epoch", epoch)
+	}
+	r.mon.emit(Event{Kind: EventEpochRecovered, Generation: r.gen, Epoch: epoch, Outcome: out})
 }
 
 // running marks the attempt as reading, with its queues for the
@@ -91,6 +102,7 @@ func (r *runner) running() {
 	}
 	r.state.mu.Lock()
 	r.state.st.Phase = PhaseRunning
+	r.state.readingSince = time.Now()
 	r.state.toEngine, r.state.toLanes = r.toEngine, r.toLanes
 	r.state.splits = make([]splitObs, len(r.pumps))
 	r.state.mu.Unlock()
@@ -135,6 +147,9 @@ func (r *runner) epochCommitted(ctx context.Context, rec *checkpoint.Record, cum
 		in.rowsWritten.Add(ctx, c.Written, o.addDest...)
 		in.rowsQuarantined.Add(ctx, c.Quarantined, o.add...)
 		in.rowsHeld.Add(ctx, c.Held, o.add...)
+		if r.cfg.Transforms[stream] != nil {
+			in.rowsFiltered.Add(ctx, c.Filtered, o.add...)
+		}
 	}
 	in.epochs.Add(ctx, 1, r.mon.pipeAttr)
 	r.spanMu.Lock()
@@ -152,6 +167,8 @@ func (r *runner) epochCommitted(ctx context.Context, rec *checkpoint.Record, cum
 		es.span.End()
 	}
 	r.state.committed(epoch, rec.Time, cum, rec.Totals)
+	r.mon.progressed()
+	r.mon.rec.Load().committed(epoch)
 	r.poll()
 	for _, f := range rec.Files {
 		if f.Kind == kindQuarantine {
@@ -179,7 +196,9 @@ func (r *runner) poll() {
 	r.state.pollMu.Lock()
 	defer r.state.pollMu.Unlock()
 	now := time.Now()
-	lag, known, changes := r.state.setSplits(r.pollSplits(now), now)
+	ss := r.pollSplits(now)
+	lag, known, changes := r.state.setSplits(ss, now)
+	r.mon.rec.Load().sample(now, ss)
 	for _, c := range changes {
 		e := Event{Kind: EventStreamPaused, Generation: r.gen, Split: c.split.ID, Paused: now.Sub(c.split.PausedSince)}
 		if c.resumed {
@@ -318,5 +337,54 @@ func (r *runner) commitCheckpoint(ctx context.Context, rec *checkpoint.Record) (
 	err = r.cfg.Store.Commit(ctx, r.gen, rec)
 	r.mon.inst.checkpointDur.Record(ctx, time.Since(t0).Seconds(), r.mon.pipeAttr)
 	endSpan(span, err)
+	if err == nil {
+		r.log.Debug("epoch committed", "epoch", rec.Epoch)
+	}
 	return err
+}
+
+// observeCommit opens the span of lane 0's Commit of epoch (with its
+// retries); end closes it and records openetl.commit.duration.
+func (r *runner) observeCommit(ctx context.Context, epoch uint64) (_ context.Context, end func(error)) {
+	ctx, span := r.mon.tracer.Start(ctx, "openetl.commit", trace.WithAttributes(
+		AttrEpoch.Int64(int64(epoch)), AttrGeneration.Int64(int64(r.gen)), AttrDestination.String(r.mon.dest)))
+	t0 := time.Now()
+	return ctx, func(err error) {
+		r.mon.inst.commitDur.Record(ctx, time.Since(t0).Seconds(), r.mon.destAttr)
+		endSpan(span, err)
+	}
+}
+
+// commitRetried reports a failed Commit of epoch that is retried: try is
+// the attempt that failed, from 1.
+func (r *runner) commitRetried(ctx context.Context, epoch uint64, try int, err error) {
+	r.log.Warn("destination commit failed; retrying", "epoch", epoch, "try", try, "err", err)
+	trace.SpanFromContext(ctx).AddEvent("retry", trace.WithAttributes(attribute.Int("try", try)))
+}
+
+// observeFinish opens the span of lane 0's Finish of epoch.
+func (r *runner) observeFinish(ctx context.Context, epoch uint64) (_ context.Context, end func(error)) {
+	ctx, span := r.mon.tracer.Start(ctx, "openetl.finish", trace.WithAttributes(
+		AttrEpoch.Int64(int64(epoch)), AttrGeneration.Int64(int64(r.gen)), AttrDestination.String(r.mon.dest)))
+	return ctx, func(err error) { endSpan(span, err) }
+}
+
+// ackFailed reports a failed acknowledgement of epoch's positions (they
+// go again with the next epoch's).
+func (r *runner) ackFailed(epoch uint64, err error) {
+	r.log.Warn("source ack failed; retried with the next epoch", "epoch", epoch, "err", err)
+}
+
+// collected reports what collect removed: a log line with the counts,
+// always, and an EventStagingCollected when anything was found.
+func (r *runner) collected(side, dest sink.Collected) {
+	r.log.Info("collected what failed attempts staged",
+		"side_files_removed", side.Removed, "side_files_kept", side.Kept,
+		"staged_removed", dest.Removed, "staged_bytes_removed", dest.Bytes, "staged_kept", dest.Kept,
+		"versions_removed", dest.Versions)
+	if side == (sink.Collected{}) && dest == (sink.Collected{}) {
+		return
+	}
+	r.mon.emit(Event{Kind: EventStagingCollected, Generation: r.gen, Epoch: headEpoch(r.head),
+		SideFiles: side, Collected: dest})
 }

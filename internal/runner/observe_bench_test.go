@@ -41,7 +41,7 @@ func BenchmarkMeasureBatch(b *testing.B) {
 	raw.Stream = "orders"
 	payload := []byte(`{"id":1,"customer_id":2,"total":12.5,"status":"paid"}`)
 	for i := range defaultBatchRows {
-		raw.Append(source.OpInsert, int64(i), []byte(strconv.Itoa(i)), payload)
+		raw.Append(uint8(source.OpInsert), int64(i), []byte(strconv.Itoa(i)), payload)
 	}
 	bld := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "status", Type: arrow.BinaryTypes.String}}, nil))

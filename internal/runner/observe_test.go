@@ -11,15 +11,17 @@ import (
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/runner"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source"
 )
 
 // reportingSource has one stream "s0" and one split that implements
 // source.LagReporter and source.SnapshotReporter: it copies rows records as a
-// snapshot, reporting an age of an hour until it is half-way and has
-// been polled there, then none.
+// snapshot, reporting an age of an hour until it is half-way, has been
+// polled there and seen is closed, then none.
 type reportingSource struct {
 	rows int
+	seen chan struct{}
 	sp   *reportingSplit
 }
 
@@ -30,7 +32,7 @@ func (s *reportingSource) Discover(context.Context) (source.Catalog, error) {
 func (s *reportingSource) Replay() source.Replay { return source.ReplayExact }
 
 func (s *reportingSource) Open(context.Context, []string, map[source.SplitID][]byte) ([]source.Split, error) {
-	s.sp = &reportingSplit{rows: int64(s.rows), polledBehind: make(chan struct{})}
+	s.sp = &reportingSplit{rows: int64(s.rows), polledBehind: make(chan struct{}), seen: s.seen}
 	return []source.Split{s.sp}, nil
 }
 
@@ -41,6 +43,7 @@ type reportingSplit struct {
 	polls        atomic.Int64
 	once         sync.Once
 	polledBehind chan struct{} // closed at the first poll at half-way
+	seen         chan struct{} // closed by the test
 }
 
 func (sp *reportingSplit) ID() source.SplitID { return "s0" }
@@ -78,11 +81,14 @@ func (sp *reportingSplit) Read(ctx context.Context, e source.Emitter, bounded bo
 		}
 		if i+1 == sp.rows/2 {
 			// At a resume point: the runner can place barriers and poll
-			// while the split waits to be seen behind.
-			select {
-			case <-sp.polledBehind:
-			case <-ctx.Done():
-				return ctx.Err()
+			// while the split waits to be seen behind, and the test to
+			// see a progress report of the copy under way.
+			for _, ch := range []chan struct{}{sp.polledBehind, sp.seen} {
+				select {
+				case <-ch:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 			}
 			sp.caughtUp.Store(true)
 		}
@@ -94,10 +100,11 @@ func (sp *reportingSplit) Read(ctx context.Context, e source.Emitter, bounded bo
 // source.LagReporter and source.SnapshotReporter reaches the progress callback, the
 // status and the lag events.
 func TestLagAndSnapshotReports(t *testing.T) {
-	src := &reportingSource{rows: 1000}
+	src := &reportingSource{rows: 1000, seen: make(chan struct{})}
 	var mu sync.Mutex
 	var events []runner.Event
 	var progress []runner.Progress
+	var seen sync.Once
 	cfg := runner.Config{
 		Name: "lag", Source: src, Destination: newMemDest(), Store: checkpoint.NewMem(),
 		BatchRows: 16, EpochInterval: 5 * time.Millisecond, NewEngine: newFakeEngine,
@@ -107,7 +114,14 @@ func TestLagAndSnapshotReports(t *testing.T) {
 			events = append(events, e)
 			mu.Unlock()
 		},
-		OnProgress: func(p runner.Progress) { progress = append(progress, p) },
+		OnProgress: func(p runner.Progress) {
+			progress = append(progress, p)
+			// A report made while the split is held half-way: a poll of
+			// the copy under way reached the progress callback.
+			if s := p.Streams["s0"]; s.Snapshotting && p.LagKnown {
+				seen.Do(func() { close(src.seen) })
+			}
+		},
 	}
 	cfg.Monitor = runner.NewMonitor(cfg)
 	res, err := syncWithin(t, cfg)
@@ -117,24 +131,13 @@ func TestLagAndSnapshotReports(t *testing.T) {
 	if res.Streams["s0"].Written != 1000 {
 		t.Fatalf("result %+v", res)
 	}
-	// The events are delivered on a goroutine of their own: wait for the
-	// last one.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		mu.Lock()
-		n := len(events)
-		last := runner.EventKind("")
-		if n > 0 {
-			last = events[n-1].Kind
-		}
-		mu.Unlock()
-		if last == runner.EventSyncSucceeded {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no sync.succeeded event within a minute")
-		}
-		time.Sleep(time.Millisecond)
+	// The events are delivered on a goroutine of their own: Close
+	// returns once every one published is.
+	if err := cfg.Monitor.Close(testutil.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(events); n == 0 || events[n-1].Kind != runner.EventSyncSucceeded {
+		t.Fatalf("events after the sync's Close: %d, want sync.succeeded last", n)
 	}
 	var lagging, recovered int
 	for _, e := range events {
@@ -196,9 +199,7 @@ func TestRunStopEvents(t *testing.T) {
 	cfg.OnEvent = func(e runner.Event) { events <- e }
 	cfg.Monitor = runner.NewMonitor(cfg)
 	runThenCancel(t, cfg, func() {
-		for cfg.Monitor.Status().Epoch < 1 {
-			time.Sleep(time.Millisecond)
-		}
+		testutil.Until(t, "an epoch committed", func() bool { return cfg.Monitor.Status().Epoch >= 1 })
 	})
 	var got []runner.Event
 	for e := range events {

@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"encoding/binary"
+	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/runner"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
 )
@@ -39,11 +41,11 @@ func (w *eventWaiter) on(e runner.Event) {
 	}
 }
 
-// wait returns the n-th event (from 1) of kind, waiting up to a minute
-// for it (a state the test waits for, not a timing assertion).
+// wait returns the n-th event (from 1) of kind, waiting for it until the
+// test's deadline (testutil.Context).
 func (w *eventWaiter) wait(t *testing.T, kind runner.EventKind, n int) runner.Event {
 	t.Helper()
-	deadline := time.After(time.Minute)
+	deadline := testutil.Context(t).Done()
 	for {
 		w.mu.Lock()
 		seen := 0
@@ -59,7 +61,7 @@ func (w *eventWaiter) wait(t *testing.T, kind runner.EventKind, n int) runner.Ev
 		select {
 		case <-w.added:
 		case <-deadline:
-			t.Fatalf("no %s event #%d within a minute", kind, n)
+			t.Fatalf("no %s event #%d before the test's deadline", kind, n)
 		}
 	}
 }
@@ -114,10 +116,10 @@ type pausingSplit struct {
 
 func (sp *pausingSplit) ID() source.SplitID { return "p0" }
 
-func (sp *pausingSplit) Paused() (bool, time.Time) {
+func (sp *pausingSplit) Paused() (bool, time.Time, bool) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	return sp.paused, sp.since
+	return sp.paused, sp.since, true
 }
 
 func (sp *pausingSplit) setPaused(p bool) {
@@ -177,7 +179,7 @@ func TestPauseReporterEvents(t *testing.T) {
 
 	paused := ev.wait(t, runner.EventStreamPaused, 1)
 	<-src.opened
-	_, since := src.sp.Paused()
+	_, since, _ := src.sp.Paused()
 	if paused.Split != "p0" || paused.Stream != "s0" || paused.Generation != 1 || paused.Paused < 0 || paused.Pipeline != "pause" {
 		t.Errorf("stream.paused %+v", paused)
 	}
@@ -201,13 +203,8 @@ func TestPauseReporterEvents(t *testing.T) {
 		t.Errorf("status after resuming: %+v", st)
 	}
 	close(src.sp.resumed)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Sync hangs")
+	if err := testutil.Recv(t, "Sync to return", done); err != nil {
+		t.Fatal(err)
 	}
 	ev.wait(t, runner.EventSyncSucceeded, 1)
 	if n, m := ev.count(runner.EventStreamPaused), ev.count(runner.EventStreamResumed); n != 1 || m != 1 {
@@ -222,8 +219,8 @@ type gatedDest struct {
 	gate chan struct{}
 }
 
-func (d *gatedDest) Writer(ctx context.Context, name string, lane int) (sink.Writer, error) {
-	w, err := d.memDest.Writer(ctx, name, lane)
+func (d *gatedDest) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
+	w, err := d.memDest.Writer(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -244,13 +241,58 @@ func (w *gatedWriter) Write(ctx context.Context, stream string, rec arrow.Record
 	return w.Writer.Write(ctx, stream, rec)
 }
 
+// unknownPause wraps a source's splits in a split whose Paused says it
+// can't tell, as a wrapper of a split without Paused does.
+type unknownPause struct{ source.Source }
+
+func (s unknownPause) Open(ctx context.Context, streams []string, resume map[source.SplitID][]byte) ([]source.Split, error) {
+	splits, err := s.Source.Open(ctx, streams, resume)
+	for i, sp := range splits {
+		splits[i] = unknownPauseSplit{sp}
+	}
+	return splits, err
+}
+
+type unknownPauseSplit struct{ source.Split }
+
+func (unknownPauseSplit) Paused() (bool, time.Time, bool) { return false, time.Time{}, false }
+
 // TestRunnerReportsBackpressurePause: with a destination stuck in Write,
-// the queues fill and the split (which doesn't implement source.PauseReporter)
-// waits on the runner: the runner reports it paused (event, status,
+// the queues fill and the split (which doesn't implement
+// source.PauseReporter, or whose Paused says it can't tell) waits on the
+// runner: the runner reports it paused (event, status,
 // openetl.splits.paused, full queues in openetl.queue.depth), then
 // resumed once the destination moves, and counts the wait in
-// openetl.backpressure.duration and SplitStatus.Backpressure.
+// openetl.backpressure.duration and SplitStatus.Backpressure. Also when
+// the split placed a barrier before the queues filled ("barrier"): it
+// then waits for the barrier's alignment, which the engine stage reaches
+// only once the lane takes what is queued before it, so behind a stuck
+// destination that wait is backpressure too.
 func TestRunnerReportsBackpressurePause(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { testBackpressurePause(t, false, false) })
+	t.Run("unknown", func(t *testing.T) { testBackpressurePause(t, true, false) })
+	t.Run("barrier", func(t *testing.T) { testBackpressurePause(t, false, true) })
+}
+
+// onMessage is a slog handler that calls do, once, when a record with
+// message msg is logged: a test sequences on the runner's own logs.
+type onMessage struct {
+	msg  string
+	once *sync.Once
+	do   func()
+}
+
+func (h onMessage) Enabled(context.Context, slog.Level) bool { return true }
+func (h onMessage) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(h.do)
+	}
+	return nil
+}
+func (h onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h onMessage) WithGroup(string) slog.Handler      { return h }
+
+func testBackpressurePause(t *testing.T, unknown, barrier bool) {
 	f := newFixture(t, 1, 5000)
 	dst := &gatedDest{memDest: f.dst, gate: make(chan struct{})}
 	reader := sdkmetric.NewManualReader()
@@ -258,7 +300,26 @@ func TestRunnerReportsBackpressurePause(t *testing.T) {
 	defer mp.Shutdown(context.Background())
 	ev := newEventWaiter()
 	cfg := f.config(1)
+	if unknown {
+		cfg.Source = unknownPause{cfg.Source}
+	}
 	cfg.Name, cfg.Destination, cfg.OnEvent = "bp", dst, ev.on
+	// No barrier on the clock: in the plain cases none before the
+	// source's end, so the split waits on the full engine queue.
+	cfg.EpochInterval = time.Hour
+	if barrier {
+		// The byte budget asks for a barrier once the split flushed its
+		// 4th batch (64 records of 16: 246 bytes of keys and payloads);
+		// the split waits at its resume point after record 77 until the
+		// coordinator has logged the request, so the barrier is placed
+		// at record 70, 77 or 84: behind 5 or 6 batches, which fill the
+		// lane (one in the stuck Write, four queued) before the engine
+		// stage reaches it. The split then waits for the alignment, with
+		// the engine queue never full.
+		cfg.EpochBytes = 200
+		f.src.holdAt, f.src.hold = 77, make(chan struct{})
+		cfg.Logger = slog.New(onMessage{msg: "barrier requested", once: new(sync.Once), do: func() { close(f.src.hold) }})
+	}
 	cfg.MeterProvider, cfg.TracerProvider = mp, tracenoop.NewTracerProvider()
 	cfg.Monitor = runner.NewMonitor(cfg)
 	done := make(chan error, 1)
@@ -278,9 +339,13 @@ func TestRunnerReportsBackpressurePause(t *testing.T) {
 		t.Errorf("openetl.splits.paused = %d, want 1", got)
 	}
 	// The engine waits on the full lane queue, the split on the full
-	// engine queue (capacity 4 each).
-	if got := gaugeValue(t, ms["openetl.queue.depth"], attribute.NewSet(pipe, runner.AttrQueue.String("engine"))); got != 4 {
+	// engine queue (capacity 4 each), or, behind its barrier, for the
+	// barrier's alignment with the engine queue not full.
+	switch got := gaugeValue(t, ms["openetl.queue.depth"], attribute.NewSet(pipe, runner.AttrQueue.String("engine"))); {
+	case !barrier && got != 4:
 		t.Errorf("openetl.queue.depth{queue=engine} = %d, want 4 (full)", got)
+	case barrier && got > 1:
+		t.Errorf("openetl.queue.depth{queue=engine} = %d, want 0 or 1: the split waits for its barrier's alignment", got)
 	}
 	if got := gaugeValue(t, ms["openetl.queue.depth"], attribute.NewSet(pipe, runner.AttrQueue.String("lane"), runner.AttrLane.Int(0))); got != 4 {
 		t.Errorf("openetl.queue.depth{queue=lane,lane=0} = %d, want 4 (full)", got)
@@ -290,13 +355,8 @@ func TestRunnerReportsBackpressurePause(t *testing.T) {
 	if resumed.Split != "s0" || resumed.Paused < paused.Paused {
 		t.Errorf("stream.resumed %+v after %+v", resumed, paused)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Sync hangs")
+	if err := testutil.Recv(t, "Sync to return", done); err != nil {
+		t.Fatal(err)
 	}
 	st = cfg.Monitor.Status()
 	if st.Splits[0].Backpressure < paused.Paused || st.Paused != 0 {

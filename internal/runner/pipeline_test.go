@@ -12,6 +12,7 @@ import (
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/runner"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
 )
@@ -36,6 +37,23 @@ func (f *fixture) config(lanes int) runner.Config {
 		Name: "p", Source: f.src, Destination: f.dst, Store: f.store,
 		Lanes: lanes, BatchRows: 16, EpochInterval: 5 * time.Millisecond,
 		CommitBackoff: time.Millisecond, NewEngine: newFakeEngine,
+	}
+}
+
+// holdUntil makes f's splits wait at their first resume point at or past
+// record at until the attempt run with cfg has committed epoch: the read
+// is then still under way when the epoch commits, on any machine.
+func (f *fixture) holdUntil(cfg *runner.Config, at int, epoch uint64) {
+	f.src.holdAt, f.src.hold = at, make(chan struct{})
+	var once sync.Once
+	next := cfg.OnProgress
+	cfg.OnProgress = func(p runner.Progress) {
+		if next != nil {
+			next(p)
+		}
+		if p.Epoch >= epoch {
+			once.Do(func() { close(f.src.hold) })
+		}
 	}
 }
 
@@ -162,7 +180,7 @@ func TestCommitRetriedWithinAttempt(t *testing.T) {
 }
 
 func TestRunStopsWithCleanFinalCheckpoint(t *testing.T) {
-	f := newFixture(t, 2, 1_000_000)
+	f := newFixture(t, 2, 1<<30) // more than it can read: it never idles
 	f.src.delay = 20 * time.Microsecond
 	cfg := f.config(2)
 	cfg.EpochInterval = 20 * time.Millisecond
@@ -197,7 +215,9 @@ func TestRunStopsWithCleanFinalCheckpoint(t *testing.T) {
 }
 
 func TestZombieIsFenced(t *testing.T) {
-	f := newFixture(t, 2, 1_000_000)
+	// A has more than it can read: it keeps placing barriers, so it
+	// reaches a HEAD write after B claimed the pipeline, however late.
+	f := newFixture(t, 2, 1<<30)
 	f.src.delay = 10 * time.Microsecond
 	cfgA := f.config(1)
 	cfgA.EpochInterval = 10 * time.Millisecond
@@ -234,13 +254,8 @@ func TestZombieIsFenced(t *testing.T) {
 	if err := runner.Run(ctxB, cfgB); err != nil {
 		t.Fatalf("B: %v", err)
 	}
-	select {
-	case err := <-errA:
-		if !errors.Is(err, checkpoint.ErrFenced) && !errors.Is(err, sink.ErrFenced) {
-			t.Fatalf("A: want ErrFenced, got %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("A still running after being fenced")
+	if err := testutil.Recv(t, "A to stop after B claimed the pipeline", errA); !errors.Is(err, checkpoint.ErrFenced) && !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("A: want ErrFenced, got %v", err)
 	}
 	rows, _ := f.dst.rows()
 	f.src.rows = len(rows) + 1000 // beyond what any split has read
@@ -350,14 +365,16 @@ func TestByteBudgetClosesEpochs(t *testing.T) {
 	cfg := f.config(1)
 	cfg.EpochInterval = time.Hour
 	cfg.EpochBytes = 1000 // records carry ~4 bytes of key and payload
-	res, err := runner.Sync(context.Background(), cfg)
+	// The split waits half-way until an epoch commits, which only the
+	// budget can close: a budget that closes none hangs the sync.
+	f.holdUntil(&cfg, 1000, 1)
+	res, err := syncWithin(t, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Without the budget a sync with an hour's interval commits one
 	// epoch, its last. How many the budget adds depends on how far the
-	// source got before a barrier was placed (under load it can read
-	// everything first: make test saw 2), so at least one more.
+	// source got before a barrier was placed, so at least one more.
 	if res.Epochs < 2 {
 		t.Fatalf("%d epochs for ~8 KB read with a 1 KB budget", res.Epochs)
 	}

@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"time"
-
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/sink"
@@ -18,8 +14,8 @@ import (
 
 // The commit protocol, step by step (docs/commit-protocol.md tells it
 // whole). An epoch moves through five steps; the first two run where the
-// data flows, the last three here, on the commit goroutine (runCommit),
-// one epoch at a time in epoch order:
+// data flows, the last three here, on the commit goroutine (runCommit,
+// then commitEpoch), one epoch at a time in epoch order:
 //
 //  1. Barrier: the coordinator asks for one (an interval or a byte
 //     budget, coordinate); each split's pump places it right after the
@@ -41,26 +37,22 @@ import (
 //
 // An attempt starts with recover, which settles HEAD's epoch with the
 // destination before any new data flows.
+//
+// The functions here do the protocol's work only. What is reported of
+// it (logs, events, spans, metrics, status) sits beside them in
+// observe.go, one call per step: commitCheckpoint, observeCommit and
+// commitRetried, observeFinish, ackFailed, epochCommitted,
+// epochRecovered.
 
-// runCommit commits epochs in order: it writes the checkpoint record and
-// moves HEAD (the commit point), applies the epoch at the destination on
-// lane 0 and acknowledges the previous epoch's positions to the source.
-func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
+// runCommit collects each epoch's committables from the lanes and takes
+// the epochs, in order, through steps 3 to 5 (commitEpoch).
+func (r *runner) runCommit(ctx context.Context) error {
 	infos := map[uint64]*epochInfo{}
 	lanes := map[uint64][][]byte{}
+	extras := map[uint64][]*laneExtra{} // by lane: what their transforms did
 	got := map[uint64]int{}
 	next := r.firstEpoch
-	prev := r.head
-	var prevRef *checkpoint.Ref
-	var resume map[string][]byte
-	var totals map[string]checkpoint.Counts
-	if prev != nil {
-		ref := prev.Ref()
-		prevRef, resume, totals = &ref, prev.Resume, prev.Totals
-	}
-	ackStates := resume
-	counts := map[string]checkpoint.Counts{}
-	done := 0 // epochs committed
+	ch := newCommitChain(r.head)
 	acker, _ := r.cfg.Source.(source.Acker)
 	for {
 		var m commitMsg
@@ -77,40 +69,23 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 			}
 			lanes[m.epoch][m.lane] = m.c
 			got[m.epoch]++
+			if m.extra != nil {
+				if extras[m.epoch] == nil {
+					extras[m.epoch] = make([]*laneExtra, r.cfg.Lanes)
+				}
+				extras[m.epoch][m.lane] = m.extra
+			}
 		}
 		for infos[next] != nil && got[next] == r.cfg.Lanes {
 			info, cs := infos[next], lanes[next]
+			mergeExtras(info, extras[next])
 			delete(infos, next)
 			delete(lanes, next)
 			delete(got, next)
-			ectx := r.epochContext(ctx, next)
-			rec, err := r.checkpointEpoch(ectx, next, prevRef, resume, totals, info, cs)
+			delete(extras, next)
+			c, err := r.commitEpoch(ctx, ch, next, info, cs, acker)
 			if err != nil {
 				return err
-			}
-			log.Debug("epoch committed", "epoch", next)
-			t0 := time.Now()
-			err = r.commitDest(ectx, next, cs, log)
-			r.mon.inst.commitDur.Record(ctx, time.Since(t0).Seconds(), r.mon.destAttr)
-			if err != nil {
-				return err
-			}
-			if err := r.publishFiles(ctx, rec, info.side); err != nil {
-				return err
-			}
-			r.ackSource(ctx, acker, ackStates, next, log)
-			ackStates = rec.Resume
-			ref := rec.Ref()
-			prevRef, resume, totals = &ref, rec.Resume, rec.Totals
-			counts = addCounts(counts, info.counts)
-			r.epochCommitted(ctx, rec, counts)
-			done++
-			c := committed{epoch: next, epochs: done, counts: maps.Clone(counts), totals: maps.Clone(totals)}
-			r.lastCommit.Store(&c)
-			if rec.Final {
-				if err := r.finishDest(ectx, next); err != nil {
-					return err
-				}
 			}
 			select {
 			case r.commitCh <- c:
@@ -120,6 +95,64 @@ func (r *runner) runCommit(ctx context.Context, log *slog.Logger) error {
 			next++
 		}
 	}
+}
+
+// commitChain is what the commit goroutine carries from one epoch to the
+// next.
+type commitChain struct {
+	prev   *checkpoint.Ref              // the last committed record; nil: none yet
+	resume map[string][]byte            // its resume states...
+	totals map[string]checkpoint.Counts // ...and totals
+	ack    map[string][]byte            // states acknowledged with the next epoch
+	counts map[string]checkpoint.Counts // this attempt's, so far
+	epochs int                          // committed by this attempt
+}
+
+func newCommitChain(head *checkpoint.Record) *commitChain {
+	ch := &commitChain{counts: map[string]checkpoint.Counts{}}
+	if head != nil {
+		ref := head.Ref()
+		ch.prev, ch.resume, ch.totals = &ref, head.Resume, head.Totals
+	}
+	ch.ack = ch.resume
+	return ch
+}
+
+// commitEpoch takes epoch, which every lane has pre-committed (steps 1
+// and 2), through steps 3 to 5 and returns what the attempt committed
+// with it.
+func (r *runner) commitEpoch(ctx context.Context, ch *commitChain, epoch uint64, info *epochInfo, cs [][]byte,
+	acker source.Acker) (committed, error) {
+	ectx := r.epochContext(ctx, epoch)
+	// 3. Record and HEAD: the commit point.
+	rec, err := r.checkpointEpoch(ectx, epoch, ch.prev, ch.resume, ch.totals, info, cs)
+	if err != nil {
+		return committed{}, err
+	}
+	// 4. Commit: the epoch becomes visible; its side files are published
+	// once it is.
+	if err := r.commitDest(ectx, epoch, cs); err != nil {
+		return committed{}, err
+	}
+	if err := r.publishFiles(ctx, rec, info.side); err != nil {
+		return committed{}, err
+	}
+	// 5. Ack the previous epoch's positions.
+	r.ackSource(ctx, acker, ch.ack, epoch)
+
+	ref := rec.Ref()
+	ch.prev, ch.resume, ch.totals, ch.ack = &ref, rec.Resume, rec.Totals, rec.Resume
+	ch.counts = addCounts(ch.counts, info.counts)
+	ch.epochs++
+	r.epochCommitted(ctx, rec, ch.counts)
+	c := committed{epoch: epoch, epochs: ch.epochs, counts: maps.Clone(ch.counts), totals: maps.Clone(ch.totals)}
+	r.lastCommit.Store(&c)
+	if rec.Final {
+		if err := r.finishDest(ectx, epoch); err != nil {
+			return committed{}, err
+		}
+	}
+	return c, nil
 }
 
 // checkpointEpoch is step 3: the record of epoch next, following prev
@@ -155,24 +188,21 @@ func (r *runner) checkpointEpoch(ctx context.Context, next uint64, prev *checkpo
 	return rec, nil
 }
 
-// commitDest calls Commit on lane 0 with retries and backoff, in a span
-// of its own.
-func (r *runner) commitDest(ctx context.Context, epoch uint64, cs [][]byte, log *slog.Logger) (err error) {
-	ctx, span := r.mon.tracer.Start(ctx, "openetl.commit", trace.WithAttributes(
-		AttrEpoch.Int64(int64(epoch)), AttrGeneration.Int64(int64(r.gen)), AttrDestination.String(r.mon.dest)))
-	defer func() { endSpan(span, err) }()
+// commitDest calls Commit on lane 0, retrying with backoff.
+func (r *runner) commitDest(ctx context.Context, epoch uint64, cs [][]byte) (err error) {
+	ctx, end := r.observeCommit(ctx, epoch)
+	defer func() { end(err) }()
 	committables := make([]sink.Committable, len(cs))
 	for i, c := range cs {
 		committables[i] = c
 	}
 	backoff := r.cfg.CommitBackoff
-	for try := 0; ; try++ {
+	for try := 1; ; try++ {
 		err = r.writers[0].Commit(ctx, epoch, committables)
-		if err == nil || errors.Is(err, sink.ErrFenced) || try >= r.cfg.CommitRetries {
+		if err == nil || errors.Is(err, sink.ErrFenced) || try > r.cfg.CommitRetries {
 			break
 		}
-		log.Warn("destination commit failed; retrying", "epoch", epoch, "try", try+1, "err", err)
-		span.AddEvent("retry", trace.WithAttributes(attribute.Int("try", try+1)))
+		r.commitRetried(ctx, epoch, try, err)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -186,17 +216,11 @@ func (r *runner) commitDest(ctx context.Context, epoch uint64, cs [][]byte, log 
 	return nil
 }
 
-// finishDest calls lane 0's Finish, when the writer has one, after the
-// Final epoch's Commit.
+// finishDest calls lane 0's Finish after the Final epoch's Commit.
 func (r *runner) finishDest(ctx context.Context, epoch uint64) (err error) {
-	f, ok := r.writers[0].(sink.Finisher)
-	if !ok {
-		return nil
-	}
-	ctx, span := r.mon.tracer.Start(ctx, "openetl.finish", trace.WithAttributes(
-		AttrEpoch.Int64(int64(epoch)), AttrGeneration.Int64(int64(r.gen)), AttrDestination.String(r.mon.dest)))
-	defer func() { endSpan(span, err) }()
-	if err := f.Finish(ctx, epoch); err != nil {
+	ctx, end := r.observeFinish(ctx, epoch)
+	defer func() { end(err) }()
+	if err := r.writers[0].Finish(ctx, epoch); err != nil {
 		return fmt.Errorf("destination: finish epoch %d: %w", epoch, err)
 	}
 	return nil
@@ -205,19 +229,19 @@ func (r *runner) finishDest(ctx context.Context, epoch uint64) (err error) {
 // ackSource is step 5: it acknowledges the resume states of the epoch
 // before epoch (states; none for the attempt's first) to a source that
 // takes acknowledgements. A failed ack is retried with the next epoch's.
-func (r *runner) ackSource(ctx context.Context, acker source.Acker, states map[string][]byte, epoch uint64, log *slog.Logger) {
+func (r *runner) ackSource(ctx context.Context, acker source.Acker, states map[string][]byte, epoch uint64) {
 	if acker == nil || len(states) == 0 {
 		return
 	}
 	if err := acker.Ack(ctx, splitIDs(states)); err != nil {
-		log.Warn("source ack failed; retried with the next epoch", "epoch", epoch-1, "err", err)
+		r.ackFailed(epoch-1, err)
 	}
 }
 
 // recover raises the destination's fence and makes sure HEAD's epoch is
 // applied, rewinding the log past epochs the destination lost. A
 // destination ahead of the log fails it with a *sink.AheadError.
-func (r *runner) recover(ctx context.Context, log *slog.Logger) error {
+func (r *runner) recover(ctx context.Context) error {
 	for {
 		out, err := r.writers[0].Recover(ctx, r.gen, r.head)
 		if err != nil {
@@ -237,9 +261,8 @@ func (r *runner) recover(ctx context.Context, log *slog.Logger) error {
 			}
 			return r.publishFiles(ctx, r.head, nil)
 		case sink.Recoverable:
-			log.Info("applying the last committed epoch", "epoch", r.head.Epoch)
-			r.mon.emit(Event{Kind: EventEpochRecovered, Generation: r.gen, Epoch: r.head.Epoch, Outcome: out})
-			if err := r.commitDest(ctx, r.head.Epoch, r.head.Committables, log); err != nil {
+			r.epochRecovered(out, r.head.Epoch, 0)
+			if err := r.commitDest(ctx, r.head.Epoch, r.head.Committables); err != nil {
 				return err
 			}
 			return r.publishFiles(ctx, r.head, nil)
@@ -250,8 +273,7 @@ func (r *runner) recover(ctx context.Context, log *slog.Logger) error {
 			if r.head.Prev != nil {
 				to = *r.head.Prev
 			}
-			log.Warn("rewinding past a lost epoch", "epoch", r.head.Epoch, "to", to.Epoch)
-			r.mon.emit(Event{Kind: EventEpochRecovered, Generation: r.gen, Epoch: r.head.Epoch, Outcome: out})
+			r.epochRecovered(out, r.head.Epoch, to.Epoch)
 			if err := r.cfg.Store.Rewind(ctx, r.cfg.Name, r.gen, to); err != nil {
 				return fmt.Errorf("checkpoints: rewind past lost epoch %d: %w", r.head.Epoch, err)
 			}

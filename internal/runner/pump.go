@@ -98,10 +98,8 @@ func (p *pump) Record(stream string, op source.Op, seq int64, key, payload []byt
 		w := p.wait
 		p.wait = nil
 		p.mu.Unlock()
-		select {
-		case <-w:
-		case <-p.ctx.Done():
-			return p.stopErr()
+		if err := p.waitAligned(w); err != nil {
+			return err
 		}
 		p.mu.Lock()
 	}
@@ -124,7 +122,7 @@ func (p *pump) Record(stream string, op source.Op, seq int64, key, payload []byt
 		}
 		p.last = b
 	}
-	b.Append(op, seq, key, payload)
+	b.Append(uint8(op), seq, key, payload)
 	p.dirty = true
 	p.records.Add(1)
 	if b.Len() >= p.r.cfg.BatchRows || b.Bytes() >= p.r.cfg.BatchBytes {
@@ -181,6 +179,27 @@ func (p *pump) flushLocked(b *engine.RawBatch) error {
 		p.last = nb
 	}
 	return p.send(pumpMsg{kind: msgBatch, split: p.idx, batch: b})
+}
+
+// waitAligned waits until aligned is closed: every split has placed the
+// barrier and the engine stage has taken it. The engine takes it only
+// after what is queued before it, so behind a stuck destination the
+// wait lasts as long as the destination is stuck: it counts as waiting
+// on the runner (backpressure), as a wait on the full engine queue does.
+func (p *pump) waitAligned(aligned chan struct{}) error {
+	select {
+	case <-aligned:
+		return nil
+	default:
+	}
+	t0 := p.r.waitStart(p.idx)
+	defer p.r.waitEnd(p.idx, t0)
+	select {
+	case <-aligned:
+		return nil
+	case <-p.ctx.Done():
+		return p.stopErr()
+	}
 }
 
 func (p *pump) send(m pumpMsg) error {

@@ -102,6 +102,7 @@ func TestManySplitsTinyEpochsStayAligned(t *testing.T) {
 	cfg.BatchRows = 1
 	cfg.EpochInterval = time.Millisecond
 	cfg.EpochBytes = 1 // a barrier per aligned epoch
+	f.holdUntil(&cfg, 150, 1)
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	cfg.NewEngine = newFakeEngineWith(mem)
 	res, err := syncWithin(t, cfg)
@@ -125,26 +126,26 @@ func TestManySplitsTinyEpochsStayAligned(t *testing.T) {
 }
 
 // runnerGoroutines returns the stacks of goroutines running code of
-// package pipeline (not its tests).
+// package runner (not its tests).
 func runnerGoroutines() []string {
-	return testutil.Goroutines("github.com/openetl/etl/pipeline.")
+	return testutil.Goroutines("github.com/openetl/etl/internal/runner.")
 }
 
 // checkNoRunnerGoroutines fails when goroutines of the runner outlive
-// the attempt (after a grace period for ones that are just returning).
+// the attempt. Ones that are just returning (the event queue's, which
+// the attempt does not wait for) get until the test's deadline.
 func checkNoRunnerGoroutines(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		gs := runnerGoroutines()
-		if len(gs) == 0 {
-			return
+	var gs []string
+	defer func() {
+		if t.Failed() && len(gs) > 0 {
+			t.Logf("%d runner goroutines outlive the attempt:\n%s", len(gs), strings.Join(gs, "\n\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d runner goroutines outlive the attempt:\n%s", len(gs), strings.Join(gs, "\n\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	}()
+	testutil.Until(t, "the runner's goroutines to end", func() bool {
+		gs = runnerGoroutines()
+		return len(gs) == 0
+	})
 }
 
 // Run stops its splits with source.ErrStopping: nothing the attempt
@@ -161,13 +162,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 // waitIdle waits until n unbounded splits of f's source sit at their end.
 func waitIdle(t *testing.T, f *fixture, n int32) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for f.src.idle.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d splits reached their end", f.src.idle.Load(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Until(t, fmt.Sprintf("%d splits at their end", n), func() bool { return f.src.idle.Load() >= n })
 }
 
 // doneMarkerSource has one stream "s0" and one split that reads rows
@@ -241,13 +236,8 @@ func syncWithin(t *testing.T, cfg runner.Config) (runner.Result, error) {
 		res, err := runner.Sync(context.Background(), cfg)
 		ch <- out{res, err}
 	}()
-	select {
-	case o := <-ch:
-		return o.res, o.err
-	case <-time.After(60 * time.Second):
-		t.Fatal("Sync hangs")
-		return runner.Result{}, nil
-	}
+	o := testutil.Recv(t, "Sync to return", ch)
+	return o.res, o.err
 }
 
 func TestSplitErrorFailsSync(t *testing.T) {
@@ -341,8 +331,8 @@ type nilHeadDest struct {
 	out sink.Outcome
 }
 
-func (d nilHeadDest) Writer(ctx context.Context, p string, lane int) (sink.Writer, error) {
-	w, err := d.memDest.Writer(ctx, p, lane)
+func (d nilHeadDest) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
+	w, err := d.memDest.Writer(ctx, cfg)
 	return nilHeadWriter{w.(*memWriter), d.out}, err
 }
 
@@ -378,12 +368,14 @@ func TestRecoverOutcomeWithoutHeadFailsSync(t *testing.T) {
 // it committed, and the next sync reads the rest exactly once.
 func TestSyncCancelAbandons(t *testing.T) {
 	f := newFixture(t, 4, 20_000)
-	f.src.delay = 5 * time.Microsecond
+	// The splits wait half-way until the Sync is cancelled, so it can't
+	// end before.
+	f.src.holdAt, f.src.hold = 10_000, make(chan struct{})
 	cfg := f.config(2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg.OnProgress = func(p runner.Progress) {
-		if p.Epoch >= 2 {
+		if p.Epoch >= 1 {
 			cancel()
 		}
 	}
@@ -396,18 +388,13 @@ func TestSyncCancelAbandons(t *testing.T) {
 		res, err := runner.Sync(ctx, cfg)
 		ch <- out{res, err}
 	}()
-	var o out
-	select {
-	case o = <-ch:
-	case <-time.After(60 * time.Second):
-		t.Fatal("Sync did not return after cancel")
-	}
-	if !errors.Is(o.err, context.Canceled) {
-		t.Fatalf("want context.Canceled, got %v (result %+v)", o.err, o.res)
+	o := testutil.Recv(t, "Sync to return after cancel", ch)
+	if !errors.Is(o.err, context.Canceled) || o.res.Epochs < 1 {
+		t.Fatalf("want context.Canceled after an epoch, got %v (result %+v)", o.err, o.res)
 	}
 	checkNoRunnerGoroutines(t)
 	f.checkWritersClosed(t)
-	f.src.delay = 0
+	close(f.src.hold)
 	if _, err := syncWithin(t, f.config(2)); err != nil {
 		t.Fatal(err)
 	}
@@ -415,22 +402,27 @@ func TestSyncCancelAbandons(t *testing.T) {
 	f.checkLog(t)
 }
 
-// Repeated Runs, each cancelled at a random point, with many splits and
-// tiny epochs: every stop is clean and the log stays consistent.
+// Repeated Runs, each cancelled at a different point (after its first
+// record, after a few hundred, a few thousand, or once every split sits
+// at its end), with many splits and tiny epochs: every stop is clean and
+// the log stays consistent.
 func TestRunStopRestartCycles(t *testing.T) {
 	f := newFixture(t, 8, 3000)
 	f.src.rpEvery = 5
 	f.src.badEvery = 7
-	f.src.delay = 2 * time.Microsecond
-	for i := range 6 {
+	for i, records := range []int64{1, 300, 3000, 1, 10_000, 24_000} {
 		cfg := f.config(3)
 		cfg.BatchRows = 2
 		cfg.EpochInterval = time.Millisecond
 		cfg.EpochBytes = 64
-		runThenCancel(t, cfg, func() { time.Sleep(time.Duration(5+10*i) * time.Millisecond) })
+		from := f.src.emitted.Load()
+		runThenCancel(t, cfg, func() {
+			testutil.Until(t, fmt.Sprintf("run %d to read %d records or reach the end", i+1, records), func() bool {
+				return f.src.emitted.Load()-from >= records || f.src.idle.Load() == 8
+			})
+		})
 		checkNoRunnerGoroutines(t)
 	}
-	f.src.delay = 0
 	if _, err := syncWithin(t, f.config(3)); err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +435,7 @@ func TestRunStopRestartCycles(t *testing.T) {
 // epochs: the older is fenced and whatever either committed stays
 // consistent.
 func TestZombieManySplits(t *testing.T) {
-	f := newFixture(t, 8, 1_000_000)
+	f := newFixture(t, 8, 1<<30) // more than A can read: it never idles
 	f.src.delay = 5 * time.Microsecond
 	f.src.rpEvery = 3
 	mk := func() runner.Config {
@@ -466,11 +458,7 @@ func TestZombieManySplits(t *testing.T) {
 		}
 	}
 	go func() { errA <- runner.Run(ctxA, cfgA) }()
-	select {
-	case <-progressA:
-	case <-time.After(30 * time.Second):
-		t.Fatal("A committed nothing")
-	}
+	testutil.Recv(t, "A to commit 3 epochs", progressA)
 	// B takes over; A must notice at its next HEAD write and stop.
 	ctxB, cancelB := context.WithCancel(context.Background())
 	defer cancelB()
@@ -487,13 +475,9 @@ func TestZombieManySplits(t *testing.T) {
 		err   chan error
 		fence bool
 	}{{"A", errA, true}, {"B", errB, false}} {
-		select {
-		case err := <-ch.err:
-			if fenced := errors.Is(err, checkpoint.ErrFenced) || errors.Is(err, sink.ErrFenced); fenced != ch.fence || !fenced && err != nil {
-				t.Fatalf("%s: %v", ch.name, err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Fatalf("%s still running", ch.name)
+		err := testutil.Recv(t, ch.name+" to stop", ch.err)
+		if fenced := errors.Is(err, checkpoint.ErrFenced) || errors.Is(err, sink.ErrFenced); fenced != ch.fence || !fenced && err != nil {
+			t.Fatalf("%s: %v", ch.name, err)
 		}
 	}
 	checkNoRunnerGoroutines(t)
@@ -541,12 +525,7 @@ func runThenCancel(t *testing.T, cfg runner.Config, wait func()) {
 	go func() { done <- runner.Run(ctx, cfg) }()
 	wait()
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run after cancel: %v", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Run did not return within a minute of cancel")
+	if err := testutil.Recv(t, "Run to return after cancel", done); err != nil {
+		t.Fatalf("Run after cancel: %v", err)
 	}
 }

@@ -15,12 +15,15 @@ import (
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/source"
 )
 
 type laneMsg struct {
 	barrier bool
 	epoch   uint64
-	stream  string
+	stream  string // the destination table
+	source  string // the source's stream
+	split   int    // the split whose raw batch the rows came from
 	rec     arrow.RecordBatch
 }
 
@@ -49,18 +52,26 @@ type commitMsg struct {
 	lane  int        // set by a writer lane, with c
 	epoch uint64
 	c     sink.Committable
+	// extra is what a lane's transforms counted and set aside in the
+	// epoch (nil: nothing), merged into info before the epoch commits.
+	extra *laneExtra
 }
 
 // quarantineLine is one line of a quarantine file.
 type quarantineLine struct {
-	Stream        string `json:"stream"`
-	Split         string `json:"split"`
-	Epoch         uint64 `json:"epoch"`
-	Generation    uint64 `json:"generation"`
-	Seq           int64  `json:"seq"`
-	Op            string `json:"op"`
-	Reason        string `json:"reason"`
-	Detail        string `json:"detail"`
+	Stream     string `json:"stream"`
+	Split      string `json:"split"`
+	Epoch      uint64 `json:"epoch"`
+	Generation uint64 `json:"generation"`
+	Seq        int64  `json:"seq"`
+	Op         string `json:"op"`
+	Reason     string `json:"reason"`
+	Detail     string `json:"detail"`
+	// RejectedBy is "transform" for a row a stream's transform rejected
+	// (the engine's rejects leave it out), whose Payload is the row as
+	// the transform got it, as a JSON object, and ID its _openetl_id.
+	RejectedBy    string `json:"rejected_by,omitempty"`
+	ID            string `json:"id,omitempty"`
 	Key           string `json:"key,omitempty"`
 	KeyBase64     string `json:"key_base64,omitempty"`
 	Payload       string `json:"payload,omitempty"`
@@ -187,6 +198,7 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 			buf = r.appendQuarantine(buf, m, q, epoch)
 		}
 		side[k] = buf
+		r.mon.rec.Load().quarantined(epoch, b.Stream, len(out.Quarantined), func(i int) string { return string(out.Quarantined[i].Reason) })
 	}
 	if len(out.Held) > 0 {
 		k := sideKey{kindHeld, b.Stream}
@@ -208,16 +220,23 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 	if table == "" {
 		table = b.Stream
 	}
-	held := c.Held
-	if out.Record, err = r.holdBack(ctx, m, table, out.Record, &c, side, epoch); err != nil {
-		out.Record.Release()
-		return err
-	}
-	if c.Held != held {
-		counts[b.Stream] = c
+	// A transformed stream's schema checks come after its transform, on
+	// the lanes (transform.go).
+	if r.cfg.Transforms[b.Stream] == nil {
+		held := c.Held
+		if r.checked == nil {
+			r.checked = map[string]*checkedSchema{}
+		}
+		if out.Record, err = r.holdBack(ctx, r.checked, b.Stream, m.split, table, out.Record, &c, side, epoch); err != nil {
+			out.Record.Release()
+			return err
+		}
+		if c.Held != held {
+			counts[b.Stream] = c
+		}
 	}
 	if len(r.toLanes) == 1 {
-		return r.sendLane(ctx, 0, laneMsg{stream: table, rec: out.Record})
+		return r.sendLane(ctx, 0, laneMsg{stream: table, source: b.Stream, split: m.split, rec: out.Record})
 	}
 	defer out.Record.Release()
 	for lane := range r.toLanes {
@@ -225,7 +244,8 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 		if hi <= lo {
 			continue
 		}
-		if err := r.sendLane(ctx, lane, laneMsg{stream: table, rec: out.Record.NewSlice(int64(lo), int64(hi))}); err != nil {
+		lm := laneMsg{stream: table, source: b.Stream, split: m.split, rec: out.Record.NewSlice(int64(lo), int64(hi))}
+		if err := r.sendLane(ctx, lane, lm); err != nil {
 			return err
 		}
 	}
@@ -256,7 +276,7 @@ func (r *runner) appendQuarantine(buf []byte, m pumpMsg, q engine.Quarantined, e
 	l := quarantineLine{
 		Stream: m.batch.Stream, Split: string(r.pumps[m.split].id),
 		Epoch: epoch, Generation: uint64(r.gen),
-		Seq: seq, Op: op.String(), Reason: string(q.Reason), Detail: q.Detail,
+		Seq: seq, Op: source.Op(op).String(), Reason: string(q.Reason), Detail: q.Detail,
 	}
 	l.Key, l.KeyBase64 = textOrBase64(key)
 	if utf8.Valid(payload) {
@@ -273,7 +293,7 @@ func (r *runner) appendHeld(buf []byte, m pumpMsg, h engine.Held, table string, 
 	op, seq, key, _ := m.batch.Row(h.Row)
 	l := heldLine{
 		Stream: m.batch.Stream, Table: table, Split: string(r.pumps[m.split].id),
-		Epoch: epoch, Generation: uint64(r.gen), Seq: seq, Op: op.String(), Column: h.Column,
+		Epoch: epoch, Generation: uint64(r.gen), Seq: seq, Op: source.Op(op).String(), Column: h.Column,
 	}
 	l.Key, l.KeyBase64 = textOrBase64(key)
 	l.Value, l.ValueBase64 = textOrBase64(h.Value)
@@ -323,6 +343,7 @@ func textOrBase64(b []byte) (text, b64 string) {
 // runLane feeds one writer lane.
 func (r *runner) runLane(ctx context.Context, lane int) error {
 	w := r.writers[lane]
+	lt := r.newLaneTransforms(lane) // nil without transforms
 	for {
 		var m laneMsg
 		select {
@@ -331,6 +352,12 @@ func (r *runner) runLane(ctx context.Context, lane int) error {
 			return nil
 		}
 		if !m.barrier {
+			if fn := r.cfg.Transforms[m.source]; fn != nil {
+				if err := lt.run(ctx, w, fn, m); err != nil {
+					return err
+				}
+				continue
+			}
 			err := w.Write(ctx, m.stream, m.rec)
 			m.rec.Release()
 			if err != nil {
@@ -342,7 +369,7 @@ func (r *runner) runLane(ctx context.Context, lane int) error {
 		if err != nil {
 			return fmt.Errorf("destination: lane %d: precommit epoch %d: %w", lane, m.epoch, err)
 		}
-		if !r.sendCommit(ctx, commitMsg{lane: lane, epoch: m.epoch, c: c}) {
+		if !r.sendCommit(ctx, commitMsg{lane: lane, epoch: m.epoch, c: c, extra: lt.take(m.epoch)}) {
 			return nil
 		}
 	}

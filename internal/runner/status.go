@@ -12,17 +12,22 @@ import (
 // Phase is where a pipeline's latest attempt is.
 type Phase string
 
-// The phases of an attempt, in order; an attempt ends in one of the last
-// four.
+// The phases of an attempt, in order; an attempt ends in succeeded,
+// stopped, failed or fenced. PhaseRetrying comes between two attempts.
 const (
 	PhaseIdle      Phase = "idle"      // no attempt has run in this process yet
 	PhaseStarting  Phase = "starting"  // discovering, claiming, recovering, opening splits
 	PhaseRunning   Phase = "running"   // reading and committing epochs
 	PhaseStopping  Phase = "stopping"  // the final barrier is requested; committing the last epochs
+	PhaseSteps     Phase = "steps"     // a Sync committed to the source's end; its after-sync steps run
 	PhaseSucceeded Phase = "succeeded" // a Sync read to the source's end and committed it
 	PhaseStopped   Phase = "stopped"   // a Run stopped cleanly, or a Sync was abandoned by its context
 	PhaseFailed    Phase = "failed"    // the attempt failed (Status.LastError)
 	PhaseFenced    Phase = "fenced"    // a newer attempt took the pipeline over
+	// PhaseRetrying: the latest attempt failed with a transient error and
+	// the next starts after a backoff (RetryPolicy); Status.LastError
+	// says why.
+	PhaseRetrying Phase = "retrying"
 )
 
 // Status is a snapshot of a pipeline's latest attempt in this process.
@@ -45,6 +50,9 @@ type Status struct {
 	Epochs int
 	// Read counts the records this attempt read, committed or not.
 	Read int64
+	// Step is the after-sync step running (PhaseSteps), or the last one
+	// that ran.
+	Step string
 	// Streams holds per-stream counts and snapshot progress.
 	Streams map[string]StreamStatus
 	// Splits holds what is known of each split at the last poll (about
@@ -64,6 +72,9 @@ type Status struct {
 	// success does not clear it.
 	LastError     string
 	LastErrorTime time.Time
+	// Retries counts the attempts retried in a row after transient
+	// failures (RetryPolicy), since the last committed epoch.
+	Retries int
 	// EventsDropped counts the events dropped because the event queue
 	// was full (the OnEvent callback was too slow), over the life of the
 	// pipeline value.
@@ -97,6 +108,9 @@ type attemptState struct {
 	// splits is indexed like the runner's splits; set before they start
 	// reading, never resized.
 	splits []splitObs
+	// readingSince is when the attempt began reading (wall clock, for
+	// RetryPolicy); zero before.
+	readingSince time.Time
 	// pollMu makes polls (from the coordinator and at commits) one at a
 	// time, so that pause transitions are seen in order.
 	pollMu sync.Mutex

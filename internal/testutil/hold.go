@@ -257,8 +257,10 @@ func (c *Child) unblock() {
 
 // HoldSource is the child's side of a Hold: it returns src wrapped to
 // hold as the environment StartChild set says, or src itself when the
-// process was not started with a hold. The wrapper passes Ack and Close
-// on to src.
+// process was not started with a hold. The wrapper forwards every
+// optional capability of the source contract (Ack and Close to src; Lag,
+// SnapshotProgress and Paused to the splits; Report to the runner's
+// Emitter).
 func HoldSource(src source.Source) source.Source {
 	spec := os.Getenv(holdEnv)
 	if spec == "" {
@@ -276,12 +278,23 @@ func HoldSource(src source.Source) source.Source {
 	return &holdSource{Source: src, after: after, match: regexp.MustCompile(pattern), report: os.NewFile(uintptr(fd), "hold")}
 }
 
+// HoldUntil is a Hold in the test's own process: it returns src wrapped
+// so that each split stops at its first resume point after it emitted
+// after records in a Read, and waits there until release is closed (then
+// reads on) or the Read's context ends. A test uses it to keep a read
+// under way, whatever the machine's speed, until something else has
+// happened. The wrapper forwards what HoldSource's does.
+func HoldUntil(src source.Source, after int64, release <-chan struct{}) source.Source {
+	return &holdSource{Source: src, after: after, match: regexp.MustCompile(""), release: release}
+}
+
 type holdSource struct {
 	source.Source
-	after  int64
-	match  *regexp.Regexp
-	mu     sync.Mutex
-	report *os.File
+	after   int64
+	match   *regexp.Regexp
+	mu      sync.Mutex
+	report  *os.File        // a child's: where it says it holds
+	release <-chan struct{} // HoldUntil's; nil: hold until the end
 }
 
 func (s *holdSource) Open(ctx context.Context, streams []string, resume map[source.SplitID][]byte) ([]source.Split, error) {
@@ -317,6 +330,36 @@ func (sp *holdSplit) Read(ctx context.Context, e source.Emitter, bounded bool) e
 	return sp.Split.Read(ctx, &holdEmitter{Emitter: e, sp: sp, ctx: ctx}, bounded)
 }
 
+func (sp *holdSplit) Lag() (behind int64, unit string, age time.Duration, ok bool) {
+	if r, is := sp.Split.(source.LagReporter); is {
+		return r.Lag()
+	}
+	return 0, "", 0, false
+}
+
+func (sp *holdSplit) SnapshotProgress() (stream string, done, estimated int64, ok bool) {
+	if r, is := sp.Split.(source.SnapshotReporter); is {
+		return r.SnapshotProgress()
+	}
+	return "", 0, 0, false
+}
+
+func (sp *holdSplit) Paused() (paused bool, since time.Time, ok bool) {
+	if r, is := sp.Split.(source.PauseReporter); is {
+		return r.Paused()
+	}
+	return false, time.Time{}, false
+}
+
+var (
+	_ source.Acker            = (*holdSource)(nil)
+	_ source.Closer           = (*holdSource)(nil)
+	_ source.LagReporter      = (*holdSplit)(nil)
+	_ source.SnapshotReporter = (*holdSplit)(nil)
+	_ source.PauseReporter    = (*holdSplit)(nil)
+	_ source.Reporter         = (*holdEmitter)(nil)
+)
+
 type holdEmitter struct {
 	source.Emitter
 	sp  *holdSplit
@@ -329,14 +372,26 @@ func (e *holdEmitter) Record(stream string, op source.Op, seq int64, key, payloa
 	return e.Emitter.Record(stream, op, seq, key, payload)
 }
 
+func (e *holdEmitter) Report(n source.Notice) {
+	if r, ok := e.Emitter.(source.Reporter); ok {
+		r.Report(n)
+	}
+}
+
 func (e *holdEmitter) ResumePoint(state []byte) error {
 	if err := e.Emitter.ResumePoint(state); err != nil || e.n < e.sp.s.after {
 		return err
 	}
 	s := e.sp.s
-	s.mu.Lock()
-	fmt.Fprintf(s.report, "%s\n", e.sp.ID())
-	s.mu.Unlock()
-	<-e.ctx.Done()
-	return context.Cause(e.ctx)
+	if s.report != nil {
+		s.mu.Lock()
+		fmt.Fprintf(s.report, "%s\n", e.sp.ID())
+		s.mu.Unlock()
+	}
+	select {
+	case <-e.ctx.Done():
+		return context.Cause(e.ctx)
+	case <-s.release:
+		return nil
+	}
 }

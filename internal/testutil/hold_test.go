@@ -10,7 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +20,9 @@ import (
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink/sinktest"
+	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/faker"
+	"github.com/openetl/etl/source/sourcetest"
 )
 
 // TestHoldChild is the child of TestHoldSource: a faker sync through
@@ -68,14 +72,10 @@ func TestHoldSource(t *testing.T) {
 		t.Fatalf("the child exited without holding: %v\n%s", c.Err(), c.Output())
 	}
 	// The runner commits up to the held split's resume point.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
-		if st, ok := ordersCommitted(t, dir); ok && st >= 500 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no checkpoint reached the hold point")
-		}
-	}
+	testutil.Until(t, "a checkpoint at the hold point", func() bool {
+		st, ok := ordersCommitted(t, dir)
+		return ok && st >= 500
+	})
 	if !c.Kill() {
 		t.Fatalf("the held child was not ended by the kill: %v\n%s", c.Err(), c.Output())
 	}
@@ -141,16 +141,14 @@ func TestBlockOutput(t *testing.T) {
 	}
 	fmt.Fprintln(in, "go on")
 	// A thread of the child waits in its write of "second".
-	for deadline := time.Now().Add(time.Minute); !inStdoutWrite(cmd.Process.Pid); time.Sleep(5 * time.Millisecond) {
+	testutil.Until(t, "the child's write to block", func() bool {
 		select {
 		case <-c.Exited():
 			t.Fatalf("child exited with its output blocked: %v\n%s", c.Err(), c.Output())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the child's write never blocked")
-		}
-	}
+		return inStdoutWrite(cmd.Process.Pid)
+	})
 	if !c.Kill() {
 		t.Fatalf("child not killed: %v", c.Err())
 	}
@@ -169,4 +167,30 @@ func inStdoutWrite(pid int) bool {
 		}
 	}
 	return false
+}
+
+// TestHoldSourceForwards: the hold wrapper forwards every optional
+// capability of the source contract, so a kill test's source reports
+// what the source it wraps reports.
+func TestHoldSourceForwards(t *testing.T) {
+	_, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	t.Setenv("OPENETL_TEST_HOLD", "1000000 .*") // holds no probe split
+	t.Setenv("OPENETL_TEST_HOLD_FD", "")
+	sourcetest.CheckWrapper(t, func(src source.Source) source.Source {
+		// The wrapper takes the report pipe's descriptor as its own.
+		fd, err := syscall.Dup(int(w.Fd()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Setenv("OPENETL_TEST_HOLD_FD", strconv.Itoa(fd))
+		wrapped := testutil.HoldSource(src)
+		if wrapped == src {
+			t.Fatal("HoldSource did not wrap the source")
+		}
+		return wrapped
+	})
 }

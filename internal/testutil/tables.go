@@ -28,10 +28,18 @@ type TableStats struct {
 // (prefix "") with pyarrow, independently of the Go code that wrote it.
 func ReadParquetTables(t testing.TB, tablesDir string) map[string]*TableStats {
 	t.Helper()
+	return ReadParquetTablesUnder(t, tablesDir, "")
+}
+
+// ReadParquetTablesUnder is ReadParquetTables for a destination with a
+// prefix: bucketDir is the bucket's directory (the keys in manifests are
+// relative to it), and the tables are under bucketDir/prefix.
+func ReadParquetTablesUnder(t testing.TB, bucketDir, prefix string) map[string]*TableStats {
+	t.Helper()
 	py := Python(t)
 	script := filepath.Join(Root(t), "internal", "testutil", "py", "read_parquet_tables.py")
 	out := t.TempDir()
-	cmd := exec.Command(py, script, tablesDir, out)
+	cmd := exec.Command(py, script, filepath.Join(bucketDir, prefix), out, bucketDir)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.Output()
 	if err != nil {

@@ -60,3 +60,16 @@ func Python(t testing.TB) string {
 	}
 	return pyPath
 }
+
+// DBT returns the dbt executable (dbt-core with dbt-postgres) of the
+// virtualenv scripts/test-tools.sh installs, beside Python's
+// interpreter. It fails the test when there is none: set OPENETL_PYTHON
+// to that virtualenv's python, or unset it.
+func DBT(t testing.TB) string {
+	t.Helper()
+	dbt := filepath.Join(filepath.Dir(Python(t)), "dbt")
+	if _, err := os.Stat(dbt); err != nil {
+		t.Fatalf("dbt is not beside the test tools' python (%v): run scripts/test-tools.sh, or unset OPENETL_PYTHON", err)
+	}
+	return dbt
+}

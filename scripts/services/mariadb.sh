@@ -53,6 +53,14 @@ start_mariadb() {
   runuser -u mysql -- "$(mariadb_bin mariadb-install-db mysql_install_db)" --no-defaults --datadir="$data/data" \
     --user=mysql --auth-root-authentication-method=normal --skip-test-db >"$DIR/mariadb.install.log" 2>&1 ||
     die "mariadb: mariadb-install-db failed: $(tail -3 "$DIR/mariadb.install.log")"
+  run_mariadb
+}
+
+# run_mariadb starts the server start_mariadb prepared, on its port from
+# its data (servers.sh up runs it again after down).
+run_mariadb() {
+  local port data=$DIR/mariadb
+  port=$(cat "$DIR/mariadb.port")
   # In the foreground under launch, so stop_one stops it by its process
   # group. innodb_flush_log_at_trx_commit=2 and sync_binlog=0: test data,
   # no fsync per commit (a SIGKILLed client never loses committed rows;

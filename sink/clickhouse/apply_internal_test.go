@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -89,7 +90,7 @@ func TestCrashBetweenCopyAndRecord(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sw, _ := d1.Writer(ctx, pipeline, 0)
+			sw, _ := d1.Writer(ctx, sink.WriterConfig{Pipeline: pipeline})
 			w1 := sw.(*writer)
 			if _, err := w1.Recover(ctx, 1, nil); err != nil {
 				t.Fatal(err)
@@ -128,7 +129,7 @@ func TestCrashBetweenCopyAndRecord(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sw2, _ := d2.Writer(ctx, pipeline, 0)
+			sw2, _ := d2.Writer(ctx, sink.WriterConfig{Pipeline: pipeline})
 			w2 := sw2.(*writer)
 			head := &checkpoint.Record{Pipeline: pipeline, Epoch: 1, Generation: 1, Committables: [][]byte{c}}
 			out, err := w2.Recover(ctx, 2, head)
@@ -174,7 +175,7 @@ func TestFencedApplyCopiesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw, _ := d.Writer(ctx, "fence", 0)
+	sw, _ := d.Writer(ctx, sink.WriterConfig{Pipeline: "fence"})
 	w := sw.(*writer)
 	if _, err := w.Recover(ctx, 1, nil); err != nil {
 		t.Fatal(err)
@@ -200,18 +201,19 @@ func TestFencedApplyCopiesNothing(t *testing.T) {
 	}
 }
 
-// TestRecoverDropsLeftovers: blocks an older attempt staged and no
+// TestCollectDropsLeftovers: blocks an older attempt staged and no
 // checkpoint record names (sent mid-epoch, then the process died) are
-// dropped by the next attempt's Recover; the head epoch's blocks are
-// kept and applied.
-func TestRecoverDropsLeftovers(t *testing.T) {
+// dropped by the next attempt's Collect (after its Recover), unless
+// the generation no longer holds the pipeline; the head epoch's blocks
+// are kept and applied.
+func TestCollectDropsLeftovers(t *testing.T) {
 	conn, db := testConn(t)
 	ctx := context.Background()
 	d1, err := New(ctx, Config{Conn: conn, Database: db, BlockRows: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw, _ := d1.Writer(ctx, "left", 0)
+	sw, _ := d1.Writer(ctx, sink.WriterConfig{Pipeline: "left"})
 	w1 := sw.(*writer)
 	if _, err := w1.Recover(ctx, 1, nil); err != nil {
 		t.Fatal(err)
@@ -243,14 +245,32 @@ func TestRecoverDropsLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw2, _ := d2.Writer(ctx, "left", 0)
+	sw2, _ := d2.Writer(ctx, sink.WriterConfig{Pipeline: "left"})
 	w2 := sw2.(*writer)
 	head := &checkpoint.Record{Pipeline: "left", Epoch: 1, Generation: 1, Committables: [][]byte{c1}}
 	if out, err := w2.Recover(ctx, 2, head); err != nil || out != sink.Recoverable {
 		t.Fatalf("Recover = %v, %v; want recoverable", out, err)
 	}
+	if n := countRows(t, conn, stage); n != 20 {
+		t.Fatalf("after Recover %d rows staged, want 20 (Collect drops leftovers)", n)
+	}
+	req := sink.CollectRequest{Pipeline: "left", Generation: 2, Head: head,
+		Held: func(context.Context) error { return sink.ErrFenced }}
+	if out, err := d2.Collect(ctx, req); !errors.Is(err, sink.ErrFenced) || out.Removed != 0 {
+		t.Fatalf("Collect by a generation no longer holding the pipeline = %+v, %v; want nothing dropped, fenced", out, err)
+	}
+	if n := countRows(t, conn, stage); n != 20 {
+		t.Fatalf("after a refused Collect %d rows staged, want 20", n)
+	}
+	req.Held = func(context.Context) error { return nil }
+	if out, err := d2.Collect(ctx, req); err != nil || out.Removed != 1 || out.Kept != 1 {
+		t.Fatalf("Collect = %+v, %v; want 1 block dropped, the head's kept", out, err)
+	}
 	if n := countRows(t, conn, stage); n != 10 {
-		t.Fatalf("after Recover %d rows staged, want the head's 10", n)
+		t.Fatalf("after Collect %d rows staged, want the head's 10", n)
+	}
+	if out, err := d2.Collect(ctx, req); err != nil || out.Removed != 0 {
+		t.Fatalf("Collect again = %+v, %v; want nothing more", out, err)
 	}
 	if err := w2.Commit(ctx, 1, []sink.Committable{c1}); err != nil {
 		t.Fatal(err)

@@ -186,7 +186,7 @@ func BenchmarkWriter(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sw, _ := d.Writer(ctx, "bench", 0)
+	sw, _ := d.Writer(ctx, sink.WriterConfig{Pipeline: "bench"})
 	w := sw.(*writer)
 	defer w.Close(ctx)
 	if _, err := w.Recover(ctx, 1, nil); err != nil {
@@ -236,7 +236,7 @@ func BenchmarkWriterCommitted(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sw, _ := d.Writer(ctx, "bench", 0)
+	sw, _ := d.Writer(ctx, sink.WriterConfig{Pipeline: "bench"})
 	w := sw.(*writer)
 	defer w.Close(ctx)
 	if _, err := w.Recover(ctx, 1, nil); err != nil {

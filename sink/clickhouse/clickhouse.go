@@ -31,16 +31,15 @@ const (
 // with each retry.
 const retryBackoff = 100 * time.Millisecond
 
-// Table configures one destination table.
+// Table holds one destination table's physical options. Whether it is
+// a merge table, and by which key, is the pipeline's to say
+// (etl.Builder.Mode with delivery.Merge; the stream's primary key): a
+// merged stream's table is a ReplacingMergeTree ordered by the key
+// (package doc, Tables).
 type Table struct {
-	// Key makes the table a merge table: a ReplacingMergeTree ordered by
-	// these columns (destination names, normally the stream's primary
-	// key) with _openetl_seq as its version, so the latest version of each
-	// key wins. Key columns are created non-Nullable; a row with a null
-	// key is quarantined. Empty: an append table.
-	Key []string
-	// OrderBy is an append table's sort key; default _openetl_seq.
-	// Ignored for merge tables.
+	// OrderBy is an append table's sort key (destination column names);
+	// default _openetl_seq. A merged stream's table is ordered by its
+	// key: Build fails when OrderBy is set for one.
 	OrderBy []string
 }
 
@@ -65,8 +64,8 @@ type Config struct {
 	// "default".
 	Database string
 
-	// Tables configures tables by destination name; a table not listed
-	// is an append table ordered by _openetl_seq.
+	// Tables holds tables' physical options by destination name; an
+	// append table not listed is ordered by _openetl_seq.
 	Tables map[string]Table
 
 	// BlockRows is how many rows a lane gathers per stream before it
@@ -148,12 +147,9 @@ func New(ctx context.Context, cfg Config) (*Destination, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	for name, t := range cfg.Tables {
+	for name := range cfg.Tables {
 		if err := checkTable(name); err != nil {
 			return nil, fmt.Errorf("clickhouse: Config.Tables: %w", err)
-		}
-		if len(t.Key) > 0 && len(t.OrderBy) > 0 {
-			return nil, fmt.Errorf("clickhouse: Config.Tables[%q]: a merge table is ordered by its Key; leave OrderBy empty", name)
 		}
 	}
 	var version string
@@ -184,21 +180,18 @@ func New(ctx context.Context, cfg Config) (*Destination, error) {
 
 var _ sink.SpecChecker = (*Destination)(nil)
 
-// CheckStream fails for overwrite mode, which the destination doesn't
-// have; and when Config.Tables makes spec's table a merge table
-// (Table.Key) and the pipeline doesn't merge the stream, or the other
-// way round, or when the table's Key is not the stream's primary key.
+// CheckStream fails for a merged stream without a key, or whose table
+// Config.Tables gives an OrderBy (a merge table is ordered by its key).
+// Overwrite and hard deletes are not in Capabilities: Build refuses
+// them before asking.
 func (d *Destination) CheckStream(spec sink.StreamSpec) error {
-	t := d.tables[spec.Table]
-	switch merge := len(t.Key) > 0; {
-	case spec.Mode == sink.Overwrite:
-		return errors.New("clickhouse: can't replace a table's contents (overwrite mode): write it in append or merge mode")
-	case merge && spec.Mode != sink.Merge:
-		return fmt.Errorf("clickhouse: Config.Tables[%q].Key makes it a merge table, but the pipeline writes it in %v mode: set both the same", spec.Table, spec.Mode)
-	case !merge && spec.Mode == sink.Merge:
-		return fmt.Errorf("clickhouse: the pipeline merges it, but Config.Tables[%q] has no Key: set it to the stream's primary key %q", spec.Table, spec.Key)
-	case merge && !slices.Equal(slices.Sorted(slices.Values(t.Key)), slices.Sorted(slices.Values(spec.Key))):
-		return fmt.Errorf("clickhouse: Config.Tables[%q].Key is %q, but the stream's primary key is %q", spec.Table, t.Key, spec.Key)
+	switch {
+	case spec.Mode != sink.Merge:
+		return nil
+	case len(spec.Key) == 0:
+		return errors.New("clickhouse: merge needs the stream's primary key, and it has none")
+	case len(d.tables[spec.Table].OrderBy) > 0:
+		return fmt.Errorf("clickhouse: Config.Tables[%q].OrderBy is set, but a merged stream's table is ordered by its key %q: leave OrderBy empty", spec.Table, spec.Key)
 	}
 	return nil
 }
@@ -211,7 +204,12 @@ func (d *Destination) Features() Features { return d.features }
 // time (doc.go says what that guarantees).
 func (d *Destination) Class() sink.Class { return sink.StageAndApply }
 
-// Capabilities: merge by key; simple lowercase-free identifiers up to 180
+// Capabilities: merge by key, with soft deletes only (a merge table
+// keeps a deleted key's row, marked _openetl_deleted, which
+// ReplacingMergeTree's is_deleted drops only from FINAL reads and
+// merges: read it with FINAL WHERE _openetl_deleted = 0), and no
+// overwrite (a table's contents are never replaced); simple
+// lowercase-free identifiers up to 180
 // bytes (a table's staging table adds a prefix, and table names are
 // directory names on the server); the Arrow types no column here takes
 // (struct, interval, duration, time, null, and on servers without
@@ -227,9 +225,10 @@ func (d *Destination) Capabilities() sink.Capabilities {
 
 const maxIdentifier = 180
 
-// Writer returns the writer of one lane of pipeline. ctx is not used
-// beyond the call.
-func (d *Destination) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
+// Writer returns the writer of one lane of cfg.Pipeline. ctx is not
+// used beyond the call.
+func (d *Destination) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
+	pipeline, lane := cfg.Pipeline, cfg.Lane
 	if pipeline == "" {
 		return nil, errors.New("clickhouse: empty pipeline name")
 	}
@@ -242,8 +241,15 @@ func (d *Destination) Writer(ctx context.Context, pipeline string, lane int) (si
 	}
 	h := fnv.New64a()
 	h.Write([]byte(pipeline))
+	keys := make(map[string][]string)
+	for _, s := range cfg.Streams {
+		if s.Mode == sink.Merge {
+			keys[s.Table] = slices.Clone(s.Key)
+		}
+	}
 	return &writer{
 		d:        d,
+		keys:     keys,
 		pipeline: pipeline,
 		pipeHash: fmt.Sprintf("%016x", h.Sum64()),
 		lane:     lane,

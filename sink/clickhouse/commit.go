@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/sink"
@@ -145,7 +148,7 @@ func (w *writer) landed(ctx context.Context, table string, b stagedBlock) (bool,
 		return false, err
 	case n == 0:
 		return false, nil
-	case n == b.Rows, w.d.isMerge(table):
+	case n == b.Rows, w.isMerge(table):
 		return true, nil
 	}
 	return false, permanent(fmt.Errorf("clickhouse: table %q holds %d rows of block %d, which has %d: was the table changed by hand?", table, n, b.Token, b.Rows))
@@ -191,6 +194,32 @@ func (w *writer) retry(ctx context.Context, what string, op func() error, landed
 	return err
 }
 
+// readRow runs a query of one row that reads only and scans it into
+// dst. A failure that is not the server's answer (a connection the pool
+// kept idle but that is gone: after a network fault its first use is
+// "connection reset by peer") is tried again, on the pool's next
+// connection, up to Config.Retries times; a server's exception and
+// the context's end are returned at once.
+func (w *writer) readRow(ctx context.Context, q string, dst ...any) error {
+	err := w.d.conn.QueryRow(ctx, q).Scan(dst...)
+	backoff := retryBackoff
+	for try := 1; err != nil && try <= w.d.retries; try++ {
+		var exc *proto.Exception
+		if ctx.Err() != nil || errors.As(err, &exc) {
+			return err
+		}
+		w.d.log.Warn("clickhouse: retrying", "pipeline", w.pipeline, "lane", w.lane, "op", "read", "try", try, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+		err = w.d.conn.QueryRow(ctx, q).Scan(dst...)
+	}
+	return err
+}
+
 // applyQueryID names an apply in system.processes, so that Recover can
 // wait for the ones still running.
 func (w *writer) applyQueryID(gen, token uint64) string {
@@ -222,7 +251,7 @@ func (w *writer) waitFor(ctx context.Context, cond, what string) error {
 	q := "SELECT count() FROM system.processes WHERE " + cond
 	for delay := 10 * time.Millisecond; ; delay = min(2*delay, time.Second) {
 		var n uint64
-		if err := w.d.conn.QueryRow(ctx, q).Scan(&n); err != nil {
+		if err := w.readRow(ctx, q, &n); err != nil {
 			return fmt.Errorf("clickhouse: look for running applies: %w", err)
 		}
 		if n == 0 {
@@ -244,7 +273,7 @@ func (w *writer) waitFor(ctx context.Context, cond, what string) error {
 func (w *writer) count(ctx context.Context, table string, token uint64) (int64, error) {
 	var n uint64
 	q := fmt.Sprintf("SELECT count() FROM %s WHERE %s = %d", qualified(w.d.db, table), quoteIdent(colBatch), token)
-	if err := w.d.conn.QueryRow(ctx, q).Scan(&n); err != nil {
+	if err := w.readRow(ctx, q, &n); err != nil {
 		return 0, fmt.Errorf("clickhouse: count block %d in %q: %w", token, table, err)
 	}
 	return int64(n), nil
@@ -259,7 +288,7 @@ func (w *writer) stagedRows(ctx context.Context, table string, token uint64) (in
 func (w *writer) applied(ctx context.Context, epoch uint64) (bool, error) {
 	var n uint64
 	q := fmt.Sprintf("SELECT count() FROM %s WHERE pipeline = %s AND epoch = %d", qualified(w.d.db, epochsTable), quoteString(w.pipeline), epoch)
-	if err := w.d.conn.QueryRow(ctx, q).Scan(&n); err != nil {
+	if err := w.readRow(ctx, q, &n); err != nil {
 		return false, fmt.Errorf("clickhouse: look up epoch %d: %w", epoch, err)
 	}
 	return n > 0, nil
@@ -312,7 +341,7 @@ func (w *writer) dropStaged(ctx context.Context, byTable map[string][]stagedBloc
 // recovered, 0 if none.
 func (w *writer) fence(ctx context.Context) (uint64, error) {
 	var g uint64
-	if err := w.d.conn.QueryRow(ctx, "SELECT "+fenceExpr(w.d.db, w.pipeline)).Scan(&g); err != nil {
+	if err := w.readRow(ctx, "SELECT "+fenceExpr(w.d.db, w.pipeline), &g); err != nil {
 		return 0, fmt.Errorf("clickhouse: read the fence of %q: %w", w.pipeline, err)
 	}
 	return g, nil
@@ -365,9 +394,6 @@ func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *c
 	}
 	out, err := w.outcome(ctx, head)
 	if err != nil {
-		return 0, err
-	}
-	if err := w.dropLeftovers(ctx, g, head); err != nil {
 		return 0, err
 	}
 	var epoch uint64
@@ -448,66 +474,97 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 	return sink.Recoverable, nil
 }
 
-// dropLeftovers drops the staging partitions older generations of the
-// pipeline left behind (blocks of epochs that never reached a checkpoint
-// record, or whose writer died before Close), except head's blocks, which
-// Commit may still need. Only older generations' blocks: a newer one's
-// are never touched, even by a Recover that lost the race to it.
-func (w *writer) dropLeftovers(ctx context.Context, gen uint64, head *checkpoint.Record) error {
+var _ sink.Collector = (*Destination)(nil)
+
+// Collect implements sink.Collector: it drops the staging partitions
+// (one per staged block) that older generations of req.Pipeline left
+// behind — blocks of epochs that never reached a checkpoint record, or
+// whose writer died before Close — except req.Head's blocks, which
+// Commit may still need. Only blocks stamped with a generation below
+// req.Generation are listed, so a newer attempt's are never touched;
+// and none is dropped unless req.Held, asked after the listing, says
+// the generation still holds the pipeline. Removed counts the
+// partitions dropped, Kept those of Head's blocks found.
+func (d *Destination) Collect(ctx context.Context, req sink.CollectRequest) (sink.Collected, error) {
 	keep := make(map[uint64]bool)
-	if head != nil {
-		for _, raw := range head.Committables {
+	if req.Head != nil {
+		for _, raw := range req.Head.Committables {
 			c, err := decodeCommittable(raw)
 			if err != nil {
-				return err
+				return sink.Collected{}, err
 			}
 			for _, b := range c.Blocks {
 				keep[b.Token] = true
 			}
 		}
 	}
-	rows, err := w.d.conn.Query(ctx, "SELECT name FROM system.tables WHERE database = "+quoteString(w.d.db)+" AND startsWith(name, "+quoteString(stagePrefix)+")")
-	if err != nil {
-		return fmt.Errorf("clickhouse: list staging tables: %w", err)
+	type part struct {
+		stage string
+		token uint64
 	}
+	out, err := sink.CollectStaged(ctx, req,
+		func(ctx context.Context) ([]sink.Staged, error) {
+			stages, err := d.stagingTables(ctx)
+			if err != nil {
+				return nil, err
+			}
+			var found []sink.Staged
+			for _, st := range stages {
+				tokens, err := d.leftovers(ctx, st, req.Pipeline, uint64(req.Generation))
+				if err != nil {
+					return nil, err
+				}
+				for _, t := range tokens {
+					found = append(found, sink.Staged{Name: fmt.Sprintf("%s/%d", st, t)})
+				}
+			}
+			return found, nil
+		},
+		func(s sink.Staged) bool {
+			_, tok, _ := strings.Cut(s.Name, "/")
+			t, _ := strconv.ParseUint(tok, 10, 64)
+			return keep[t]
+		},
+		func(ctx context.Context, s sink.Staged) error {
+			st, tok, _ := strings.Cut(s.Name, "/")
+			q := fmt.Sprintf("ALTER TABLE %s DROP PARTITION %s", qualified(d.db, st), tok)
+			if err := d.conn.Exec(ctx, q); err != nil {
+				return fmt.Errorf("clickhouse: drop a leftover block of %q: %w", st, err)
+			}
+			return nil
+		})
+	if out.Removed > 0 {
+		d.log.Info("clickhouse: dropped blocks older attempts left staged", "pipeline", req.Pipeline,
+			"blocks", out.Removed, "kept", out.Kept)
+	}
+	return out, err
+}
+
+// stagingTables lists the staging tables of the database.
+func (d *Destination) stagingTables(ctx context.Context) ([]string, error) {
+	rows, err := d.conn.Query(ctx, "SELECT name FROM system.tables WHERE database = "+quoteString(d.db)+" AND startsWith(name, "+quoteString(stagePrefix)+")")
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: list staging tables: %w", err)
+	}
+	defer rows.Close()
 	var stages []string
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
-			rows.Close()
-			return fmt.Errorf("clickhouse: list staging tables: %w", err)
+			return nil, fmt.Errorf("clickhouse: list staging tables: %w", err)
 		}
 		stages = append(stages, name)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("clickhouse: list staging tables: %w", err)
+		return nil, fmt.Errorf("clickhouse: list staging tables: %w", err)
 	}
-	dropped := 0
-	for _, st := range stages {
-		tokens, err := w.leftovers(ctx, st, gen)
-		if err != nil {
-			return err
-		}
-		for _, t := range tokens {
-			if keep[t] {
-				continue
-			}
-			q := fmt.Sprintf("ALTER TABLE %s DROP PARTITION %d", qualified(w.d.db, st), t)
-			if err := w.d.conn.Exec(ctx, q); err != nil {
-				return fmt.Errorf("clickhouse: drop a leftover block of %q: %w", st, err)
-			}
-			dropped++
-		}
-	}
-	if dropped > 0 {
-		w.d.log.Info("clickhouse: dropped blocks older attempts left staged", "pipeline", w.pipeline, "blocks", dropped)
-	}
-	return nil
+	return stages, nil
 }
 
-func (w *writer) leftovers(ctx context.Context, stage string, gen uint64) ([]uint64, error) {
-	rows, err := w.d.conn.Query(ctx, leftoverBlocks(w.d.db, stage, w.pipeline, gen))
+// leftovers lists the tokens of pipeline's blocks in stage staged by
+// generations below gen.
+func (d *Destination) leftovers(ctx context.Context, stage, pipeline string, gen uint64) ([]uint64, error) {
+	rows, err := d.conn.Query(ctx, leftoverBlocks(d.db, stage, pipeline, gen))
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: list leftover blocks of %q: %w", stage, err)
 	}

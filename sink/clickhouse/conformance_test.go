@@ -38,11 +38,33 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// visible reads every row of table with its values as text.
+// visible reads every row of table with its values as text; a merge
+// table (ReplacingMergeTree) as its readers do, the latest version of
+// each key, keeping deleted keys' rows (marked _openetl_deleted = 1, op
+// delete): with FINAL on servers without is_deleted, where it keeps
+// them, else newest by _openetl_seq per sorting key (FINAL would drop
+// them there).
 func visible(ctx context.Context, conn driver.Conn, db, table string) ([]sinktest.Row, error) {
 	cols, err := columnsOf(ctx, conn, db, table)
 	if err != nil || len(cols) == 0 {
 		return nil, err
+	}
+	var engine, full string
+	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT engine, engine_full FROM system.tables WHERE database = '%s' AND name = '%s'", db, table)).
+		Scan(&engine, &full); err != nil {
+		return nil, err
+	}
+	from := fmt.Sprintf("%s.`%s`", db, table)
+	if engine == "ReplacingMergeTree" {
+		from += " FINAL"
+		if strings.Count(strings.SplitN(full, ")", 2)[0], ",") > 0 { // ReplacingMergeTree(ver, is_deleted)
+			var key string
+			if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT sorting_key FROM system.tables WHERE database = '%s' AND name = '%s'", db, table)).
+				Scan(&key); err != nil {
+				return nil, err
+			}
+			from = fmt.Sprintf("%s.`%s` ORDER BY %s, _openetl_seq DESC LIMIT 1 BY %s", db, table, key, key)
+		}
 	}
 	var values []string
 	for _, c := range cols {
@@ -55,7 +77,7 @@ func visible(ctx context.Context, conn driver.Conn, db, table string) ([]sinktes
 	for _, c := range values {
 		sel = append(sel, "toString(`"+c+"`)")
 	}
-	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT %s FROM %s.`%s`", strings.Join(sel, ", "), db, table))
+	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT %s FROM %s", strings.Join(sel, ", "), from))
 	if err != nil {
 		return nil, err
 	}

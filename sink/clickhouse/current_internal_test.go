@@ -65,7 +65,7 @@ func TestCurrentDateTime64(t *testing.T) {
 	if !d.Features().DateTime64 || !d.Features().Date32 {
 		t.Fatalf("server %s: %+v: not a current server", d.Features().Version, d.Features())
 	}
-	sw, _ := d.Writer(ctx, "dt64", 0)
+	sw, _ := d.Writer(ctx, sink.WriterConfig{Pipeline: "dt64"})
 	w := sw.(*writer)
 	defer w.Close(ctx)
 	if _, err := w.Recover(ctx, 1, nil); err != nil {
@@ -118,7 +118,7 @@ func TestCurrentDedupToken(t *testing.T) {
 	if !d.Features().DedupToken {
 		t.Fatalf("server %s has no insert_deduplication_token", d.Features().Version)
 	}
-	sw, _ := d.Writer(ctx, "dedup", 0)
+	sw, _ := d.Writer(ctx, sink.WriterConfig{Pipeline: "dedup"})
 	w := sw.(*writer)
 	defer w.Close(ctx)
 	if _, err := w.Recover(ctx, 1, nil); err != nil {
@@ -162,7 +162,7 @@ func TestCurrentUUIDAndEnum(t *testing.T) {
 	if f := d.Features(); !f.UUID || !f.LowCardinality || f.ExperimentalLowCardinality {
 		t.Fatalf("server %s: %+v: not a current server", f.Version, f)
 	}
-	sw, _ := d.Writer(ctx, "uuid", 0)
+	sw, _ := d.Writer(ctx, sink.WriterConfig{Pipeline: "uuid"})
 	w := sw.(*writer)
 	defer w.Close(ctx)
 	if _, err := w.Recover(ctx, 1, nil); err != nil {

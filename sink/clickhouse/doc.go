@@ -9,8 +9,10 @@
 // use (CREATE TABLE IF NOT EXISTS): the stream's columns, the metadata
 // columns, and _openetl_batch (UInt64: the staged block a row came from).
 // Append tables are MergeTree ordered by Table.OrderBy (default
-// _openetl_seq). Merge tables (Config.Tables[name].Key set) are
-// ReplacingMergeTree(_openetl_seq) ordered by the key, with
+// _openetl_seq). The tables of streams the pipeline merges
+// (etl.Builder.Mode with delivery.Merge, which the writers learn from
+// their sink.WriterConfig) are ReplacingMergeTree(_openetl_seq) ordered
+// by the stream's primary key, with
 // _openetl_deleted (UInt8, 1 for a row deleted at the source, from
 // _openetl_op); on servers with is_deleted (23.2+) it is the engine's
 // second argument. Read a merge table's current rows with
@@ -87,9 +89,10 @@
 // An epoch recorded there is skipped: Commit is idempotent. Before a copy
 // Commit checks that the block is still staged whole: a partition gone
 // (dropped by hand) is an error, never an epoch recorded without its rows.
-// Recover drops the blocks older generations of the pipeline left staged
-// (sent before a crash, in no checkpoint record), except the head
-// epoch's.
+// Collect (sink.Collector), which the runner calls after Recover, drops
+// the blocks older generations of the pipeline left staged (sent before
+// a crash, in no checkpoint record), except the head epoch's, and
+// counts them.
 //
 // # Guarantee
 //
@@ -154,13 +157,10 @@
 //
 // # Limits
 //
-//   - The runner tells a writer neither a stream's write mode nor its
-//     primary key: merge tables are configured here (Config.Tables), by
-//     destination table name, and must agree with the pipeline's Mode
-//     (etl.Builder.Mode): Build fails, naming the stream, when a merge
-//     table's stream is not merged by its primary key, or a merged
-//     stream's table has no Key (Destination.CheckStream). There is no
-//     overwrite mode: Build refuses it.
+//   - There is no overwrite mode, and deletes are soft (a deleted key's
+//     row is kept, _openetl_deleted = 1): Capabilities declares neither
+//     overwrite nor hard deletes, so Build refuses them, naming the
+//     stream.
 //   - A Write is never split: a block holds whole batches, so it can pass
 //     Config.BlockRows by one batch.
 //   - Arrays of enums and MySQL SET columns are plain strings, not

@@ -26,7 +26,7 @@ func TestDeclaredEnumThroughEngine(t *testing.T) {
 	db := freshDB(t, conn)
 	ctx := context.Background()
 	d := newDest(t, clickhouse.Config{Conn: conn, Database: db})
-	w, err := d.Writer(ctx, "enums", 0)
+	w, err := d.Writer(ctx, sink.WriterConfig{Pipeline: "enums"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestDeclaredEnumThroughEngine(t *testing.T) {
 	}
 	syncedAt := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	spec := func(types, stream, labels string) engine.StreamSpec {
-		return engine.StreamSpec{Name: stream, Format: source.FormatRow, Types: types, Columns: []source.Column{
+		return engine.StreamSpec{Name: stream, Declared: true, Types: types, Columns: []engine.Column{
 			{Name: "id", Type: map[string]string{source.TypesMySQL: "bigint", source.TypesPostgres: "int8"}[types]},
 			{Name: "mood", Type: "enum(" + labels + ")", Nullable: true},
 			{Name: "note", Type: "text", Nullable: true},
@@ -72,7 +72,7 @@ func TestDeclaredEnumThroughEngine(t *testing.T) {
 		for stream := range streams {
 			b := &engine.RawBatch{Stream: stream}
 			for i, r := range rows {
-				b.Append(source.OpInsert, int64(n)*100+int64(i), []byte(r[0]), row(r...))
+				b.Append(uint8(source.OpInsert), int64(n)*100+int64(i), []byte(r[0]), row(r...))
 			}
 			out, err := e.Push(b, syncedAt)
 			if err != nil {

@@ -25,7 +25,6 @@ func Example() {
 	dst, err := clickhouse.New(ctx, clickhouse.Config{
 		Conn:     conn,
 		Database: "shop",
-		Tables:   map[string]clickhouse.Table{"customers": {Key: []string{"id"}}},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -32,7 +32,7 @@ func TestGuarantees(t *testing.T) {
 	conn := open(t, addr(t))
 	db := freshDB(t, conn)
 	ctx := context.Background()
-	dst := newDest(t, clickhouse.Config{Conn: conn, Database: db, Tables: map[string]clickhouse.Table{faker.Customers: {Key: []string{"id"}}}})
+	dst := newDest(t, clickhouse.Config{Conn: conn, Database: db})
 	if dst.Class() != sink.StageAndApply {
 		t.Fatalf("Class = %v, want stage-and-apply", dst.Class())
 	}

@@ -52,7 +52,6 @@ func child() error {
 	defer conn.Close()
 	dst, err := clickhouse.New(ctx, clickhouse.Config{
 		Conn: conn, Database: os.Getenv("OPENETL_CH_DB"), BlockRows: 5000,
-		Tables: map[string]clickhouse.Table{faker.Customers: {Key: []string{"id"}}},
 	})
 	if err != nil {
 		return err

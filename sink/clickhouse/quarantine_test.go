@@ -24,8 +24,8 @@ func TestQuarantineAndAddColumn(t *testing.T) {
 	conn := open(t, addr(t))
 	db := freshDB(t, conn)
 	ctx := context.Background()
-	d := newDest(t, clickhouse.Config{Conn: conn, Database: db, Tables: map[string]clickhouse.Table{"acct": {Key: []string{"id"}}}})
-	w, err := d.Writer(ctx, "q", 0)
+	d := newDest(t, clickhouse.Config{Conn: conn, Database: db})
+	w, err := d.Writer(ctx, sink.WriterConfig{Pipeline: "q", Streams: []sink.StreamSpec{sink.StreamSpec{Stream: "acct", Table: "acct", Mode: sink.Merge, Key: []string{"id"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

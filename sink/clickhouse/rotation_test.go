@@ -106,20 +106,27 @@ func (p *faultProxy) up(pc *proxyConn) {
 	for {
 		n, err := pc.client.Read(buf)
 		if n > 0 {
-			if _, werr := pc.server.Write(buf[:n]); werr != nil {
-				return
-			}
 			p.mu.Lock()
 			fire := !p.tripped
 			p.mu.Unlock()
+			tripped := false
 			if fire {
 				seen = append(seen, buf[:n]...)
-				if p.trigger(seen) {
-					p.trip(pc)
-					if !p.silence {
-						return
-					}
-				}
+				tripped = p.trigger(seen)
+			}
+			if tripped && p.silence {
+				// Silenced before the bytes go on: the server may answer
+				// before this goroutine runs again, and that answer
+				// must not get through (the next request on the
+				// connection would be the one left unanswered).
+				p.trip(pc)
+			}
+			if _, werr := pc.server.Write(buf[:n]); werr != nil {
+				return
+			}
+			if tripped && !p.silence {
+				p.trip(pc)
+				return
 			}
 		}
 		if err != nil {
@@ -287,7 +294,7 @@ func TestRotation(t *testing.T) {
 			logs := &syncBuffer{}
 			d := newDest(t, clickhouse.Config{Conn: conn, Database: db, BlockRows: blockRows,
 				Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-			w, err := d.Writer(ctx, "rotation", 0)
+			w, err := d.Writer(ctx, sink.WriterConfig{Pipeline: "rotation"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -329,6 +336,66 @@ func TestRotation(t *testing.T) {
 	}
 }
 
+// TestReadCut cuts the connection of Commit's first read (the count of
+// a block's staged rows, sent before its copy) while the read is in
+// flight, and stops the proxy it went through, as a network fault does:
+// the read must be tried again on the second address, and every row
+// land once.
+func TestReadCut(t *testing.T) {
+	real := addr(t)
+	admin := open(t, real)
+	ctx := context.Background()
+	db := freshDB(t, admin)
+	p := newFaultProxy(t, real, false, func(sent []byte) bool {
+		i := bytes.LastIndex(sent, []byte("SELECT count() FROM"))
+		return i >= 0 && bytes.Contains(sent[i:], []byte("_openetl_stage_events` WHERE `_openetl_batch` ="))
+	})
+	conn, err := ch.Open(&ch.Options{
+		Addr:             []string{p.addr(), real},
+		ConnOpenStrategy: ch.ConnOpenInOrder,
+		DialTimeout:      5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	logs := &syncBuffer{}
+	d := newDest(t, clickhouse.Config{Conn: conn, Database: db,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	w, err := d.Writer(ctx, sink.WriterConfig{Pipeline: "readcut"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if _, err := w.Recover(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	const rows = 3000
+	rec := rotationRecord(0, rows)
+	err = w.Write(ctx, "events", rec)
+	rec.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.PreCommit(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(ctx, 1, []sink.Committable{c}); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	if !p.hasTripped() {
+		t.Fatal("the proxy never saw a staged-row count: the fault was not injected")
+	}
+	if !strings.Contains(logs.String(), `msg="clickhouse: retrying" pipeline=readcut lane=0 op=read`) {
+		t.Fatalf("the cut read was not tried again\n%s", logs.String())
+	}
+	out := strings.TrimSpace(clientQuery(t, fmt.Sprintf("SELECT count(), uniqExact(id) FROM %s.events", db)))
+	if want := fmt.Sprintf("%d\t%d", rows, rows); out != want {
+		t.Fatalf("count, distinct ids = %q, want %q", out, want)
+	}
+}
+
 // TestPipelineRotation runs the whole pipeline (faker customers merged,
 // orders appended, two lanes) against two addresses, the first a proxy
 // that stops in the middle of the run: while a block is sent to its
@@ -365,8 +432,7 @@ func TestPipelineRotation(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { conn.Close() })
-			dst := newDest(t, clickhouse.Config{Conn: conn, Database: db, BlockRows: 5000,
-				Tables: map[string]clickhouse.Table{faker.Customers: {Key: []string{"id"}}}})
+			dst := newDest(t, clickhouse.Config{Conn: conn, Database: db, BlockRows: 5000})
 			src, err := faker.New(faker.Config{Seed: fakerSeed, Rows: rows})
 			if err != nil {
 				t.Fatal(err)

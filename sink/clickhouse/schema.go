@@ -30,18 +30,16 @@ type layout struct {
 	insert string // INSERT INTO stage (...) for PrepareBatch
 }
 
-// isMerge reports whether table is a merge table.
-func (d *Destination) isMerge(table string) bool { return len(d.tables[table].Key) > 0 }
-
-// layoutFor maps schema to the table's columns, creating the table and
+// layoutFor maps schema to the table's columns, creating the table (a
+// merge table ordered by key when key is not empty) and
 // its staging table on first use and adding the schema's new columns to
 // both (ALTER TABLE ... ADD COLUMN, the table first). A column whose type
 // the schema changed is an error: type changes are not applied.
-func (d *Destination) layoutFor(ctx context.Context, table string, schema *arrow.Schema) (*layout, error) {
+func (d *Destination) layoutFor(ctx context.Context, table string, key []string, schema *arrow.Schema) (*layout, error) {
 	cfg := d.tables[table]
-	lay := &layout{schema: schema, merge: len(cfg.Key) > 0}
-	keys := make(map[string]bool, len(cfg.Key))
-	for _, k := range cfg.Key {
+	lay := &layout{schema: schema, merge: len(key) > 0}
+	keys := make(map[string]bool, len(key))
+	for _, k := range key {
 		keys[k] = true
 	}
 	for _, f := range schema.Fields() {
@@ -72,7 +70,7 @@ func (d *Destination) layoutFor(ctx context.Context, table string, schema *arrow
 			return nil, fmt.Errorf("clickhouse: table %q: key columns %v are not in the stream's schema", table, missing)
 		}
 		for _, q := range []string{
-			createTarget(d.db, table, all, cfg.Key, cfg.OrderBy, d.features),
+			createTarget(d.db, table, all, key, cfg.OrderBy, d.features),
 			createStage(d.db, table, all),
 		} {
 			if err := d.conn.Exec(d.ddlContext(ctx), q); err != nil {

@@ -1,35 +1,55 @@
 package clickhouse
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/source"
 )
 
-// TestCheckStream: a merge table (Table.Key) must be merged by the
-// pipeline by its primary key and the other way round; overwrite is
-// refused. No server is needed: the check reads only Config.Tables.
+// TestCheckStream: a merged stream needs its key and no OrderBy of its
+// own; overwrite and hard deletes are not declared, so Build refuses
+// them (package delivery) before CheckStream is asked. No server is
+// needed: the checks read only the spec, Config.Tables and Features.
 func TestCheckStream(t *testing.T) {
-	d := &Destination{tables: map[string]Table{"customers": {Key: []string{"id"}}}}
-	merge := sink.StreamSpec{Stream: "customers", Table: "customers", Mode: sink.Merge, Key: []string{"id"}}
-	if err := d.CheckStream(merge); err != nil {
-		t.Fatal(err)
+	d := &Destination{tables: map[string]Table{"events": {OrderBy: []string{"at"}}}}
+	for _, spec := range []sink.StreamSpec{
+		{Stream: "customers", Table: "customers", Mode: sink.Merge, Key: []string{"id"}},
+		{Stream: "events", Table: "events", Mode: sink.Append},
+		{Stream: "orders", Table: "orders"},
+	} {
+		if err := d.CheckStream(spec); err != nil {
+			t.Errorf("CheckStream(%+v): %v", spec, err)
+		}
 	}
 	for _, c := range []struct {
 		spec sink.StreamSpec
 		want string
 	}{
-		{sink.StreamSpec{Stream: "customers", Table: "customers", Mode: sink.Append, Key: []string{"id"}}, `Config.Tables["customers"].Key makes it a merge table, but the pipeline writes it in append mode`},
-		{sink.StreamSpec{Stream: "orders", Table: "orders", Mode: sink.Merge, Key: []string{"id"}}, `Config.Tables["orders"] has no Key`},
-		{sink.StreamSpec{Stream: "customers", Table: "customers", Mode: sink.Merge, Key: []string{"email"}}, `primary key is ["email"]`},
-		{sink.StreamSpec{Stream: "orders", Table: "orders", Mode: sink.Overwrite}, "overwrite mode"},
+		{sink.StreamSpec{Stream: "events", Table: "events", Mode: sink.Merge, Key: []string{"id"}}, `Config.Tables["events"].OrderBy is set, but a merged stream's table is ordered by its key ["id"]`},
+		{sink.StreamSpec{Stream: "orders", Table: "orders", Mode: sink.Merge}, "merge needs the stream's primary key"},
 	} {
 		if err := d.CheckStream(c.spec); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("CheckStream(%+v): %v; want %q", c.spec, err, c.want)
 		}
 	}
-	if err := d.CheckStream(sink.StreamSpec{Stream: "orders", Table: "orders"}); err != nil {
-		t.Errorf("an append stream into an unconfigured table: %v", err)
+	caps := d.Capabilities()
+	if !caps.Merge || caps.HardDeletes || caps.Overwrite {
+		t.Errorf("Capabilities %+v: want merge, without hard deletes or overwrite", caps)
+	}
+	for _, c := range []struct {
+		s    delivery.Stream
+		want string
+	}{
+		{delivery.Stream{Name: "orders", Mode: sink.Merge, HasKey: true, Deletes: sink.HardDeletes}, "use soft deletes"},
+		{delivery.Stream{Name: "orders", Mode: sink.Overwrite}, "can't replace a table's contents"},
+	} {
+		c.s.Replay, c.s.Class, c.s.Capabilities = source.ReplayExact, d.Class(), caps
+		if _, err := delivery.Decide(c.s, delivery.AtLeastOnce); !errors.Is(err, delivery.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Decide(%+v): %v; want %q", c.s, err, c.want)
+		}
 	}
 }

@@ -52,8 +52,8 @@ func TestWidenColumnType(t *testing.T) {
 	conn := open(t, addr(t))
 	db := freshDB(t, conn)
 	ctx := context.Background()
-	d := newDest(t, clickhouse.Config{Conn: conn, Database: db, Tables: map[string]clickhouse.Table{"k": {Key: []string{"x"}}}})
-	w, err := d.Writer(ctx, "widen", 0)
+	d := newDest(t, clickhouse.Config{Conn: conn, Database: db})
+	w, err := d.Writer(ctx, sink.WriterConfig{Pipeline: "widen"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestWidenColumnType(t *testing.T) {
 	}
 
 	// A narrowing (string → int64) is not applied.
-	w2, _ := d.Writer(ctx, "widen2", 0)
+	w2, _ := d.Writer(ctx, sink.WriterConfig{Pipeline: "widen2"})
 	defer w2.Close(ctx)
 	rec := oneRow(t, 9, arrow.PrimitiveTypes.Int64, int64(9), 9)
 	defer rec.Release()
@@ -99,7 +99,7 @@ func TestWidenColumnType(t *testing.T) {
 		t.Errorf("a narrowing of x: %v, want an error naming the column", err)
 	}
 	// A key column's type can't change at all.
-	w3, _ := d.Writer(ctx, "widen3", 0)
+	w3, _ := d.Writer(ctx, sink.WriterConfig{Pipeline: "widen3", Streams: []sink.StreamSpec{sink.StreamSpec{Stream: "k", Table: "k", Mode: sink.Merge, Key: []string{"x"}}}})
 	defer w3.Close(ctx)
 	k1 := oneRow(t, 1, arrow.PrimitiveTypes.Int32, int32(1), 1)
 	defer k1.Release()

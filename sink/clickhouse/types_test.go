@@ -39,8 +39,8 @@ func TestUUIDAndEnumColumns(t *testing.T) {
 	conn := open(t, addr(t))
 	db := freshDB(t, conn)
 	ctx := context.Background()
-	d := newDest(t, clickhouse.Config{Conn: conn, Database: db, Tables: map[string]clickhouse.Table{"people": {Key: []string{"id"}}}})
-	w, err := d.Writer(ctx, "u", 0)
+	d := newDest(t, clickhouse.Config{Conn: conn, Database: db})
+	w, err := d.Writer(ctx, sink.WriterConfig{Pipeline: "u", Streams: []sink.StreamSpec{sink.StreamSpec{Stream: "people", Table: "people", Mode: sink.Merge, Key: []string{"id"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

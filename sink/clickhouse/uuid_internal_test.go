@@ -30,7 +30,7 @@ func TestUUIDIntoLegacyFixedString(t *testing.T) {
 	var head *checkpoint.Record // the log's, as the runner keeps it
 	epoch := func(d *Destination, gen uint64, id int64, u []byte) {
 		t.Helper()
-		sw, _ := d.Writer(ctx, "legacy", 0)
+		sw, _ := d.Writer(ctx, sink.WriterConfig{Pipeline: "legacy"})
 		w := sw.(*writer)
 		defer w.Close(ctx)
 		if _, err := w.Recover(ctx, checkpoint.Generation(gen), head); err != nil {
@@ -107,7 +107,7 @@ func TestEnumIntoStringColumn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw, _ := d.Writer(ctx, "enums", 0)
+	sw, _ := d.Writer(ctx, sink.WriterConfig{Pipeline: "enums"})
 	w := sw.(*writer)
 	defer w.Close(ctx)
 	if _, err := w.Recover(ctx, 1, nil); err != nil {

@@ -31,6 +31,7 @@ type writer struct {
 	pipeHash string // names this pipeline's apply queries in system.processes
 	lane     int
 	nonce    string
+	keys     map[string][]string // merge tables' keys, by table, from the WriterConfig
 
 	gen atomic.Uint64 // set by Recover, read by Commit
 
@@ -44,6 +45,11 @@ type writer struct {
 }
 
 var _ sink.Writer = (*writer)(nil)
+
+// isMerge reports whether table is a merge table: its stream is merged.
+// A table no stream of the attempt writes (one a recovered committable
+// of an earlier attempt lists) counts as an append table.
+func (w *writer) isMerge(table string) bool { return len(w.keys[table]) > 0 }
 
 // openBlock is a block of one table being gathered into a batch of the
 // staging table.
@@ -246,7 +252,7 @@ func deletedFlags(rec arrow.RecordBatch, sel []int, n int) []uint8 {
 
 // start opens a new block of table with schema's layout.
 func (w *writer) start(ctx context.Context, table string, schema *arrow.Schema) (*openBlock, error) {
-	lay, err := w.d.layoutFor(ctx, table, schema)
+	lay, err := w.d.layoutFor(ctx, table, w.keys[table], schema)
 	if err != nil {
 		return nil, err
 	}
@@ -437,6 +443,10 @@ func (w *writer) PreCommit(ctx context.Context, epoch uint64) (sink.Committable,
 	w.lastEpoch, w.preCommit = epoch, true
 	return out, nil
 }
+
+// Finish does nothing: Commit copies every block of the epoch, so nothing
+// waits for the end of a refresh.
+func (w *writer) Finish(context.Context, uint64) error { return nil }
 
 // Close abandons the open blocks and drops the staging partitions of the
 // blocks sent since the last PreCommit, which no committable names.

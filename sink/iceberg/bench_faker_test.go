@@ -30,7 +30,8 @@ type captureDest struct {
 
 func (c *captureDest) Class() sink.Class               { return sink.StageAndApply }
 func (c *captureDest) Capabilities() sink.Capabilities { return c.caps }
-func (c *captureDest) Writer(_ context.Context, _ string, lane int) (sink.Writer, error) {
+func (c *captureDest) Writer(_ context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
+	lane := cfg.Lane
 	return &captureWriter{d: c, lane: lane}, nil
 }
 
@@ -51,7 +52,8 @@ func (w *captureWriter) Commit(context.Context, uint64, []sink.Committable) erro
 func (w *captureWriter) Recover(context.Context, checkpoint.Generation, *checkpoint.Record) (sink.Outcome, error) {
 	return sink.Applied, nil
 }
-func (w *captureWriter) Close(context.Context) error { return nil }
+func (w *captureWriter) Close(context.Context) error          { return nil }
+func (w *captureWriter) Finish(context.Context, uint64) error { return nil }
 
 // fakerBatches syncs benchRows() fake orders (inserts and status updates)
 // through the real runner and engine with lanes writer lanes and returns
@@ -122,16 +124,17 @@ func BenchmarkFaker(b *testing.B) {
 		b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 		b.ReportMetric(cpu/(float64(rows)*float64(b.N)/1e6), "cpu-s/Mrows")
 	}
-	for _, mode := range []iceberg.Mode{iceberg.Append, iceberg.Merge} {
+	for _, mode := range []sink.Mode{sink.Append, sink.Merge} {
 		b.Run(mode.String(), func(b *testing.B) {
 			wh := newWarehouse(b)
 			cpu0 := cpuSeconds()
 			for i := 0; b.Loop(); i++ {
 				name := fmt.Sprintf("orders%d", i)
-				d := newDest(b, wh.cat, iceberg.Config{Tables: map[string]iceberg.TableConfig{name: {Mode: mode, Key: []string{"id"}}}})
+				d := newDest(b, wh.cat, iceberg.Config{})
+				spec := sink.StreamSpec{Stream: name, Table: name, Mode: mode, Key: []string{"id"}}
 				ws := make([]sink.Writer, lanes)
 				for lane := range ws {
-					w, err := d.Writer(ctx, "bench", lane)
+					w, err := d.Writer(ctx, writerConfig("bench", lane, spec))
 					if err != nil {
 						b.Fatal(err)
 					}

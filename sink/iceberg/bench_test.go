@@ -119,14 +119,14 @@ func BenchmarkEpoch(b *testing.B) {
 		b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 		b.ReportMetric(cpu/(float64(rows)*float64(b.N)/1e6), "cpu-s/Mrows")
 	}
-	for _, mode := range []iceberg.Mode{iceberg.Append, iceberg.Merge} {
+	for _, mode := range []sink.Mode{sink.Append, sink.Merge} {
 		b.Run(mode.String(), func(b *testing.B) {
 			wh := newWarehouse(b)
 			cpu0 := cpuSeconds()
 			for i := 0; b.Loop(); i++ {
 				name := fmt.Sprintf("orders%d", i)
-				d := newDest(b, wh.cat, iceberg.Config{Tables: map[string]iceberg.TableConfig{name: {Mode: mode, Key: []string{"id"}}}})
-				w, err := d.Writer(ctx, "bench", 0)
+				d := newDest(b, wh.cat, iceberg.Config{})
+				w, err := d.Writer(ctx, writerConfig("bench", 0, sink.StreamSpec{Stream: name, Table: name, Mode: mode, Key: []string{"id"}}))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -107,7 +107,7 @@ func (w *writer) applyAll(ctx context.Context, epoch uint64, byTable map[string]
 				delete(w.waitSince, name)
 				continue
 			}
-			if w.d.tables[name].Mode == Overwrite {
+			if w.mode(name) == sink.Overwrite {
 				continue
 			}
 			waiting++
@@ -134,7 +134,7 @@ func (w *writer) applyAll(ctx context.Context, epoch uint64, byTable map[string]
 // table's only when final).
 func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generation, name string, files *epochFiles, final bool) error {
 	ident := w.d.ident(name)
-	mode := w.d.tables[name].Mode
+	mode := w.mode(name)
 	req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: uint64(gen)}
 	var lastErr error
 	for try := 0; try < w.d.maxTries; try++ {
@@ -156,7 +156,7 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 			delete(w.waitSince, name)
 			return nil
 		}
-		if !final && mode == Overwrite {
+		if !final && mode == sink.Overwrite {
 			return nil // the refresh goes on
 		}
 		// Checked here to skip work; the catalog checks it again,
@@ -223,10 +223,10 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 // epoch must apply to rows of earlier epochs, i.e. lower data sequence
 // numbers), or for Overwrite one snapshot replacing every data file of
 // the table.
-func (w *writer) stage(ctx context.Context, tbl *table.Table, tx *table.Transaction, mode Mode, epoch, gen uint64, p pending) error {
+func (w *writer) stage(ctx context.Context, tbl *table.Table, tx *table.Transaction, mode sink.Mode, epoch, gen uint64, p pending) error {
 	spec, sc := tbl.Spec(), tbl.Schema()
 	props := w.snapshotProps(epoch, gen)
-	if mode == Overwrite {
+	if mode == sink.Overwrite {
 		data, err := dataFiles(p.data, spec, sc)
 		if err != nil {
 			return err

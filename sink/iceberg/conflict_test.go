@@ -42,9 +42,10 @@ func (c *racingCatalog) CommitTable(ctx context.Context, ident table.Identifier,
 func TestConflictRetried(t *testing.T) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
-	cfg := iceberg.Config{Tables: map[string]iceberg.TableConfig{"m": {Mode: iceberg.Merge, Key: []string{"id"}}}}
+	cfg := iceberg.Config{}
+	specs := []sink.StreamSpec{appended("a"), merged("m", "id")}
 	plain := newDest(t, wh.cat, cfg)
-	other, err := plain.Writer(ctx, "other", 0)
+	other, err := plain.Writer(ctx, writerConfig("other", 0, specs...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestConflictRetried(t *testing.T) {
 		}
 	}
 	d := newDest(t, rc, cfg)
-	w, err := d.Writer(ctx, "mine", 0)
+	w, err := d.Writer(ctx, writerConfig("mine", 0, specs...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,14 @@
 //
 //	db, _ := sql.Open(sqliteshim.ShimName, "file:lake/catalog.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 //	cat, _ := sqlcat.NewCatalog("lake", db, sqlcat.SQLite, iceberg.Properties{"warehouse": "file:///abs/lake/warehouse"})
-//	dst, _ := iceberg.New(iceberg.Config{Catalog: cat, Namespace: []string{"shop"},
-//		Tables: map[string]iceberg.TableConfig{"orders": {Mode: iceberg.Merge, Key: []string{"id"}}}})
+//	dst, _ := iceberg.New(iceberg.Config{Catalog: cat, Namespace: []string{"shop"}})
+//	p, _ := etl.NewPipeline("shop").From(src).To(dst).Checkpoints(store).
+//		Mode(delivery.Merge, "orders").Build() // orders is merged by its primary key
+//
+// How each table is written (its stream's write mode, key and delete
+// handling) is the pipeline's to say, and reaches the writers in their
+// sink.WriterConfig; Config holds only physical options (partition
+// specs, file sizes, grouping).
 //
 // On SQLite, open the catalog with _txlock=immediate (as above): iceberg-go
 // reads and then writes in one transaction, and under WAL a deferred
@@ -66,20 +72,35 @@
 // failed attempts are orphans: Maintain removes them, with data files of
 // epochs that were never committed.
 //
+// # Garbage collection
+//
+// Data files of an epoch whose checkpoint record was never written (an
+// attempt crashed, failed or was fenced between PreCommit and the
+// record) are in no snapshot and no record. Collect (sink.Collector),
+// which the runner calls once per attempt after Recover and before any
+// Write, removes them: the writer names its data files with a write
+// UUID that carries the pipeline (version 8, a hash of the pipeline's
+// name in its first bytes), and Collect scans each of the pipeline's
+// tables for such files that no snapshot refers to and the record the
+// attempt resumes from doesn't name (files waiting for their group are
+// named there), asks the runner whether the attempt's generation still
+// holds the checkpoint log's HEAD, and only then deletes them. Nothing
+// else is touched: compaction's and other writers' files, metadata of
+// commits that lost a race, and a Merge table's equality-delete files
+// (iceberg-go names those itself) are Maintain's (OrphansOlderThan).
+//
 // # Merge
 //
-// A Merge table (Config.Tables) is upserted by its key, which must be
-// the stream's primary key; the pipeline must merge the stream
-// (etl.Builder.Mode), and a table configured for Append or Overwrite
-// must have that mode there too: Build fails, naming the stream, when
-// the two disagree (Destination.CheckStream). A Merge table is upserted: PreCommit keeps,
+// A stream the pipeline merges (etl.Builder.Mode with delivery.Merge) is
+// upserted by its primary key: PreCommit keeps,
 // of each key's rows in the epoch, the one with the highest _openetl_seq,
 // writes those as data files and writes an equality-delete file with
 // every key of the epoch; Commit adds both in one row-delta snapshot. The
 // deletes remove older rows of the keys (lower data sequence numbers) and
 // not the new ones. With soft deletes (the default) a deleted key keeps a
 // row with _openetl_deleted = true (the live view is "WHERE NOT
-// _openetl_deleted"); with TableConfig.HardDeletes it has no row. A
+// _openetl_deleted"); with hard deletes (etl.Builder.Deletes) it has no
+// row. A
 // replayed epoch of a superset source is not compared with the table's
 // current _openetl_seq: an older version can replace a newer one if a
 // source replays it after the newer one was committed.
@@ -117,7 +138,8 @@
 //
 // # Overwrite
 //
-// An Overwrite table (TableConfig.Mode) is replaced by each refresh: a
+// A table of a stream written in overwrite mode (etl.Builder.Mode with
+// delivery.Overwrite) is replaced by each refresh: a
 // Sync that reads its source to the end. The refresh's files wait
 // (whatever the grouping) until the runner calls Finish after the Sync's
 // last epoch (its checkpoint record is Final), which commits one
@@ -152,8 +174,6 @@
 //     column left as it was, null for those rows) instead of failing the
 //     epoch. A Writer used without the runner fails Write or PreCommit
 //     with a *SchemaError naming the table, column and both types.
-//   - The write mode and key come from Config.Tables: the runner does not
-//     pass a stream's mode or primary key to writers.
 //   - Fencing is atomic with the commit on the SQL catalog (SQLite,
 //     Postgres). Other catalogs (REST) can't carry the pipeline's
 //     requirement: it is checked on metadata loaded right before the
@@ -169,6 +189,14 @@
 //     writer closes, best effort; the next attempt applies what is left.
 //   - A Commit of an epoch that has no files does not check the fence (it
 //     changes no data; the checkpoint log fences the zombie).
+//   - A Merge table's equality-delete files of epochs never recorded are
+//     not collected by the next attempt (their names don't carry the
+//     pipeline); Maintain with OrphansOlderThan removes them.
+//   - Collect's scan reads the manifests of every snapshot of each of
+//     the pipeline's tables, once per attempt: on a local warehouse
+//     about 2 ms per snapshot (24 ms at 10 snapshots, 420 ms at 200, one
+//     table). Expire old snapshots (Maintain with ExpireOlderThan) to
+//     keep it short, above all on object storage.
 //   - pyiceberg 0.12 can't scan tables with equality deletes (Merge
 //     tables); iceberg-go, Spark, Trino and Flink can.
 package iceberg

@@ -117,15 +117,31 @@ func (a *faultAttempt) call(op faultOp, f func() error) error {
 	return f()
 }
 
+// faultDest wraps the Destination, forwarding its optional capabilities
+// (sink/optional.go), with writers that meet the attempt's fault.
 type faultDest struct {
 	inner *iceberg.Destination
 	a     *faultAttempt
 }
 
-func (d *faultDest) Class() sink.Class               { return d.inner.Class() }
-func (d *faultDest) Capabilities() sink.Capabilities { return d.inner.Capabilities() }
-func (d *faultDest) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
-	w, err := d.inner.Writer(ctx, pipeline, lane)
+var (
+	_ sink.SpecChecker   = (*faultDest)(nil)
+	_ sink.SchemaChecker = (*faultDest)(nil)
+	_ sink.Collector     = (*faultDest)(nil)
+)
+
+func (d *faultDest) Collect(ctx context.Context, req sink.CollectRequest) (sink.Collected, error) {
+	return d.inner.Collect(ctx, req)
+}
+
+func (d *faultDest) Class() sink.Class                      { return d.inner.Class() }
+func (d *faultDest) Capabilities() sink.Capabilities        { return d.inner.Capabilities() }
+func (d *faultDest) CheckStream(spec sink.StreamSpec) error { return d.inner.CheckStream(spec) }
+func (d *faultDest) CheckSchema(ctx context.Context, table string, sc *arrow.Schema) ([]sink.RejectedColumn, error) {
+	return d.inner.CheckSchema(ctx, table, sc)
+}
+func (d *faultDest) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
+	w, err := d.inner.Writer(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +169,15 @@ func (w *faultWriter) Commit(ctx context.Context, epoch uint64, cs []sink.Commit
 func (w *faultWriter) Recover(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) (o sink.Outcome, err error) {
 	err = w.a.call(fRecover, func() error { o, err = w.w.Recover(ctx, gen, head); return err })
 	return o, err
+}
+
+// Finish meets no fault of its own (the attempts' faults are drawn at
+// the other calls); a crashed attempt's fails.
+func (w *faultWriter) Finish(ctx context.Context, epoch uint64) error {
+	if w.a.dead.Load() {
+		return errCrashed
+	}
+	return w.w.Finish(ctx, epoch)
 }
 
 func (w *faultWriter) Close(ctx context.Context) error {
@@ -205,9 +230,7 @@ func TestFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		inner := newDest(t, cat, iceberg.Config{Tables: map[string]iceberg.TableConfig{
-			faker.Customers: {Mode: iceberg.Merge, Key: []string{"id"}},
-		}, Grouping: &iceberg.Grouping{Bytes: 64 << 10, Interval: 50 * time.Millisecond}})
+		inner := newDest(t, cat, iceberg.Config{Grouping: &iceberg.Grouping{Bytes: 64 << 10, Interval: 50 * time.Millisecond}})
 		p, err := etl.NewPipeline("kill").From(src).To(&faultDest{inner: inner, a: a}).Checkpoints(store).
 			Mode(delivery.Merge, faker.Customers).Lanes(2).EpochEvery(20*time.Millisecond, 0).
 			CommitRetries(3, time.Millisecond).Require(delivery.ExactlyOnce).Build()

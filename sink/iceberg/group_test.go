@@ -30,9 +30,7 @@ func TestSyncCommitsGroupAtEnd(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	_, cat := openCatalog(t, dir)
-	dst, err := iceberg.New(iceberg.Config{Catalog: cat, Tables: map[string]iceberg.TableConfig{
-		faker.Customers: {Mode: iceberg.Merge, Key: []string{"id"}},
-	}, Grouping: &iceberg.Grouping{Bytes: iceberg.DefaultGrouping.Bytes, Interval: 1000 * time.Hour}})
+	dst, err := iceberg.New(iceberg.Config{Catalog: cat, Grouping: &iceberg.Grouping{Bytes: iceberg.DefaultGrouping.Bytes, Interval: 1000 * time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +83,7 @@ func TestGroupingKnobs(t *testing.T) {
 	run := func(t *testing.T, g iceberg.Grouping, sleep time.Duration, want []int) {
 		wh := newWarehouse(t)
 		d := newDest(t, wh.cat, iceberg.Config{Grouping: &g})
-		w, err := d.Writer(ctx, "knobs", 0)
+		w, err := d.Writer(ctx, sink.WriterConfig{Pipeline: "knobs"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,58 +19,21 @@ import (
 	"github.com/openetl/etl/sink"
 )
 
-// Mode is how a table's rows are written.
-type Mode uint8
-
-const (
-	// Append adds every row written (the default).
-	Append Mode = iota
-	// Merge upserts by TableConfig.Key: each epoch's rows replace the
-	// rows of the same key through equality deletes, in one snapshot.
-	Merge
-	// Overwrite is for full refreshes: the rows an attempt (a Sync)
-	// writes replace the table's whole contents in one snapshot when the
-	// attempt ends; until then readers see the previous contents. See
-	// the package doc (Overwrite) for what a crash mid-refresh leaves.
-	Overwrite
-)
-
-// String returns "append", "merge" or "overwrite".
-func (m Mode) String() string {
-	switch m {
-	case Append:
-		return "append"
-	case Merge:
-		return "merge"
-	case Overwrite:
-		return "overwrite"
-	}
-	return fmt.Sprintf("mode(%d)", uint8(m))
-}
-
-// TableConfig configures one table (one stream). Its Mode and Key must
-// agree with the pipeline's write mode and the stream's primary key
-// (see Destination.CheckStream).
+// TableConfig holds one table's physical options. How a table is
+// written (its stream's write mode, primary key and delete handling) is
+// the pipeline's to say (etl.Builder.Mode, etl.Builder.Deletes) and
+// reaches each writer in its sink.WriterConfig; see the package doc for
+// what each mode writes.
 type TableConfig struct {
-	// Mode is the write mode. Default Append.
-	Mode Mode
-	// Key names the primary-key columns of a Merge table, in the names
-	// the table has (the engine's destination names). Required for
-	// Merge, ignored for Append.
-	Key []string
 	// Partition is the table's partition spec, used when the destination
 	// creates the table (an existing table keeps its own): fields in
 	// order, each a column and an Iceberg transform: "identity", "year",
-	// "month", "day", "hour", "bucket[N]" or "truncate[W]". A Merge table
-	// may only be partitioned by its key columns: an equality delete
-	// applies within its partition, so a row whose partition value
-	// changed would otherwise keep its old version. Default unpartitioned.
+	// "month", "day", "hour", "bucket[N]" or "truncate[W]". A merged
+	// table may only be partitioned by its key columns (Build fails
+	// otherwise): an equality delete applies within its partition, so a
+	// row whose partition value changed would otherwise keep its old
+	// version. Default unpartitioned.
 	Partition []PartitionField
-	// HardDeletes, for Merge: a row whose _openetl_op is "delete" removes
-	// the key's row and writes nothing. Default false: soft deletes, the
-	// row is kept with _openetl_deleted = true (see the package doc for
-	// the read view that hides them).
-	HardDeletes bool
 }
 
 // PartitionField is one field of a partition spec: Transform applied to
@@ -105,7 +68,8 @@ type Config struct {
 	// format-version is always 2.
 	Properties map[string]string
 
-	// Tables configures tables by name; a table not listed is Append.
+	// Tables holds tables' physical options by table name (the
+	// stream's destination name); a table not listed is unpartitioned.
 	Tables map[string]TableConfig
 
 	// TargetFileBytes is the size at which a lane rolls to a new data
@@ -153,7 +117,8 @@ type Destination struct {
 var _ sink.Destination = (*Destination)(nil)
 
 // New returns a Destination writing to cfg.Catalog. It returns an error
-// for a missing catalog, a negative size, or a Merge table without a key.
+// for a missing catalog, a negative size, or a partition spec it can't
+// parse.
 func New(cfg Config) (*Destination, error) {
 	if cfg.Catalog == nil {
 		return nil, errors.New("iceberg: Config.Catalog is nil")
@@ -188,24 +153,11 @@ func New(cfg Config) (*Destination, error) {
 		if err := checkName("table", name); err != nil {
 			return nil, fmt.Errorf("iceberg: Config.Tables: %w", err)
 		}
-		switch tc.Mode {
-		case Append, Overwrite:
-		case Merge:
-			if len(tc.Key) == 0 {
-				return nil, fmt.Errorf("iceberg: Config.Tables[%q]: merge needs a key", name)
-			}
-		default:
-			return nil, fmt.Errorf("iceberg: Config.Tables[%q]: unknown mode %d", name, uint8(tc.Mode))
-		}
 		for _, pf := range tc.Partition {
 			if _, err := ice.ParseTransform(pf.Transform); err != nil {
 				return nil, fmt.Errorf("iceberg: Config.Tables[%q].Partition: column %q: %w", name, pf.Column, err)
 			}
-			if tc.Mode == Merge && !slices.Contains(tc.Key, pf.Column) {
-				return nil, fmt.Errorf("iceberg: Config.Tables[%q]: a merge table can only be partitioned by key columns, not %q", name, pf.Column)
-			}
 		}
-		tc.Key = slices.Clone(tc.Key)
 		tc.Partition = slices.Clone(tc.Partition)
 		tables[name] = tc
 	}
@@ -227,18 +179,27 @@ func New(cfg Config) (*Destination, error) {
 	}, nil
 }
 
-var _ sink.SpecChecker = (*Destination)(nil)
+// The optional capabilities of package sink it implements.
+var (
+	_ sink.SpecChecker   = (*Destination)(nil)
+	_ sink.SchemaChecker = (*Destination)(nil)
+)
 
-// CheckStream fails when Config.Tables configures spec's table for
-// another write mode than the pipeline's, or a merge table with another
-// key than the stream's primary key.
+// CheckStream fails for a merged stream without a key, and for one
+// whose table Config.Tables partitions by a column that is not part of
+// the stream's key (an equality delete applies within its partition).
+// Every mode and delete handling is supported (Capabilities).
 func (d *Destination) CheckStream(spec sink.StreamSpec) error {
-	tc := d.tables[spec.Table]
-	if uint8(tc.Mode) != uint8(spec.Mode) {
-		return fmt.Errorf("iceberg: the pipeline writes it in %v mode, but Config.Tables[%q].Mode is %v: set both the same", spec.Mode, spec.Table, tc.Mode)
+	if spec.Mode != sink.Merge {
+		return nil
 	}
-	if tc.Mode == Merge && !slices.Equal(slices.Sorted(slices.Values(tc.Key)), slices.Sorted(slices.Values(spec.Key))) {
-		return fmt.Errorf("iceberg: Config.Tables[%q].Key is %q, but the stream's primary key is %q", spec.Table, tc.Key, spec.Key)
+	if len(spec.Key) == 0 {
+		return errors.New("iceberg: merge needs the stream's primary key, and it has none")
+	}
+	for _, pf := range d.tables[spec.Table].Partition {
+		if !slices.Contains(spec.Key, pf.Column) {
+			return fmt.Errorf("iceberg: Config.Tables[%q].Partition uses %q, but a merged table can only be partitioned by its key columns %q", spec.Table, pf.Column, spec.Key)
+		}
 	}
 	return nil
 }
@@ -246,21 +207,25 @@ func (d *Destination) CheckStream(spec sink.StreamSpec) error {
 // Class returns sink.StageAndApply.
 func (d *Destination) Class() sink.Class { return sink.StageAndApply }
 
-// Capabilities reports merge, lower-case simple identifiers, and the
+// Capabilities reports merge (with soft or hard deletes), overwrite,
+// lower-case simple identifiers, and the
 // Arrow type classes Iceberg v2 can't hold exactly: unsigned integers
 // (uint64 does not fit a long), durations, intervals and the null type.
 func (d *Destination) Capabilities() sink.Capabilities {
 	return sink.Capabilities{
 		Merge:             true,
+		HardDeletes:       true,
+		Overwrite:         true,
 		IdentifierCase:    "lower",
 		SimpleIdentifiers: true,
 		Unsupported:       []string{"uint", "duration", "interval", "null"},
 	}
 }
 
-// Writer returns the writer of one lane of pipeline. ctx is not used
-// beyond the call.
-func (d *Destination) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
+// Writer returns the writer of one lane of cfg.Pipeline. ctx is not
+// used beyond the call.
+func (d *Destination) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
+	pipeline, lane := cfg.Pipeline, cfg.Lane
 	if err := checkName("pipeline", pipeline); err != nil {
 		return nil, err
 	}
@@ -271,10 +236,15 @@ func (d *Destination) Writer(ctx context.Context, pipeline string, lane int) (si
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("iceberg: writer nonce: %w", err)
 	}
+	specs := make(map[string]sink.StreamSpec, len(cfg.Streams))
+	for _, s := range cfg.Streams {
+		specs[s.Table] = s
+	}
 	return &writer{
 		d:         d,
 		pipeline:  pipeline,
 		lane:      lane,
+		specs:     specs,
 		nonce:     hex.EncodeToString(b[:]),
 		pending:   make(map[string]*pendingTable),
 		carry:     make(map[string]*carried),

@@ -42,9 +42,7 @@ func TestKillChild(t *testing.T) {
 	}
 	ctx := context.Background()
 	_, cat := openCatalog(t, dir)
-	dst := newDest(t, cat, iceberg.Config{Tables: map[string]iceberg.TableConfig{
-		faker.Customers: {Mode: iceberg.Merge, Key: []string{"id"}},
-	}, Grouping: &iceberg.Grouping{Bytes: 256 << 10, Interval: 100 * time.Millisecond}})
+	dst := newDest(t, cat, iceberg.Config{Grouping: &iceberg.Grouping{Bytes: 256 << 10, Interval: 100 * time.Millisecond}})
 	src, err := faker.New(faker.Config{Seed: 42, Rows: killRows})
 	if err != nil {
 		t.Fatal(err)

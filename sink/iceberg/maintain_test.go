@@ -2,7 +2,9 @@ package iceberg_test
 
 import (
 	"context"
+	"io/fs"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -22,9 +24,10 @@ import (
 func TestMaintainKeepsMarkers(t *testing.T) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
-	cfg := iceberg.Config{Tables: map[string]iceberg.TableConfig{"m": {Mode: iceberg.Merge, Key: []string{"id"}}}}
+	cfg := iceberg.Config{}
+	specs := []sink.StreamSpec{appended("a"), merged("m", "id")}
 	d := newDest(t, wh.cat, cfg)
-	w, err := d.Writer(ctx, "maint", 0)
+	w, err := d.Writer(ctx, writerConfig("maint", 0, specs...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,9 +74,19 @@ func TestMaintainKeepsMarkers(t *testing.T) {
 	beforeA, beforeM := files("a"), files("m")
 	wantA, _ := scan(ctx, wh.cat, iceberg.DefaultNamespace, "a")
 	wantM, _ := scan(ctx, wh.cat, iceberg.DefaultNamespace, "m")
-	// Orphan cleanup only takes files older than the cutoff.
-	time.Sleep(1100 * time.Millisecond)
-	reports, err := d.Maintain(ctx, iceberg.MaintainOptions{Compact: true, ExpireOlderThan: time.Nanosecond, OrphansOlderThan: time.Second})
+	// Orphan cleanup only takes files older than the cutoff: age every
+	// file written so far by an hour, so that those and only those are
+	// old enough, however long Maintain itself takes.
+	hourAgo := time.Now().Add(-time.Hour)
+	if err := filepath.WalkDir(filepath.Join(wh.dir, "warehouse"), func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		return os.Chtimes(path, hourAgo, hourAgo)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	reports, err := d.Maintain(ctx, iceberg.MaintainOptions{Compact: true, ExpireOlderThan: time.Nanosecond, OrphansOlderThan: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +124,7 @@ func TestMaintainKeepsMarkers(t *testing.T) {
 	if err := w.Commit(ctx, epochs, []sink.Committable{last}); err != nil {
 		t.Fatal(err)
 	}
-	w2, err := newDest(t, wh.cat, cfg).Writer(ctx, "maint", 0)
+	w2, err := newDest(t, wh.cat, cfg).Writer(ctx, writerConfig("maint", 0, specs...))
 	if err != nil {
 		t.Fatal(err)
 	}

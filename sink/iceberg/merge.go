@@ -33,7 +33,7 @@ type winner struct {
 // last) and returns them, with _openetl_deleted added (soft deletes) or
 // the deleted keys left out (hard deletes), plus the key columns of every
 // key the epoch touched, for the equality deletes. It releases recs.
-func mergeRows(ctx context.Context, recs []arrow.RecordBatch, tc TableConfig) (data, keys []arrow.RecordBatch, err error) {
+func mergeRows(ctx context.Context, recs []arrow.RecordBatch, spec sink.StreamSpec) (data, keys []arrow.RecordBatch, err error) {
 	defer func() {
 		for _, r := range recs {
 			r.Release()
@@ -48,7 +48,7 @@ func mergeRows(ctx context.Context, recs []arrow.RecordBatch, tc TableConfig) (d
 	wins := make(map[string]winner)
 	var buf []byte
 	for ri, r := range recs {
-		kcols, err := keyColumns(r, tc.Key)
+		kcols, err := keyColumns(r, spec.Key)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -92,13 +92,13 @@ func mergeRows(ctx context.Context, recs []arrow.RecordBatch, tc TableConfig) (d
 		if err != nil {
 			return nil, nil, fmt.Errorf("iceberg: merge: filter: %w", err)
 		}
-		k, err := project(latest, tc.Key)
+		k, err := project(latest, spec.Key)
 		if err != nil {
 			latest.Release()
 			return nil, nil, err
 		}
 		keys = append(keys, k)
-		d, err := withDeleted(ctx, latest, tc.HardDeletes)
+		d, err := withDeleted(ctx, latest, spec.Deletes == sink.HardDeletes)
 		latest.Release()
 		if err != nil {
 			return nil, nil, err
@@ -227,8 +227,8 @@ func withDeleted(ctx context.Context, r arrow.RecordBatch, hard bool) (arrow.Rec
 // touched. Committed in one row-delta snapshot, the deletes remove the
 // keys' older rows (data sequence numbers below the snapshot's) and not
 // the new ones (same sequence number).
-func (w *writer) writeMerge(ctx context.Context, name string, tc TableConfig, tf tableFiles, recs []arrow.RecordBatch) (tableFiles, error) {
-	data, keys, err := mergeRows(ctx, recs, tc)
+func (w *writer) writeMerge(ctx context.Context, name string, spec sink.StreamSpec, tf tableFiles, recs []arrow.RecordBatch) (tableFiles, error) {
+	data, keys, err := mergeRows(ctx, recs, spec)
 	if err != nil {
 		return tf, err
 	}
@@ -276,8 +276,8 @@ func (w *writer) writeMerge(ctx context.Context, name string, tc TableConfig, tf
 		}
 		start = end
 	}
-	ids := make([]int, len(tc.Key))
-	for i, k := range tc.Key {
+	ids := make([]int, len(spec.Key))
+	for i, k := range spec.Key {
 		f, ok := tbl.Schema().FindFieldByName(k)
 		if !ok {
 			return tf, fmt.Errorf("iceberg: table %s has no key column %q", name, k)

@@ -21,7 +21,7 @@ func TestCommitRefusesMissingFiles(t *testing.T) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
 	d := newDest(t, wh.cat, iceberg.Config{})
-	w, err := d.Writer(ctx, "gone", 0)
+	w, err := d.Writer(ctx, sink.WriterConfig{Pipeline: "gone"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestCommitRefusesMissingFiles(t *testing.T) {
 	if err != nil || len(rows) != 0 {
 		t.Fatalf("the table shows %d rows (scan error %v), want none and a readable table", len(rows), err)
 	}
-	w2, err := d.Writer(ctx, "gone", 0)
+	w2, err := d.Writer(ctx, sink.WriterConfig{Pipeline: "gone"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,9 +32,8 @@ func TestOverwrite(t *testing.T) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
 	// Commit every epoch: an Overwrite table still waits for the end.
-	d := newDest(t, wh.cat, iceberg.Config{Tables: map[string]iceberg.TableConfig{
-		"snap": {Mode: iceberg.Overwrite},
-	}, Grouping: &iceberg.Grouping{}})
+	d := newDest(t, wh.cat, iceberg.Config{Grouping: &iceberg.Grouping{}})
+	snap := sink.StreamSpec{Stream: "snap", Table: "snap", Mode: sink.Overwrite}
 	read := func() *testutil.IcebergTable {
 		t.Helper()
 		got := testutil.ReadIcebergTables(t, "openetl", wh.dbPath, "file://"+filepath.Join(wh.dir, "warehouse"), iceberg.DefaultNamespace)
@@ -50,7 +49,7 @@ func TestOverwrite(t *testing.T) {
 		t.Helper()
 		ws := make([]sink.Writer, 2)
 		for i := range ws {
-			w, err := d.Writer(ctx, "ow", i)
+			w, err := d.Writer(ctx, writerConfig("ow", i, snap))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,11 +103,7 @@ func TestOverwrite(t *testing.T) {
 
 	finish := func(w sink.Writer, e uint64) {
 		t.Helper()
-		f, ok := w.(sink.Finisher)
-		if !ok {
-			t.Fatal("the Iceberg writer is not a sink.Finisher")
-		}
-		if err := f.Finish(ctx, e); err != nil {
+		if err := w.Finish(ctx, e); err != nil {
 			t.Fatalf("Finish(%d): %v", e, err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/apache/iceberg-go/table"
@@ -22,18 +23,21 @@ func TestPartitioned(t *testing.T) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
 	cfg := iceberg.Config{Tables: map[string]iceberg.TableConfig{
-		"pa": {Partition: []iceberg.PartitionField{{Column: "_openetl_synced_at", Transform: "day"}, {Column: "id", Transform: "bucket[4]"}, {Column: "amount", Transform: "truncate[100]"}}},
-		"pm": {Mode: iceberg.Merge, Key: []string{"id"}, Partition: []iceberg.PartitionField{{Column: "id", Transform: "bucket[4]"}}},
+		"pa":  {Partition: []iceberg.PartitionField{{Column: "_openetl_synced_at", Transform: "day"}, {Column: "id", Transform: "bucket[4]"}, {Column: "amount", Transform: "truncate[100]"}}},
+		"pm":  {Partition: []iceberg.PartitionField{{Column: "id", Transform: "bucket[4]"}}},
+		"bad": {Partition: []iceberg.PartitionField{{Column: "name", Transform: "identity"}}},
 	}}
-	if _, err := iceberg.New(iceberg.Config{Catalog: wh.cat, Tables: map[string]iceberg.TableConfig{
-		"bad": {Mode: iceberg.Merge, Key: []string{"id"}, Partition: []iceberg.PartitionField{{Column: "name", Transform: "identity"}}},
-	}}); err == nil {
-		t.Error("New accepted a merge table partitioned by a column outside its key")
-	}
 	d := newDest(t, wh.cat, cfg)
+	if err := d.CheckStream(merged("bad", "id")); err == nil || !strings.Contains(err.Error(), `only be partitioned by its key columns ["id"]`) {
+		t.Errorf("CheckStream of a merged table partitioned by a column outside its key: %v", err)
+	}
+	if err := d.CheckStream(appended("bad")); err != nil {
+		t.Errorf("CheckStream of an appended table partitioned by any column: %v", err)
+	}
+	specs := []sink.StreamSpec{appended("pa"), merged("pm", "id")}
 	ws := make([]sink.Writer, 2)
 	for i := range ws {
-		w, err := d.Writer(ctx, "part", i)
+		w, err := d.Writer(ctx, writerConfig("part", i, specs...))
 		if err != nil {
 			t.Fatal(err)
 		}

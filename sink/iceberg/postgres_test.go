@@ -63,5 +63,6 @@ func TestConformancePostgresCatalog(t *testing.T) {
 		Visible: func(ctx context.Context, stream string) ([]sinktest.Row, error) {
 			return scan(ctx, reader, iceberg.DefaultNamespace, stream)
 		},
+		Skip: knownLimits,
 	})
 }

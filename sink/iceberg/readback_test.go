@@ -143,15 +143,14 @@ func TestReadBackWithPyiceberg(t *testing.T) {
 func readBack(t *testing.T, group *iceberg.Grouping, crash bool) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
-	tables := map[string]iceberg.TableConfig{
-		"orders_soft": {Mode: iceberg.Merge, Key: []string{"id"}},
-		"orders_hard": {Mode: iceberg.Merge, Key: []string{"id"}, HardDeletes: true},
-	}
-	d := newDest(t, wh.cat, iceberg.Config{Tables: tables, Grouping: group})
+	hard := merged("orders_hard", "id")
+	hard.Deletes = sink.HardDeletes
+	specs := []sink.StreamSpec{merged("orders_soft", "id"), hard, appended("events")}
+	d := newDest(t, wh.cat, iceberg.Config{Grouping: group})
 	const lanes = 2
 	ws := make([]sink.Writer, lanes)
 	for i := range ws {
-		w, err := d.Writer(ctx, "readback", i)
+		w, err := d.Writer(ctx, writerConfig("readback", i, specs...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,8 +208,8 @@ func readBack(t *testing.T, group *iceberg.Grouping, crash bool) {
 	}
 	gen := 1
 	if crash {
-		d2 := newDest(t, wh.cat, iceberg.Config{Tables: tables, Grouping: group})
-		w, err := d2.Writer(ctx, "readback", 0)
+		d2 := newDest(t, wh.cat, iceberg.Config{Grouping: group})
+		w, err := d2.Writer(ctx, writerConfig("readback", 0, specs...))
 		if err != nil {
 			t.Fatal(err)
 		}

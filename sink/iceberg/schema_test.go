@@ -55,7 +55,7 @@ func TestSchemaEvolution(t *testing.T) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
 	d := newDest(t, wh.cat, iceberg.Config{})
-	w, err := d.Writer(ctx, "evolve", 0)
+	w, err := d.Writer(ctx, sink.WriterConfig{Pipeline: "evolve"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,17 +2,20 @@ package iceberg_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"path"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
 
-	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/sim"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/iceberg"
@@ -68,24 +71,80 @@ func icebergTarget(cat catalog.Catalog, seed uint64, expiry bool) *sim.Target {
 	group, gname := simGrouping(seed)
 	t := &sim.Target{
 		Name: "iceberg on a SQLite catalog, " + gname,
-		Open: func(_ context.Context, setup sim.Setup) (sink.Destination, error) {
-			tables := map[string]iceberg.TableConfig{}
-			for _, s := range setup.Streams {
-				if s.Mode == delivery.Merge {
-					tables[s.Name] = iceberg.TableConfig{Mode: iceberg.Merge, Key: s.Key}
-				}
-			}
+		Open: func(context.Context, sim.Setup) (sink.Destination, error) {
 			g := group
-			return iceberg.New(iceberg.Config{Catalog: cat, Tables: tables, Grouping: &g})
+			return iceberg.New(iceberg.Config{Catalog: cat, Grouping: &g})
 		},
 		Read: func(ctx context.Context, stream string) ([]sinktest.Row, error) {
 			return scan(ctx, cat, iceberg.DefaultNamespace, stream)
 		},
 	}
+	t.Unnamed = func(ctx context.Context, head *checkpoint.Record) ([]string, error) {
+		return unnamedFiles(ctx, cat, head)
+	}
 	if expiry {
 		t.DropStaged = func(ctx context.Context) (int, error) { return dropOrphans(ctx, cat) }
 	}
 	return t
+}
+
+// unnamedFiles lists the data files the writer wrote (their write UUID
+// is version 8, see collect.go) that no snapshot of a table refers to
+// and head's committables don't name.
+func unnamedFiles(ctx context.Context, cat catalog.Catalog, head *checkpoint.Record) ([]string, error) {
+	named := map[string]bool{}
+	if head != nil {
+		for _, c := range head.Committables {
+			var cm struct {
+				Tables []struct {
+					Data []struct {
+						Path string `json:"path"`
+					} `json:"data"`
+				} `json:"tables"`
+			}
+			if len(c) == 0 {
+				continue
+			}
+			if err := json.Unmarshal(c, &cm); err != nil {
+				return nil, err
+			}
+			for _, tf := range cm.Tables {
+				for _, f := range tf.Data {
+					named[path.Base(f.Path)] = true
+				}
+			}
+		}
+	}
+	ns := table.Identifier{iceberg.DefaultNamespace}
+	ok, err := cat.CheckNamespaceExists(ctx, ns)
+	if err != nil || !ok {
+		return nil, err
+	}
+	var out []string
+	for ident, err := range cat.ListTables(ctx, ns) {
+		if err != nil {
+			return nil, err
+		}
+		tbl, err := cat.LoadTable(ctx, ident)
+		if err != nil {
+			return nil, err
+		}
+		plan, err := tbl.PlanOrphanFiles(ctx, table.WithFilesOlderThan(0))
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range plan.Files() {
+			base := path.Base(f)
+			parts := strings.Split(strings.TrimSuffix(base, ".parquet"), "-")
+			if len(parts) != 8 || named[base] {
+				continue
+			}
+			if u, err := uuid.Parse(strings.Join(parts[2:7], "-")); err == nil && u.Version() == 8 {
+				out = append(out, f)
+			}
+		}
+	}
+	return out, nil
 }
 
 // dropOrphans deletes every file of the namespace's tables that their

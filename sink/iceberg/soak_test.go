@@ -45,9 +45,7 @@ func TestContinuousRunFiles(t *testing.T) {
 	}
 	dir := t.TempDir()
 	_, cat := openCatalog(t, dir)
-	dst, err := iceberg.New(iceberg.Config{Catalog: cat, Tables: map[string]iceberg.TableConfig{
-		faker.Customers: {Mode: iceberg.Merge, Key: []string{"id"}},
-	}})
+	dst, err := iceberg.New(iceberg.Config{Catalog: cat})
 	if err != nil {
 		t.Fatal(err)
 	}

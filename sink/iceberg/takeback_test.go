@@ -25,7 +25,7 @@ import (
 func TestLostEpochTakenBack(t *testing.T) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
-	d := newDest(t, wh.cat, iceberg.Config{Tables: map[string]iceberg.TableConfig{"a": {Mode: iceberg.Merge, Key: []string{"id"}}}})
+	d := newDest(t, wh.cat, iceberg.Config{})
 	rng := rand.New(rand.NewPCG(7, 7))
 	var seq int64
 	live := map[int64]bool{}
@@ -71,7 +71,7 @@ func TestLostEpochTakenBack(t *testing.T) {
 		}
 	}
 
-	w, err := d.Writer(ctx, "tb", 0)
+	w, err := d.Writer(ctx, writerConfig("tb", 0, merged("a", "id"), appended("b")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +122,8 @@ func TestLostEpochTakenBack(t *testing.T) {
 		t.Fatalf("a holds %d rows before Recover, want 80: the test wants a applied before b failed", len(got))
 	}
 
-	d2 := newDest(t, wh.cat, iceberg.Config{Tables: map[string]iceberg.TableConfig{"a": {Mode: iceberg.Merge, Key: []string{"id"}}}})
-	w2, err := d2.Writer(ctx, "tb", 0)
+	d2 := newDest(t, wh.cat, iceberg.Config{})
+	w2, err := d2.Writer(ctx, writerConfig("tb", 0, merged("a", "id"), appended("b")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ type writer struct {
 	pipeline string
 	lane     int
 	nonce    string
+	specs    map[string]sink.StreamSpec // by table, from the WriterConfig
 
 	gen atomic.Uint64 // set by Recover, read by Commit
 
@@ -58,6 +59,11 @@ type lastCommit struct {
 }
 
 var _ sink.Writer = (*writer)(nil)
+
+// mode is how table is written: its stream's mode, or Append for a table
+// no stream of the attempt writes (one whose files a recovered
+// committable of an earlier attempt lists).
+func (w *writer) mode(table string) sink.Mode { return w.specs[table].Mode }
 
 // pendingTable is one table's rows of the epoch being written. An Append
 // table's batches stream into data files as they come (cur, then files);
@@ -116,7 +122,8 @@ func (w *writer) startStream(ctx context.Context, tbl *table.Table, sc *arrow.Sc
 				}
 			}
 		}
-		for df, err := range table.WriteRecords(bctx, tbl, sc, seq, table.WithTargetFileSize(w.d.targetBytes)) {
+		for df, err := range table.WriteRecords(bctx, tbl, sc, seq, table.WithTargetFileSize(w.d.targetBytes),
+			table.WithWriteUUID(writeUUID(w.pipeline))) {
 			if err != nil {
 				s.err = fmt.Errorf("iceberg: write data files of %v: %w", tbl.Identifier(), err)
 				break
@@ -168,7 +175,7 @@ func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch
 		p = &pendingTable{}
 		w.pending[stream] = p
 	}
-	if w.d.tables[stream].Mode == Merge {
+	if w.mode(stream) == sink.Merge {
 		rec.Retain()
 		p.recs = append(p.recs, rec)
 		p.rows += rec.NumRows()
@@ -296,7 +303,7 @@ func (w *writer) writeTable(ctx context.Context, name string, p *pendingTable) (
 	// A Merge table: mergeRows takes over the batches.
 	recs := p.recs
 	p.recs = nil
-	return w.writeMerge(ctx, name, w.d.tables[name], tf, recs)
+	return w.writeMerge(ctx, name, w.specs[name], tf, recs)
 }
 
 // write writes recs (one schema) as data files of tbl. It takes over the
@@ -313,7 +320,8 @@ func (w *writer) write(ctx context.Context, tbl *table.Table, recs []arrow.Recor
 		}
 	}
 	var out []fileDesc
-	for df, err := range table.WriteRecords(ctx, tbl, sc, seq, table.WithTargetFileSize(w.d.targetBytes)) {
+	for df, err := range table.WriteRecords(ctx, tbl, sc, seq, table.WithTargetFileSize(w.d.targetBytes),
+		table.WithWriteUUID(writeUUID(w.pipeline))) {
 		if err != nil {
 			return out, fmt.Errorf("iceberg: write data files of %v: %w", tbl.Identifier(), err)
 		}

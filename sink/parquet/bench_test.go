@@ -9,7 +9,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"gocloud.dev/blob/fileblob"
 
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/parquet"
@@ -79,7 +78,7 @@ func BenchmarkWriteCommit(b *testing.B) {
 			r.Release()
 		}
 	}()
-	bucket, err := fileblob.OpenBucket(b.TempDir(), nil)
+	bucket, err := parquet.OpenDir(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +92,7 @@ func BenchmarkWriteCommit(b *testing.B) {
 	b.ResetTimer()
 	var fileBytes int64
 	for i := 0; b.Loop(); i++ {
-		w, err := d.Writer(ctx, fmt.Sprintf("p%d", i), 0)
+		w, err := d.Writer(ctx, sink.WriterConfig{Pipeline: fmt.Sprintf("p%d", i)})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -91,8 +91,7 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 			return err
 		}
 		if prev != nil && prev.Pipeline != w.pipeline {
-			return fmt.Errorf("parquet: stream %q under %q is written by pipeline %q, not %q: give each pipeline its own prefix",
-				stream, w.d.prefix, prev.Pipeline, w.pipeline)
+			return &OwnerError{Prefix: w.d.prefix, Stream: stream, Owner: prev.Pipeline, Pipeline: w.pipeline}
 		}
 		if prev != nil && prev.Epoch >= epoch {
 			// Applied before, by this attempt or an earlier one that may
@@ -140,6 +139,7 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		if created {
 			w.setHint(stream, next.Version)
 			w.deleteStaged(ctx, files)
+			w.d.pruneBehind(ctx, stream, next.Version)
 			return nil
 		}
 		// Someone else created that version: re-read and decide again.
@@ -242,6 +242,10 @@ func (w *writer) checkFence(ctx context.Context, gen checkpoint.Generation) erro
 // runner writes that epoch's number again from the record before, and
 // the new epoch must not be skipped as applied.
 //
+// First it records the pipeline as the owner of each stream of the
+// writer's spec (WriterConfig.Streams) that has none, or fails with an
+// *OwnerError when another pipeline owns one.
+//
 // Before it raises the fence it fails with a *sink.AheadError when a
 // stream of the pipeline under the prefix has a manifest at an epoch
 // after head's (any epoch when head is nil): the checkpoint log was lost
@@ -255,6 +259,9 @@ func (w *writer) checkFence(ctx context.Context, gen checkpoint.Generation) erro
 func (w *writer) Recover(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) (sink.Outcome, error) {
 	if gen == 0 {
 		return 0, errors.New("parquet: Recover with generation 0")
+	}
+	if err := w.claimStreams(ctx); err != nil {
+		return 0, err
 	}
 	// A zombie learns it is one first: a newer generation may have
 	// applied epochs after this one's head.
@@ -433,6 +440,7 @@ func (w *writer) rollback(ctx context.Context, gen checkpoint.Generation, stream
 		}
 		if created {
 			w.setHint(stream, next.Version)
+			w.d.pruneBehind(ctx, stream, next.Version)
 			keys := make([]string, len(removed))
 			for i, f := range removed {
 				keys[i] = f.Key

@@ -13,7 +13,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"gocloud.dev/blob"
-	"gocloud.dev/blob/fileblob"
 
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink/parquet"
@@ -68,7 +67,7 @@ func TestDictionaryModes(t *testing.T) {
 	for mode, dicts := range want {
 		t.Run(map[parquet.Dictionary]string{parquet.DictionaryAuto: "auto", parquet.DictionaryAll: "all", parquet.DictionaryNone: "none"}[mode], func(t *testing.T) {
 			dir := t.TempDir()
-			b, err := fileblob.OpenBucket(dir, nil)
+			b, err := parquet.OpenDir(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,7 +128,7 @@ print(json.dumps({"dicts": dicts, "rows": rows, "idsum": sum(ids),
 }
 
 func mustBucket(t *testing.T) *blob.Bucket {
-	b, err := fileblob.OpenBucket(t.TempDir(), nil)
+	b, err := parquet.OpenDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

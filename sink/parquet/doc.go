@@ -28,6 +28,7 @@
 //
 //	{stream}/data/{epoch:020d}-l{lane}-{n}-{nonce}.parquet   applied files
 //	{stream}/_manifest/{version:020d}.json                   manifests (immutable)
+//	{stream}/_owner.json                                     the pipeline writing it
 //	_staging/{pipeline}/{stream}/{nonce}-l{lane}-{n}.parquet  staged files
 //	_openetl/{pipeline}/fence/{generation:020d}.json          fence markers
 //
@@ -47,6 +48,52 @@
 // gocloud's fileblob driver never fsyncs: on file:// buckets "durable"
 // means handed to the operating system, which survives a process crash
 // but not a power loss.
+//
+// Open a local directory with OpenDir, on any mount: fileblob's default
+// options write each file to os.TempDir and rename it into place, which
+// fails with "invalid cross-device link" when the directory is on another
+// file system (a /data volume).
+//
+// # Pipelines sharing a prefix
+//
+// Several pipelines may write under one prefix, each its own streams: a
+// stream belongs to the first pipeline that claims it, which the writer
+// records in {stream}/_owner.json (a create-if-absent write): Recover
+// claims every stream of the writer's spec, at the attempt's start, and
+// a Write claims a stream the spec lacks. A writer of another pipeline
+// fails there with an *OwnerError naming the stream and both pipelines
+// (errors.Is(err, ErrOwned); etl.IsPermanent), before its pipeline reads
+// or commits anything, and having claimed nothing. A stream written
+// before owners were recorded belongs to the pipeline its manifest
+// names. To hand a stream that has no manifest yet to another pipeline,
+// delete its _owner.json.
+//
+// # Garbage collection
+//
+// An attempt that fails between PreCommit and its checkpoint record (a
+// crash, a store outage at the record's write, a fence) leaves its
+// staged files under _staging/{pipeline}/, which no record names.
+// Collect (sink.Collector), which the runner calls once per attempt
+// after Recover and before any Write, removes every staged file of the
+// pipeline that the record the attempt resumes from doesn't name: it
+// lists them, asks the runner whether the attempt's generation still
+// holds the checkpoint log's HEAD, and only then deletes, so a newer
+// attempt's staged files (staged after its claim, so after a listing
+// that check follows) are never touched, nor anything when the
+// attempt is a zombie. A crash midway leaves the rest to the next
+// attempt.
+//
+// Manifest versions are immutable, but not all kept: a stream keeps its
+// current version and the Config.ManifestHistory (default 16) before
+// it. The Commit that writes a version removes the one that falls out
+// of that window, and Collect removes what is older (left by a crash,
+// or by versions of this package that kept every version). A reader
+// that lists the manifests and reads the highest version (ReadManifest,
+// or any reader that follows the same rule) is unaffected unless
+// ManifestHistory commits land between its listing and its read; then
+// the read finds nothing and ReadManifest lists again. The files a
+// version lists are never removed, so a reader holding an older
+// version can still read its files.
 //
 // # Fencing
 //
@@ -73,12 +120,13 @@
 //
 // # Limits
 //
-//   - Every stream is appended to: there is no merge by key (Build
-//     rejects delivery.Merge) and no overwrite (Build rejects
-//     delivery.Overwrite too).
-//   - A manifest lists every file ever committed to its stream, and old
-//     manifest versions are kept; staged files of crashed attempts are not
-//     removed yet.
+//   - Every stream is appended to: there is no merge by key and no
+//     overwrite (Capabilities declares neither, so Build rejects
+//     delivery.Merge and delivery.Overwrite, naming the stream).
+//   - A manifest lists every file committed to its stream (the files are
+//     never merged). Files copied to data/ by a Commit that crashed
+//     before its manifest, or taken back from a lost epoch, stay there
+//     unlisted: Collect removes only staged files.
 //   - Interval and duration columns (MySQL TIME) can't be written: the
 //     engine holds them back (Capabilities.Unsupported).
 package parquet

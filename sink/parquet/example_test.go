@@ -27,7 +27,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	w, _ := dest.Writer(ctx, "shop", 0)
+	w, _ := dest.Writer(ctx, sink.WriterConfig{Pipeline: "shop"})
 	defer w.Close(ctx)
 	if _, err := w.Recover(ctx, 1, nil); err != nil {
 		panic(err)

@@ -16,7 +16,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"gocloud.dev/blob"
-	"gocloud.dev/blob/fileblob"
 	"gocloud.dev/blob/memblob"
 
 	"github.com/openetl/etl/checkpoint"
@@ -35,7 +34,7 @@ var buckets = []struct {
 		return b
 	}},
 	{"file", func(t testing.TB) *blob.Bucket {
-		b, err := fileblob.OpenBucket(t.TempDir(), nil)
+		b, err := parquet.OpenDir(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +119,7 @@ func newDest(t testing.TB, b *blob.Bucket, cfg parquet.Config) *parquet.Destinat
 
 func newWriter(t testing.TB, d *parquet.Destination, pipeline string, lane int) sink.Writer {
 	t.Helper()
-	w, err := d.Writer(context.Background(), pipeline, lane)
+	w, err := d.Writer(context.Background(), sink.WriterConfig{Pipeline: pipeline, Lane: lane})
 	if err != nil {
 		t.Fatal(err)
 	}

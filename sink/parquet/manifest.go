@@ -50,11 +50,14 @@ type File struct {
 
 const manifestFormat = 1
 
-// Errors returned by the readers.
+// Errors returned by the destination and its readers.
 var (
 	// ErrNoManifest is returned by ReadManifest for a stream that has no
 	// manifest yet (nothing of it was committed).
 	ErrNoManifest = errors.New("parquet: stream has no manifest")
+	// ErrOwned is matched by the *OwnerError Recover returns when the
+	// prefix belongs to another pipeline.
+	ErrOwned = errors.New("parquet: prefix belongs to another pipeline")
 )
 
 // ReadManifest returns the current manifest of stream under prefix (as
@@ -124,17 +127,25 @@ func streamDirs(ctx context.Context, bucket *blob.Bucket, prefix string) ([]stri
 // is a version known to exist, or 0.
 func readManifest(ctx context.Context, vs versions, prefix, stream string, hint uint64) (*Manifest, error) {
 	dir := manifestDir(prefix, stream)
-	v, err := vs.latest(ctx, dir, hint)
-	if err != nil || v == 0 {
-		return nil, err
-	}
-	data, err := vs.read(ctx, dir, v)
-	if err != nil && hint != 0 && isNotFound(err) {
-		// The hint is stale (the manifests were removed by hand): list.
-		return readManifest(ctx, vs, prefix, stream, 0)
-	}
-	if err != nil {
-		return nil, err
+	var v uint64
+	var data []byte
+	for try := 0; ; try++ {
+		var err error
+		v, err = vs.latest(ctx, dir, hint)
+		if err != nil || v == 0 {
+			return nil, err
+		}
+		data, err = vs.read(ctx, dir, v)
+		if err == nil {
+			break
+		}
+		// The hint is stale (the manifests were removed by hand), or
+		// the version was pruned between the listing and the read
+		// (Config.ManifestHistory commits came in between): list again.
+		if !isNotFound(err) || try == maxRaces {
+			return nil, err
+		}
+		hint = 0
 	}
 	var m Manifest
 	if err := json.Unmarshal(data, &m); err != nil {

@@ -124,6 +124,15 @@ type Config struct {
 	// Default 128 MiB.
 	TargetFileBytes int64
 
+	// ManifestHistory is how many manifest versions before the current
+	// one each stream keeps: a reader that listed the manifests and is
+	// about to read the highest version it saw still finds it unless
+	// that many commits came in between (ReadManifest then lists
+	// again). Older versions are removed by the Commit that writes a
+	// new one and by Collect. Default 16 (0 means the default); -1 keeps
+	// every version.
+	ManifestHistory int
+
 	// Logger receives lifecycle events (Recover, Commit) at Info and per
 	// file detail at Debug. It never receives row data. Default: discard.
 	Logger *slog.Logger
@@ -139,6 +148,7 @@ type Destination struct {
 	dict        Dictionary
 	arrowProps  pqarrow.ArrowWriterProperties
 	targetBytes int64
+	history     int // manifest versions kept before the current one; -1: all
 	log         *slog.Logger
 	versions    versions
 }
@@ -163,6 +173,12 @@ func New(cfg Config) (*Destination, error) {
 	}
 	if cfg.TargetFileBytes < 0 {
 		return nil, fmt.Errorf("parquet: Config.TargetFileBytes is negative (%d)", cfg.TargetFileBytes)
+	}
+	if cfg.ManifestHistory < -1 {
+		return nil, fmt.Errorf("parquet: Config.ManifestHistory is %d: -1 keeps every version, 1 or more keeps that many", cfg.ManifestHistory)
+	}
+	if cfg.ManifestHistory == 0 {
+		cfg.ManifestHistory = DefaultManifestHistory
 	}
 	if cfg.RowGroupRows == 0 {
 		cfg.RowGroupRows = DefaultRowGroupRows
@@ -194,6 +210,7 @@ func New(cfg Config) (*Destination, error) {
 		dict:        cfg.Dictionary,
 		arrowProps:  pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()),
 		targetBytes: cfg.TargetFileBytes,
+		history:     cfg.ManifestHistory,
 		log:         cfg.Logger,
 		versions:    blobVersions{cfg.Bucket},
 	}, nil
@@ -202,30 +219,25 @@ func New(cfg Config) (*Destination, error) {
 // Class returns sink.StageAndApply.
 func (d *Destination) Class() sink.Class { return sink.StageAndApply }
 
-var _ sink.SpecChecker = (*Destination)(nil)
-
-// CheckStream fails for overwrite mode: every stream is appended to
-// (merge is refused through Capabilities).
-func (d *Destination) CheckStream(spec sink.StreamSpec) error {
-	if spec.Mode == sink.Overwrite {
-		return errors.New("parquet: can't replace a stream's files (overwrite mode): every stream is appended to")
-	}
-	return nil
-}
-
-// Capabilities: files are appended, never merged, and identifiers have
-// no length limit. Intervals (Arrow month_day_nano_interval, from a
-// Postgres interval column) and durations (from a MySQL TIME column) are
-// unsupported: arrow-go's Parquet writer can't write them, so the runner
-// keeps their values under _held/ instead of failing the sync.
+// Capabilities: files are appended, never merged or replaced (no
+// Merge, no Overwrite: Build refuses those modes, naming the stream),
+// and identifiers have no length limit. Intervals (Arrow
+// month_day_nano_interval, from a Postgres interval column) and
+// durations (from a MySQL TIME column) are unsupported: arrow-go's
+// Parquet writer can't write them, so the runner keeps their values
+// under _held/ instead of failing the sync.
 func (d *Destination) Capabilities() sink.Capabilities {
 	return sink.Capabilities{Unsupported: []string{"interval", "duration"}}
 }
 
-// Writer returns the writer of one lane of pipeline. Each Writer gets a
-// random nonce that names its files, so writers of different attempts
-// never collide. ctx is not used beyond the call.
-func (d *Destination) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
+// Writer returns the writer of one lane of cfg.Pipeline. Each Writer
+// gets a random nonce that names its files, so writers of different
+// attempts never collide. Every stream is appended to (the
+// Capabilities declare no other mode, so the runner gives it none), so
+// the streams' specs need nothing more.
+// ctx is not used beyond the call.
+func (d *Destination) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
+	pipeline, lane := cfg.Pipeline, cfg.Lane
 	if err := checkName("pipeline", pipeline); err != nil {
 		return nil, err
 	}
@@ -236,10 +248,16 @@ func (d *Destination) Writer(ctx context.Context, pipeline string, lane int) (si
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("parquet: writer nonce: %w", err)
 	}
+	tables := make([]string, 0, len(cfg.Streams))
+	for _, s := range cfg.Streams {
+		tables = append(tables, s.Table)
+	}
+	slices.Sort(tables)
 	return &writer{
 		d:        d,
 		pipeline: pipeline,
 		lane:     lane,
+		tables:   slices.Compact(tables),
 		nonce:    hex.EncodeToString(b[:]),
 		open:     make(map[string]*openFile),
 		names:    make(map[string]bool),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -34,7 +35,7 @@ func TestNew(t *testing.T) {
 		t.Errorf("Capabilities = %+v", d.Capabilities())
 	}
 	for _, bad := range []string{"", "a/b", "..", "."} {
-		if _, err := d.Writer(context.Background(), bad, 0); err == nil {
+		if _, err := d.Writer(context.Background(), sink.WriterConfig{Pipeline: bad}); err == nil {
 			t.Errorf("Writer(pipeline %q): no error", bad)
 		}
 	}
@@ -104,8 +105,8 @@ func TestStagedInvisibleBeforeCommit(t *testing.T) {
 		recoverGen(t, w, 1, nil)
 		write(t, w, "orders", 0, 10, false)
 		c := preCommit(t, w, 1)
-		if got := keys(t, b, "orders/"); len(got) != 0 {
-			t.Errorf("before Commit, orders/ holds %v", got)
+		if got := keys(t, b, "orders/"); !slices.Equal(got, []string{"orders/_owner.json"}) {
+			t.Errorf("before Commit, orders/ holds %v, want only the owner marker", got)
 		}
 		if got := keys(t, b, "_staging/p/orders/"); len(got) != 1 {
 			t.Errorf("staged: %v, want 1 file", got)
@@ -398,7 +399,7 @@ func TestCommitWhileWriting(t *testing.T) {
 func TestCloseDiscardsUnflushed(t *testing.T) {
 	forEachBucket(t, func(t *testing.T, b *blob.Bucket) {
 		d := newDest(t, b, parquet.Config{RowGroupRows: 10, TargetFileBytes: 1})
-		w, err := d.Writer(context.Background(), "p", 0)
+		w, err := d.Writer(context.Background(), sink.WriterConfig{Pipeline: "p"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -423,18 +424,123 @@ func TestCloseDiscardsUnflushed(t *testing.T) {
 	})
 }
 
+// Two pipelines on one prefix: the second one's first Write of a
+// stream the first one writes fails (an *OwnerError naming both),
+// before it stages anything, on every backend; a stream of its own is
+// fine.
 func TestOtherPipelineSameStream(t *testing.T) {
-	b := buckets[0].open(t)
-	d := newDest(t, b, parquet.Config{})
-	for i, p := range []string{"p", "q"} {
-		w := newWriter(t, d, p, 0)
-		recoverGen(t, w, 1, nil)
-		write(t, w, "orders", 0, 1, false)
-		err := w.Commit(context.Background(), 1, []sink.Committable{preCommit(t, w, 1)})
-		if (err != nil) != (i == 1) {
-			t.Errorf("pipeline %s: Commit: %v", p, err)
-		}
+	forEachBucket(t, func(t *testing.T, b *blob.Bucket) { testOtherPipeline(t, b, "") })
+}
+
+func testOtherPipeline(t *testing.T, b *blob.Bucket, prefix string) {
+	ctx := context.Background()
+	d := newDest(t, b, parquet.Config{Prefix: prefix})
+	p := newWriter(t, d, "p", 0)
+	recoverGen(t, p, 1, nil)
+	write(t, p, "orders", 0, 1, false)
+	q := newWriter(t, d, "q", 0)
+	recoverGen(t, q, 1, nil)
+	rec := batch(t, 0, 1, false)
+	defer rec.Release()
+	err := q.Write(ctx, "orders", rec)
+	var oe *parquet.OwnerError
+	if !errors.As(err, &oe) || !errors.Is(err, parquet.ErrOwned) || oe.Owner != "p" || oe.Pipeline != "q" || oe.Stream != "orders" ||
+		!strings.Contains(err.Error(), `"p"`) || !strings.Contains(err.Error(), `"q"`) {
+		t.Fatalf("Write of p's stream by q: %v, want an *OwnerError naming both", err)
 	}
+	t.Log(err)
+	if got := keys(t, b, norm(prefix)+"_staging/q/"); len(got) != 0 {
+		t.Errorf("q staged %v", got)
+	}
+	// p goes on; q writes a stream of its own under the same prefix.
+	commit(t, p, 1, preCommit(t, p, 1))
+	write(t, q, "users", 0, 2, false)
+	c := preCommit(t, q, 1)
+	commit(t, q, 1, c)
+	if m := manifest(t, b, prefix, "users"); m.Pipeline != "q" || len(m.Files) != 1 {
+		t.Errorf("q's stream: manifest %+v", m)
+	}
+	// A new writer of q (a later attempt) is refused too, at once.
+	q2 := newWriter(t, d, "q", 0)
+	recoverGen(t, q2, 2, record("q", 1, 1, c))
+	if err := q2.Write(ctx, "orders", rec); !errors.Is(err, parquet.ErrOwned) {
+		t.Errorf("Write of p's stream by q's next attempt: %v, want ErrOwned", err)
+	}
+}
+
+// A writer given its streams' specs claims them at Recover, before
+// anything is read: another pipeline's Recover then fails for a stream
+// the first one has, and claims none of its own streams.
+func TestRecoverClaimsTheSpecsStreams(t *testing.T) {
+	forEachBucket(t, func(t *testing.T, b *blob.Bucket) {
+		ctx := context.Background()
+		d := newDest(t, b, parquet.Config{})
+		specs := func(tables ...string) []sink.StreamSpec {
+			var out []sink.StreamSpec
+			for _, tb := range tables {
+				out = append(out, sink.StreamSpec{Stream: tb, Table: tb})
+			}
+			return out
+		}
+		p, err := d.Writer(ctx, sink.WriterConfig{Pipeline: "p", Streams: specs("orders")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close(ctx)
+		recoverGen(t, p, 1, nil)
+		if got := keys(t, b, ""); !slices.Contains(got, "orders/_owner.json") {
+			t.Fatalf("after p's Recover: %v, want orders/_owner.json", got)
+		}
+		q, err := d.Writer(ctx, sink.WriterConfig{Pipeline: "q", Streams: specs("audit", "orders")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close(ctx)
+		_, err = q.Recover(ctx, 1, nil)
+		var oe *parquet.OwnerError
+		if !errors.As(err, &oe) || oe.Stream != "orders" || oe.Owner != "p" || oe.Pipeline != "q" {
+			t.Fatalf("q's Recover: %v, want an *OwnerError for orders, owned by p", err)
+		}
+		if got := keys(t, b, ""); slices.Contains(got, "audit/_owner.json") || slices.ContainsFunc(got, func(k string) bool {
+			return strings.HasPrefix(k, "_openetl/q/")
+		}) {
+			t.Errorf("the refused Recover wrote %v", got)
+		}
+	})
+}
+
+// A stream written before owners were recorded (a manifest, no marker)
+// belongs to the pipeline its manifest names.
+func TestOwnerOfAnOlderStream(t *testing.T) {
+	forEachBucket(t, func(t *testing.T, b *blob.Bucket) {
+		ctx := context.Background()
+		d := newDest(t, b, parquet.Config{})
+		p := newWriter(t, d, "p", 0)
+		recoverGen(t, p, 1, nil)
+		write(t, p, "orders", 0, 1, false)
+		c := preCommit(t, p, 1)
+		commit(t, p, 1, c)
+		if err := b.Delete(ctx, "orders/_owner.json"); err != nil {
+			t.Fatal(err)
+		}
+		q := newWriter(t, d, "q", 0)
+		recoverGen(t, q, 1, nil)
+		rec := batch(t, 0, 1, false)
+		defer rec.Release()
+		var oe *parquet.OwnerError
+		if err := q.Write(ctx, "orders", rec); !errors.As(err, &oe) || oe.Owner != "p" {
+			t.Fatalf("Write of an older stream of p by q: %v, want an *OwnerError naming p", err)
+		}
+		if ok, _ := b.Exists(ctx, "orders/_owner.json"); ok {
+			t.Error("the refused writer recorded an owner")
+		}
+		p2 := newWriter(t, d, "p", 0)
+		recoverGen(t, p2, 2, record("p", 1, 1, c))
+		write(t, p2, "orders", 1, 1, false) // p claims it now
+		if ok, _ := b.Exists(ctx, "orders/_owner.json"); !ok {
+			t.Error("p's writer recorded no owner")
+		}
+	})
 }
 
 func norm(prefix string) string {

@@ -2,6 +2,7 @@ package parquet_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -10,8 +11,8 @@ import (
 	"time"
 
 	"gocloud.dev/blob"
-	"gocloud.dev/blob/fileblob"
 
+	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/sim"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/parquet"
@@ -57,6 +58,41 @@ func parquetTarget(b *blob.Bucket, expiry bool) *sim.Target {
 		Read: func(ctx context.Context, stream string) ([]sinktest.Row, error) {
 			return visible(ctx, b, "", stream)
 		},
+		Unnamed: func(ctx context.Context, head *checkpoint.Record) ([]string, error) {
+			named := map[string]bool{}
+			if head != nil {
+				for _, c := range head.Committables {
+					var cm struct {
+						Files []struct {
+							Staged string `json:"staged"`
+						} `json:"files"`
+					}
+					if len(c) == 0 {
+						continue
+					}
+					if err := json.Unmarshal(c, &cm); err != nil {
+						return nil, err
+					}
+					for _, f := range cm.Files {
+						named[f.Staged] = true
+					}
+				}
+			}
+			var out []string
+			it := b.List(&blob.ListOptions{Prefix: "_staging/"})
+			for {
+				obj, err := it.Next(ctx)
+				if err == io.EOF {
+					return out, nil
+				}
+				if err != nil {
+					return nil, err
+				}
+				if !obj.IsDir && !named[obj.Key] {
+					out = append(out, obj.Key)
+				}
+			}
+		},
 	}
 	if !expiry {
 		return t
@@ -93,7 +129,7 @@ func simReplay(seed uint64) string {
 }
 
 func runSimSeed(t *testing.T, seed uint64) (*sim.Report, error) {
-	b, err := fileblob.OpenBucket(t.TempDir(), nil)
+	b, err := parquet.OpenDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ type writer struct {
 	pipeline string
 	lane     int
 	nonce    string
+	tables   []string // of the spec's streams, sorted: Recover claims them
 
 	gen atomic.Uint64 // set by Recover, read by Commit
 
@@ -37,7 +38,7 @@ type writer struct {
 
 	open      map[string]*openFile // stream → its file being written
 	staged    []stagedFile         // files closed since the last PreCommit
-	names     map[string]bool      // stream names already checked
+	names     map[string]bool      // streams already checked and claimed (claimStream)
 	seq       int                  // numbers this writer's files
 	lastEpoch uint64
 	preCommit bool  // PreCommit was called at least once
@@ -124,6 +125,9 @@ func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch
 	}
 	if !w.names[stream] {
 		if err := checkName("stream", stream); err != nil {
+			return err
+		}
+		if err := w.claimStream(ctx, stream); err != nil {
 			return err
 		}
 		w.names[stream] = true
@@ -273,6 +277,10 @@ func (w *writer) PreCommit(ctx context.Context, epoch uint64) (sink.Committable,
 	w.lastEpoch, w.preCommit = epoch, true
 	return out, nil
 }
+
+// Finish does nothing: Commit publishes every epoch's files, so nothing
+// waits for the end of a refresh.
+func (w *writer) Finish(context.Context, uint64) error { return nil }
 
 // Close aborts the open files and deletes the files staged since the last
 // PreCommit, which no committable names; files of committables, staged or

@@ -93,6 +93,48 @@
 //     *sink.AheadError (errors.Is sink.ErrAhead, not sink.ErrFenced) and
 //     changes nothing visible; it raises no fence, so the log restored as
 //     it was recovers with a lower generation and carries on.
+//   - Finish: after the Commit of a Final epoch (a Sync that read
+//     everything), Finish leaves exactly the committed rows visible (a
+//     writer that groups epochs into fewer commits makes them visible
+//     then), and again changes nothing; Recover of a Final head reports
+//     Applied when the head was finished, or committed and not finished
+//     (Recover finishes it: the runner calls Finish only right after a
+//     Commit), and Applied or Recoverable when it was pre-committed only;
+//     a zombie's Finish fails with sink.ErrFenced, or does nothing.
+//
+// The write modes beyond append are checked when the destination's
+// Capabilities declare them (the runner never gives a writer one they
+// don't), each on a stream keyed by id, with the spec that mode's
+// streams get (sink.StreamSpec):
+//
+//   - Merge (Capabilities.Merge; soft deletes): over two lanes, four
+//     epochs and a crash, a reader sees one row per key, its committed
+//     version with the highest _openetl_seq: updates, versions out of
+//     order within a batch and within an epoch, deletes (the key's row
+//     is kept, marked: its _openetl_op is "delete", or its
+//     _openetl_deleted true, as the reader reports), an older insert
+//     after a delete, keys inserted again after their delete.
+//   - MergeReplay (Capabilities.Merge): versions older than a key's
+//     committed one, written in a later epoch (a superset source's
+//     repeat), change nothing, a deleted key's included.
+//   - HardDeletes (Capabilities.Merge and HardDeletes): Merge's epochs
+//     with hard deletes: a deleted key has no row.
+//   - Overwrite (Capabilities.Overwrite): an overwrite stream's epochs
+//     are invisible until Finish of the refresh's Final epoch, which
+//     replaces the table's rows with the refresh's (over lanes, and over
+//     attempts when one stopped mid-refresh), in one step; readers see
+//     the last refresh whole until then; Finish again and a zombie's
+//     Finish change nothing; Recover of a Final head whose Finish never
+//     ran (committed, or only pre-committed) finishes it.
+//   - OverwriteEmpty (Capabilities.Overwrite): a refresh that writes no
+//     rows empties the table.
+//
+// For a merged stream Visible returns the rows a reader of the table
+// sees, one per key once the destination has merged them (a
+// ClickHouse-like table read as its readers are told to, with FINAL, but
+// keeping deleted keys' rows), each with the _openetl_id, _openetl_seq
+// and, when kept, _openetl_op of the version it holds, and
+// _openetl_deleted in Values when the destination has it.
 //
 // What the suite can't do for you: make staged data disappear, so the
 // Lost outcome is not checked; inject faults under load; check

@@ -16,7 +16,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/openetl/etl/checkpoint"
-	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/sink"
 )
 
@@ -65,8 +64,9 @@ const (
 	FakeCommit
 	FakeRecover
 	FakeClose
-	// FakeFinish is sink.Finisher's Finish: only WithFaults's writers
-	// see it, when the destination they wrap has one.
+	// FakeFinish is the Writer's Finish: only WithFaults's writers see
+	// it (a FakeDestination's own Finish calls no control function, so
+	// that the plans of the simulation stay what they were).
 	FakeFinish
 )
 
@@ -147,22 +147,10 @@ var (
 	ErrFakeStagedLost = errors.New("sinktest: staged data lost")
 )
 
-// FakeStreamMode is how a FakeDestination writes one stream.
-type FakeStreamMode struct {
-	// Mode is delivery.Append (default) or delivery.Merge (upsert by Key,
-	// guarded by _openetl_seq; deletes remove the key). Overwrite is
-	// treated as Append.
-	Mode delivery.Mode
-	// Key lists the key columns; default ["id"].
-	Key []string
-}
-
 // FakeDestinationConfig configures NewFakeDestination.
 type FakeDestinationConfig struct {
 	Class        sink.Class
 	Capabilities sink.Capabilities
-	// Streams sets write modes by stream name; absent streams append.
-	Streams map[string]FakeStreamMode
 	// Broken selects a deliberately broken variant; default FakeCorrect.
 	Broken FakeBroken
 	// Control, when set, is called before each writer operation with its
@@ -192,11 +180,19 @@ type FakeRow struct {
 
 // FakeDestination is an in-memory destination for tests and simulations,
 // of any class (sink.StageAndApply, sink.Transactional, sink.DeliverAck),
-// writing each stream by append or by merge on a primary key guarded by
-// _openetl_seq (a lower seq never overwrites a higher one; a delete keeps
-// a tombstone so a replayed older version cannot bring the key back).
+// writing each stream as its spec says (sink.WriterConfig): by append;
+// by merge on the spec's key guarded by _openetl_seq (a lower seq never
+// overwrites a higher one; a delete keeps a tombstone so a replayed older
+// version cannot bring the key back, visible with soft deletes, hidden
+// with hard ones); or by overwrite, each epoch's rows held from Commit
+// until Finish of a Final epoch replaces the table's rows with them (a
+// Recover given a Final head that was not finished finishes it). A table
+// takes the mode and key of the first writer that commits rows to it.
+// It writes every mode whatever FakeDestinationConfig.Capabilities
+// declare; the runner gives it only the modes they declare (Merge,
+// HardDeletes, Overwrite), as it does any destination.
 // Capabilities.SkipByID makes applying skip rows whose _openetl_id the
-// table has already taken.
+// table has already taken (an overwrite: the refresh has already held).
 //
 // Like a real destination, its state survives attempts: tables, staged
 // data, applied epochs and the generation fence per pipeline. Recover
@@ -229,6 +225,8 @@ type fakeDestState struct {
 	applied   map[string]map[uint64]bool // pipeline → epoch
 	appliedLg map[string][]FakeApply
 	fence     map[string]checkpoint.Generation
+	held      map[string][]FakeRow // pipeline → rows of Overwrite tables applied and held for Finish
+	finished  map[string]uint64    // pipeline → the last Final epoch finished
 }
 
 type fakeStaged struct {
@@ -237,9 +235,20 @@ type fakeStaged struct {
 	rows     []FakeRow
 }
 
+// fakeMode is how a table is written, from the stream's spec.
+type fakeMode struct {
+	merge, hard, overwrite bool
+	key                    []string
+}
+
+func modeOf(spec sink.StreamSpec) fakeMode {
+	return fakeMode{merge: spec.Mode == sink.Merge, hard: spec.Mode == sink.Merge && spec.Deletes == sink.HardDeletes,
+		overwrite: spec.Mode == sink.Overwrite, key: spec.Key}
+}
+
 type fakeTable struct {
-	mode    FakeStreamMode
-	rows    []FakeRow          // append
+	mode    fakeMode
+	rows    []FakeRow          // append, overwrite
 	byKey   map[string]FakeRow // merge, tombstones included (Op "delete")
 	ids     map[string]bool
 	visible map[string]int // _openetl_id → times it became visible
@@ -248,7 +257,8 @@ type fakeTable struct {
 // NewFakeDestination returns an empty destination.
 func NewFakeDestination(cfg FakeDestinationConfig) *FakeDestination {
 	st := &fakeDestState{cfg: cfg, tables: map[string]*fakeTable{}, staged: map[string]fakeStaged{},
-		applied: map[string]map[uint64]bool{}, appliedLg: map[string][]FakeApply{}, fence: map[string]checkpoint.Generation{}}
+		applied: map[string]map[uint64]bool{}, appliedLg: map[string][]FakeApply{}, fence: map[string]checkpoint.Generation{},
+		held: map[string][]FakeRow{}, finished: map[string]uint64{}}
 	return &FakeDestination{st: st, control: cfg.Control, dead: new(atomic.Bool)}
 }
 
@@ -268,12 +278,17 @@ func (d *FakeDestination) Class() sink.Class { return d.st.cfg.Class }
 // Capabilities implements sink.Destination.
 func (d *FakeDestination) Capabilities() sink.Capabilities { return d.st.cfg.Capabilities }
 
+var (
+	_ sink.Destination = (*FakeDestination)(nil)
+	_ sink.Writer      = (*fakeWriter)(nil)
+)
+
 // Writer implements sink.Destination.
-func (d *FakeDestination) Writer(_ context.Context, pipeline string, lane int) (sink.Writer, error) {
+func (d *FakeDestination) Writer(_ context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
 	if d.dead.Load() {
 		return nil, ErrFakeKilled
 	}
-	return &fakeWriter{d: d, pipeline: pipeline, lane: lane}, nil
+	return &fakeWriter{d: d, pipeline: cfg.Pipeline, lane: cfg.Lane, cfg: cfg}, nil
 }
 
 // before runs the control function. It returns the fault to apply after
@@ -308,8 +323,16 @@ type fakeWriter struct {
 	d        *FakeDestination
 	pipeline string
 	lane     int
+	cfg      sink.WriterConfig
 	gen      checkpoint.Generation
 	buf      []FakeRow
+}
+
+// mode is how the writer's spec says table is written: append, unkeyed,
+// when no stream of the attempt is written there.
+func (w *fakeWriter) mode(table string) fakeMode {
+	spec, _ := w.cfg.Spec(table)
+	return modeOf(spec)
 }
 
 func (w *fakeWriter) Write(ctx context.Context, stream string, rec arrow.RecordBatch) error {
@@ -317,13 +340,13 @@ func (w *fakeWriter) Write(ctx context.Context, stream string, rec arrow.RecordB
 	if err != nil {
 		return err
 	}
-	rows, err := w.d.st.rows(stream, rec)
+	rows, err := w.d.st.rows(stream, w.mode(stream).key, rec)
 	if err != nil {
 		return err
 	}
 	if w.d.st.cfg.Class == sink.DeliverAck {
 		w.d.st.mu.Lock()
-		w.d.st.apply(rows, 0, 0)
+		w.d.st.apply(w.pipeline, rows, 0, 0, w.mode)
 		w.d.st.mu.Unlock()
 	} else {
 		w.buf = append(w.buf, rows...)
@@ -378,6 +401,15 @@ func (w *fakeWriter) Commit(ctx context.Context, epoch uint64, cs []sink.Committ
 	if wasApplied && st.cfg.Broken != FakeDoubleApply {
 		return after
 	}
+	if err := st.applyEpoch(w.pipeline, epoch, w.gen, cs, w.mode); err != nil {
+		return err
+	}
+	return after
+}
+
+// applyEpoch applies epoch's staged rows, given its committables, and
+// records it applied. The caller holds mu.
+func (st *fakeDestState) applyEpoch(pipeline string, epoch uint64, gen checkpoint.Generation, cs []sink.Committable, mode func(string) fakeMode) error {
 	if st.cfg.Class != sink.DeliverAck {
 		var rows []FakeRow
 		for lane, c := range cs {
@@ -391,14 +423,14 @@ func (w *fakeWriter) Commit(ctx context.Context, epoch uint64, cs []sink.Committ
 			}
 			rows = append(rows, s.rows...)
 		}
-		st.apply(rows, epoch, w.gen)
+		st.apply(pipeline, rows, epoch, gen, mode)
 	}
-	if st.applied[w.pipeline] == nil {
-		st.applied[w.pipeline] = map[uint64]bool{}
+	if st.applied[pipeline] == nil {
+		st.applied[pipeline] = map[uint64]bool{}
 	}
-	st.applied[w.pipeline][epoch] = true
-	st.appliedLg[w.pipeline] = append(st.appliedLg[w.pipeline], FakeApply{Epoch: epoch, Gen: w.gen, Fence: st.fence[w.pipeline]})
-	return after
+	st.applied[pipeline][epoch] = true
+	st.appliedLg[pipeline] = append(st.appliedLg[pipeline], FakeApply{Epoch: epoch, Gen: gen, Fence: st.fence[pipeline]})
+	return nil
 }
 
 func (w *fakeWriter) Recover(ctx context.Context, gen checkpoint.Generation, head *checkpoint.Record) (sink.Outcome, error) {
@@ -432,7 +464,36 @@ func (w *fakeWriter) Recover(ctx context.Context, gen checkpoint.Generation, hea
 	if after != nil {
 		return 0, after
 	}
-	if head == nil || st.cfg.Class == sink.DeliverAck || st.applied[w.pipeline][head.Epoch] {
+	out, err := st.outcome(w.pipeline, head)
+	if err != nil || out == sink.Lost || head == nil || !head.Final || st.finished[w.pipeline] >= head.Epoch ||
+		!st.holdsBack(w.pipeline, w.cfg) {
+		return out, err
+	}
+	// head ended a Sync that read everything, and the process died
+	// before Finish: finish it here, applying it first if need be, so
+	// that this attempt starts a new refresh.
+	if out == sink.Recoverable {
+		cs := make([]sink.Committable, len(head.Committables))
+		for i, c := range head.Committables {
+			cs[i] = c
+		}
+		if err := st.applyEpoch(w.pipeline, head.Epoch, gen, cs, w.mode); err != nil {
+			return 0, err
+		}
+	}
+	st.finish(w.pipeline, head.Epoch, w.cfg)
+	return sink.Applied, nil
+}
+
+// holdsBack reports whether Finish has anything to do for pipeline:
+// rows held, or an Overwrite stream to replace. The caller holds mu.
+func (st *fakeDestState) holdsBack(pipeline string, cfg sink.WriterConfig) bool {
+	return len(st.held[pipeline]) > 0 || slices.ContainsFunc(cfg.Streams, func(s sink.StreamSpec) bool { return s.Mode == sink.Overwrite })
+}
+
+// outcome is what Recover reports of head. The caller holds mu.
+func (st *fakeDestState) outcome(pipeline string, head *checkpoint.Record) (sink.Outcome, error) {
+	if head == nil || st.cfg.Class == sink.DeliverAck || st.applied[pipeline][head.Epoch] {
 		return sink.Applied, nil
 	}
 	for _, c := range head.Committables {
@@ -447,6 +508,61 @@ func (w *fakeWriter) Recover(ctx context.Context, gen checkpoint.Generation, hea
 	return sink.Recoverable, nil
 }
 
+// Finish replaces the rows of each Overwrite table with those the
+// epochs up to epoch held (none: the table is emptied), once per Final
+// epoch: again, it does nothing, as it does without Overwrite tables.
+// It is fenced like Commit; a killed view's fails with ErrFakeKilled.
+func (w *fakeWriter) Finish(_ context.Context, epoch uint64) error {
+	if w.d.dead.Load() {
+		return ErrFakeKilled
+	}
+	st := w.d.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.cfg.Broken != FakeSkipFence && st.fence[w.pipeline] > w.gen {
+		return fmt.Errorf("sinktest: finish epoch %d by generation %d, fence at %d: %w", epoch, w.gen, st.fence[w.pipeline], sink.ErrFenced)
+	}
+	if st.finished[w.pipeline] >= epoch || !st.holdsBack(w.pipeline, w.cfg) {
+		return nil
+	}
+	if !st.applied[w.pipeline][epoch] {
+		return fmt.Errorf("sinktest: finish epoch %d of pipeline %q, which is not applied", epoch, w.pipeline)
+	}
+	st.finish(w.pipeline, epoch, w.cfg)
+	return nil
+}
+
+// finish replaces the rows of every Overwrite table of cfg's streams,
+// and of every table pipeline's applied epochs up to epoch held rows
+// of, with those rows. The caller holds mu.
+func (st *fakeDestState) finish(pipeline string, epoch uint64, cfg sink.WriterConfig) {
+	refresh := map[string][]FakeRow{}
+	for _, s := range cfg.Streams {
+		if s.Mode == sink.Overwrite {
+			refresh[s.Table] = nil
+		}
+	}
+	var keep []FakeRow
+	for _, r := range st.held[pipeline] {
+		if r.Epoch > epoch {
+			keep = append(keep, r) // the next refresh's (0: a deliver-ack write, this one's)
+			continue
+		}
+		refresh[r.Stream] = append(refresh[r.Stream], r)
+	}
+	st.held[pipeline] = keep
+	for name, rows := range refresh {
+		t := st.table(name, func(string) fakeMode { return fakeMode{overwrite: true} })
+		t.rows = rows
+		t.ids = map[string]bool{}
+		for _, r := range rows {
+			t.ids[r.ID] = true
+			t.visible[r.ID]++
+		}
+	}
+	st.finished[pipeline] = epoch
+}
+
 func (w *fakeWriter) Close(ctx context.Context) error {
 	w.buf = nil
 	after, err := w.d.before(ctx, FakeDestCall{Op: FakeClose, Pipeline: w.pipeline, Lane: w.lane, Gen: w.gen})
@@ -457,15 +573,14 @@ func (w *fakeWriter) Close(ctx context.Context) error {
 }
 
 // rows converts an Arrow batch to FakeRows.
-func (st *fakeDestState) rows(stream string, rec arrow.RecordBatch) ([]FakeRow, error) {
-	mode := st.mode(stream)
+func (st *fakeDestState) rows(stream string, key []string, rec arrow.RecordBatch) ([]FakeRow, error) {
 	n := int(rec.NumRows())
 	out := make([]FakeRow, n)
 	for i := range out {
 		out[i] = FakeRow{Stream: stream, Values: map[string]any{}}
 	}
 	keyCols := map[string]int{}
-	for j, k := range mode.Key {
+	for j, k := range key {
 		keyCols[k] = j
 	}
 	keys := make([][]string, n)
@@ -489,7 +604,7 @@ func (st *fakeDestState) rows(stream string, rec arrow.RecordBatch) ([]FakeRow, 
 				out[i].Values[f.Name] = v
 				if j, ok := keyCols[f.Name]; ok && v != nil {
 					if keys[i] == nil {
-						keys[i] = make([]string, len(mode.Key))
+						keys[i] = make([]string, len(key))
 					}
 					keys[i][j] = fmt.Sprint(v)
 				}
@@ -526,32 +641,32 @@ func cell(col arrow.Array, i int) any {
 	return strings.Clone(col.ValueStr(i))
 }
 
-func (st *fakeDestState) mode(stream string) FakeStreamMode {
-	m := st.cfg.Streams[stream]
-	if len(m.Key) == 0 {
-		m.Key = []string{"id"}
-	}
-	return m
-}
-
-func (st *fakeDestState) table(stream string) *fakeTable {
+func (st *fakeDestState) table(stream string, mode func(string) fakeMode) *fakeTable {
 	t := st.tables[stream]
 	if t == nil {
-		t = &fakeTable{mode: st.mode(stream), byKey: map[string]FakeRow{}, ids: map[string]bool{}, visible: map[string]int{}}
+		t = &fakeTable{mode: mode(stream), byKey: map[string]FakeRow{}, ids: map[string]bool{}, visible: map[string]int{}}
 		st.tables[stream] = t
 	}
 	return t
 }
 
-// apply makes rows visible. The caller holds mu.
-func (st *fakeDestState) apply(rows []FakeRow, epoch uint64, gen checkpoint.Generation) {
+// apply makes rows of pipeline visible, or, for an Overwrite table,
+// holds them for Finish. The caller holds mu.
+func (st *fakeDestState) apply(pipeline string, rows []FakeRow, epoch uint64, gen checkpoint.Generation, mode func(string) fakeMode) {
 	for _, r := range rows {
 		r.Epoch, r.Gen = epoch, gen
-		t := st.table(r.Stream)
+		t := st.table(r.Stream, mode)
+		if t.mode.overwrite {
+			if st.cfg.Capabilities.SkipByID && slices.ContainsFunc(st.held[pipeline], func(h FakeRow) bool { return h.Stream == r.Stream && h.ID == r.ID }) {
+				continue
+			}
+			st.held[pipeline] = append(st.held[pipeline], r)
+			continue
+		}
 		if st.cfg.Capabilities.SkipByID && t.ids[r.ID] {
 			continue
 		}
-		if t.mode.Mode == delivery.Merge {
+		if t.mode.merge {
 			if cur, ok := t.byKey[r.Key]; ok && cur.Seq > r.Seq {
 				continue // a lower seq never overwrites a higher one
 			}
@@ -564,9 +679,10 @@ func (st *fakeDestState) apply(rows []FakeRow, epoch uint64, gen checkpoint.Gene
 	}
 }
 
-// Rows returns the visible rows of stream: for append, every row in the
-// order it became visible; for merge, the live row of each key (deleted
-// keys absent), by key.
+// Rows returns the visible rows of stream: for append and overwrite,
+// every row in the order it became visible; for merge, the row of each
+// key, by key: a deleted key's tombstone (Op "delete") with soft deletes,
+// as a reader sees it marked _openetl_deleted, none with hard deletes.
 func (d *FakeDestination) Rows(stream string) []FakeRow {
 	st := d.st
 	st.mu.Lock()
@@ -575,12 +691,12 @@ func (d *FakeDestination) Rows(stream string) []FakeRow {
 	if t == nil {
 		return nil
 	}
-	if t.mode.Mode != delivery.Merge {
+	if !t.mode.merge {
 		return slices.Clone(t.rows)
 	}
 	out := make([]FakeRow, 0, len(t.byKey))
 	for _, r := range t.byKey {
-		if r.Op != sink.OpDelete {
+		if r.Op != sink.OpDelete || !t.mode.hard {
 			out = append(out, r)
 		}
 	}
@@ -630,6 +746,60 @@ func (d *FakeDestination) Fence(pipeline string) checkpoint.Generation {
 	d.st.mu.Lock()
 	defer d.st.mu.Unlock()
 	return d.st.fence[pipeline]
+}
+
+var _ sink.Collector = (*FakeDestination)(nil)
+
+// Collect implements sink.Collector: it removes req.Pipeline's staged
+// data of epochs not applied that req.Head's committables don't name
+// (staged data of applied epochs stays, as FakeDoubleApply needs it),
+// after asking req.Held, and counts each lane's data as one unit. A
+// killed view's fails with ErrFakeKilled.
+func (d *FakeDestination) Collect(ctx context.Context, req sink.CollectRequest) (sink.Collected, error) {
+	if d.dead.Load() {
+		return sink.Collected{}, ErrFakeKilled
+	}
+	st := d.st
+	keep := map[string]bool{}
+	if req.Head != nil {
+		for _, c := range req.Head.Committables {
+			var fc fakeCommittable
+			if json.Unmarshal(c, &fc) == nil {
+				keep[fc.ID] = true
+			}
+		}
+	}
+	return sink.CollectStaged(ctx, req,
+		func(context.Context) ([]sink.Staged, error) {
+			var out []sink.Staged
+			for _, id := range d.Staged(req.Pipeline) {
+				out = append(out, sink.Staged{Name: id})
+			}
+			return out, nil
+		},
+		func(s sink.Staged) bool { return keep[s.Name] },
+		func(_ context.Context, s sink.Staged) error {
+			st.mu.Lock()
+			delete(st.staged, s.Name)
+			st.mu.Unlock()
+			return nil
+		})
+}
+
+// Staged returns, sorted, the names (as their committables hold them)
+// of pipeline's staged data of epochs not applied.
+func (d *FakeDestination) Staged(pipeline string) []string {
+	st := d.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out []string
+	for id, s := range st.staged {
+		if s.pipeline == pipeline && !st.applied[pipeline][s.epoch] {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // DropStaged discards pipeline's staged data of epochs not applied, as an

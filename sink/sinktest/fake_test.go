@@ -10,7 +10,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/openetl/etl/checkpoint"
-	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 )
@@ -42,13 +41,14 @@ func fakeBatch(rows ...fakeRow) arrow.RecordBatch {
 }
 
 type fakeFixture struct {
-	t   *testing.T
-	d   *sinktest.FakeDestination
-	ctx context.Context
+	t     *testing.T
+	d     *sinktest.FakeDestination
+	ctx   context.Context
+	specs []sink.StreamSpec // what its writers get
 }
 
 func (f *fakeFixture) writer() sink.Writer {
-	w, err := f.d.Writer(f.ctx, "p", 0)
+	w, err := f.d.Writer(f.ctx, sink.WriterConfig{Pipeline: "p", Streams: f.specs})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -74,34 +74,110 @@ func newFakeFixture(t *testing.T, cfg sinktest.FakeDestinationConfig) *fakeFixtu
 	return &fakeFixture{t: t, d: sinktest.NewFakeDestination(cfg), ctx: context.Background()}
 }
 
+// TestFakeDestinationMergeGuardsSeq: merge keeps each key's highest
+// seq; a delete's tombstone stops a replayed older version, and is what
+// a reader sees of the key with soft deletes, nothing with hard ones.
 func TestFakeDestinationMergeGuardsSeq(t *testing.T) {
-	f := newFakeFixture(t, sinktest.FakeDestinationConfig{Class: sink.StageAndApply, Capabilities: sink.Capabilities{Merge: true},
-		Streams: map[string]sinktest.FakeStreamMode{"s": {Mode: delivery.Merge}}})
+	for _, deletes := range []sink.Deletes{sink.SoftDeletes, sink.HardDeletes} {
+		t.Run(deletes.String(), func(t *testing.T) {
+			f := newFakeFixture(t, sinktest.FakeDestinationConfig{Class: sink.StageAndApply, Capabilities: sink.Capabilities{Merge: true, HardDeletes: true}})
+			f.specs = []sink.StreamSpec{{Stream: "s", Table: "s", Mode: sink.Merge, Key: []string{"id"}, Deletes: deletes}}
+			w := f.writer()
+			if out, err := w.Recover(f.ctx, 1, nil); err != nil || out != sink.Applied {
+				t.Fatalf("recover: %v %v", out, err)
+			}
+			c := f.epoch(w, 1, fakeRow{1, "insert", 1}, fakeRow{2, "insert", 2}, fakeRow{1, "update", 5})
+			if len(f.d.Rows("s")) != 0 {
+				t.Fatal("staged rows visible before Commit")
+			}
+			if err := w.Commit(f.ctx, 1, []sink.Committable{c}); err != nil {
+				t.Fatal(err)
+			}
+			// A replay of older versions, and a delete.
+			c = f.epoch(w, 2, fakeRow{1, "insert", 1}, fakeRow{2, "delete", 6}, fakeRow{2, "insert", 2})
+			if err := w.Commit(f.ctx, 2, []sink.Committable{c}); err != nil {
+				t.Fatal(err)
+			}
+			rows := f.d.Rows("s")
+			switch {
+			case len(rows) == 0 || rows[0].Key != "1" || rows[0].Seq != 5 || rows[0].Op != "update":
+				t.Fatalf("rows %+v, want key 1 at seq 5", rows)
+			case deletes == sink.HardDeletes && len(rows) != 1:
+				t.Fatalf("rows %+v, want key 1 only", rows)
+			case deletes == sink.SoftDeletes && (len(rows) != 2 || rows[1].Key != "2" || rows[1].Seq != 6 || rows[1].Op != "delete"):
+				t.Fatalf("rows %+v, want key 1 and key 2's tombstone at seq 6", rows)
+			}
+			if err := w.Commit(f.ctx, 2, []sink.Committable{c}); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(f.d.Applies("p")); n != 2 {
+				t.Fatalf("%d applies after a repeated Commit, want 2", n)
+			}
+		})
+	}
+}
+
+// TestFakeDestinationOverwrite: an Overwrite table's epochs are held
+// until Finish of a Final epoch replaces the table's rows with them,
+// once; a Recover given a Final head that was not finished finishes it.
+func TestFakeDestinationOverwrite(t *testing.T) {
+	f := newFakeFixture(t, sinktest.FakeDestinationConfig{Class: sink.StageAndApply, Capabilities: sink.Capabilities{Overwrite: true}})
+	f.specs = []sink.StreamSpec{{Stream: "s", Table: "s", Mode: sink.Overwrite, Key: []string{"id"}}}
 	w := f.writer()
-	if out, err := w.Recover(f.ctx, 1, nil); err != nil || out != sink.Applied {
-		t.Fatalf("recover: %v %v", out, err)
-	}
-	c := f.epoch(w, 1, fakeRow{1, "insert", 1}, fakeRow{2, "insert", 2}, fakeRow{1, "update", 5})
-	if len(f.d.Rows("s")) != 0 {
-		t.Fatal("staged rows visible before Commit")
-	}
-	if err := w.Commit(f.ctx, 1, []sink.Committable{c}); err != nil {
+	if _, err := w.Recover(f.ctx, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	// A replay of older versions, and a delete.
-	c = f.epoch(w, 2, fakeRow{1, "insert", 1}, fakeRow{2, "delete", 6}, fakeRow{2, "insert", 2})
-	if err := w.Commit(f.ctx, 2, []sink.Committable{c}); err != nil {
+	commit := func(w sink.Writer, epoch uint64, rows ...fakeRow) sink.Committable {
+		t.Helper()
+		c := f.epoch(w, epoch, rows...)
+		if err := w.Commit(f.ctx, epoch, []sink.Committable{c}); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	keys := func() (out []string) {
+		for _, r := range f.d.Rows("s") {
+			out = append(out, r.Key)
+		}
+		return out
+	}
+	commit(w, 1, fakeRow{1, "insert", 1}, fakeRow{2, "insert", 1})
+	commit(w, 2, fakeRow{3, "insert", 1})
+	if got := keys(); len(got) != 0 {
+		t.Fatalf("rows %v before Finish, want none", got)
+	}
+	for range 2 {
+		if err := w.Finish(f.ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		if got := keys(); len(got) != 3 {
+			t.Fatalf("rows %v after Finish(2), want keys 1, 2, 3", got)
+		}
+	}
+	c := commit(w, 3, fakeRow{4, "insert", 2})
+	if got := keys(); len(got) != 3 {
+		t.Fatalf("rows %v after the next refresh's Commit(3), want the last refresh's", got)
+	}
+	// The process dies before Finish(3): the next attempt's Recover
+	// finishes it, and a zombie's Finish is fenced.
+	w2 := f.writer()
+	head := &checkpoint.Record{Pipeline: "p", Epoch: 3, Generation: 1, Final: true, Committables: [][]byte{c}}
+	if out, err := w2.Recover(f.ctx, 2, head); err != nil || out != sink.Applied {
+		t.Fatalf("Recover of the Final head: %v %v, want applied", out, err)
+	}
+	if got := keys(); len(got) != 1 || got[0] != "4" {
+		t.Fatalf("rows %v after Recover of the Final head, want key 4", got)
+	}
+	if err := w.Finish(f.ctx, 3); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("the zombie's Finish(3): %v, want ErrFenced", err)
+	}
+	// A refresh without rows empties the table.
+	commit(w2, 4)
+	if err := w2.Finish(f.ctx, 4); err != nil {
 		t.Fatal(err)
 	}
-	rows := f.d.Rows("s")
-	if len(rows) != 1 || rows[0].Key != "1" || rows[0].Seq != 5 || rows[0].Op != "update" {
-		t.Fatalf("rows %+v, want key 1 at seq 5 only", rows)
-	}
-	if err := w.Commit(f.ctx, 2, []sink.Committable{c}); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(f.d.Applies("p")); n != 2 {
-		t.Fatalf("%d applies after a repeated Commit, want 2", n)
+	if got := keys(); len(got) != 0 {
+		t.Fatalf("rows %v after an empty refresh, want none", got)
 	}
 }
 
@@ -159,7 +235,7 @@ func TestFakeDestinationZombieInsideCommit(t *testing.T) {
 			done := make(chan error)
 			go func() { done <- old.Commit(f.ctx, 1, []sink.Committable{c}) }()
 			<-paused
-			nw, _ := d.Writer(f.ctx, "p", 0)
+			nw, _ := d.Writer(f.ctx, sink.WriterConfig{Pipeline: "p"})
 			head := &checkpoint.Record{Pipeline: "p", Epoch: 1, Generation: 1, Committables: [][]byte{c}}
 			if out, err := nw.Recover(f.ctx, 2, head); err != nil || out != sink.Recoverable {
 				t.Fatalf("recover: %v %v", out, err)
@@ -231,7 +307,7 @@ func TestFakeDestinationDeliverAckAndCrash(t *testing.T) {
 		t.Fatalf("deliver-ack with skip-by-id: %d rows visible at Write, want 1", n)
 	}
 	view := d.WithControl(func(context.Context, sinktest.FakeDestCall) error { return &sinktest.FakeFault{Crash: true} })
-	vw, _ := view.Writer(f.ctx, "p", 0)
+	vw, _ := view.Writer(f.ctx, sink.WriterConfig{Pipeline: "p"})
 	if _, err := vw.PreCommit(f.ctx, 1); !errors.Is(err, sinktest.ErrFakeFault) {
 		t.Fatalf("crash: %v", err)
 	}

@@ -3,6 +3,8 @@ package sinktest
 import (
 	"context"
 	"errors"
+	"path"
+	"reflect"
 	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -42,11 +44,13 @@ type FaultConfig struct {
 // Close included, so a crashed "process" commits nothing at Close and
 // its writers' resources are abandoned, as a dead process's would be);
 // calls already past the control function when it was killed complete.
-// It implements sink.SchemaChecker by asking the wrapped destination
-// when that implements it (and accepting every schema otherwise), and
-// its writers implement sink.Finisher, calling the hooks (FakeFinish)
-// and the wrapped writer's Finish when it has one (and doing nothing
-// otherwise). It is safe for concurrent use.
+// It forwards every optional capability of package sink
+// (sink/optional.go) to the wrapped destination: sink.SpecChecker and
+// sink.SchemaChecker ask it when it implements them (and accept
+// otherwise, as the runner would), sink.Namer returns its name,
+// sink.Collector collects through it (nothing, without one). Its
+// writers wrap every Writer method, Finish included (FakeFinish). It is
+// safe for concurrent use.
 type FaultyDestination struct {
 	inner sink.Destination
 	cfg   FaultConfig
@@ -55,8 +59,11 @@ type FaultyDestination struct {
 
 var (
 	_ sink.Destination   = (*FaultyDestination)(nil)
+	_ sink.SpecChecker   = (*FaultyDestination)(nil)
 	_ sink.SchemaChecker = (*FaultyDestination)(nil)
-	_ sink.Finisher      = (*faultyWriter)(nil)
+	_ sink.Namer         = (*FaultyDestination)(nil)
+	_ sink.Collector     = (*FaultyDestination)(nil)
+	_ sink.Writer        = (*faultyWriter)(nil)
 )
 
 // WithFaults returns a view of d whose writers call cfg's hooks around
@@ -78,6 +85,35 @@ func (d *FaultyDestination) Class() sink.Class { return d.inner.Class() }
 // Capabilities returns the wrapped destination's capabilities.
 func (d *FaultyDestination) Capabilities() sink.Capabilities { return d.inner.Capabilities() }
 
+// CheckStream asks the wrapped destination when it implements
+// sink.SpecChecker; otherwise it accepts every spec.
+func (d *FaultyDestination) CheckStream(spec sink.StreamSpec) error {
+	if c, ok := d.inner.(sink.SpecChecker); ok {
+		return c.CheckStream(spec)
+	}
+	return nil
+}
+
+// Name returns the wrapped destination's name: its own (sink.Namer),
+// or the last element of its type's package path, as the runner names
+// a destination without one.
+func (d *FaultyDestination) Name() string {
+	if n, ok := d.inner.(sink.Namer); ok {
+		return n.Name()
+	}
+	t := reflect.TypeOf(d.inner)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return ""
+	}
+	if p := t.PkgPath(); p != "" {
+		return path.Base(p)
+	}
+	return t.Name()
+}
+
 // CheckSchema asks the wrapped destination when it implements
 // sink.SchemaChecker; otherwise it accepts every schema.
 func (d *FaultyDestination) CheckSchema(ctx context.Context, table string, sc *arrow.Schema) ([]sink.RejectedColumn, error) {
@@ -90,16 +126,29 @@ func (d *FaultyDestination) CheckSchema(ctx context.Context, table string, sc *a
 	return nil, nil
 }
 
+// Collect asks the wrapped destination when it implements
+// sink.Collector; otherwise it removes nothing. A killed view's fails
+// with ErrFakeKilled.
+func (d *FaultyDestination) Collect(ctx context.Context, req sink.CollectRequest) (sink.Collected, error) {
+	if d.dead.Load() {
+		return sink.Collected{}, ErrFakeKilled
+	}
+	if c, ok := d.inner.(sink.Collector); ok {
+		return c.Collect(ctx, req)
+	}
+	return sink.Collected{}, nil
+}
+
 // Writer returns the wrapped destination's writer, wrapped.
-func (d *FaultyDestination) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
+func (d *FaultyDestination) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
 	if d.dead.Load() {
 		return nil, ErrFakeKilled
 	}
-	w, err := d.inner.Writer(ctx, pipeline, lane)
+	w, err := d.inner.Writer(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &faultyWriter{d: d, w: w, pipeline: pipeline, lane: lane}, nil
+	return &faultyWriter{d: d, w: w, pipeline: cfg.Pipeline, lane: cfg.Lane}, nil
 }
 
 // before runs the control function: it returns the error to return after
@@ -222,22 +271,14 @@ func (w *faultyWriter) Close(ctx context.Context) error {
 	return finish(after, err)
 }
 
-// Finish calls the wrapped writer's Finish, with the hooks, when it is a
-// sink.Finisher; otherwise it does nothing, as the runner would.
+// Finish calls the wrapped writer's Finish, with the hooks.
 func (w *faultyWriter) Finish(ctx context.Context, epoch uint64) error {
-	f, ok := w.w.(sink.Finisher)
-	if !ok {
-		if w.d.dead.Load() {
-			return ErrFakeKilled
-		}
-		return nil
-	}
 	c := FakeDestCall{Op: FakeFinish, Pipeline: w.pipeline, Lane: w.lane, Epoch: epoch, Gen: checkpoint.Generation(w.gen.Load())}
 	after, err := w.d.before(ctx, c)
 	if err != nil {
 		return err
 	}
-	err = f.Finish(ctx, epoch)
+	err = w.w.Finish(ctx, epoch)
 	w.d.observe(c, 0, err)
 	return finish(after, err)
 }

@@ -58,7 +58,7 @@ func (f *faultsFixture) failNext(op sinktest.FakeDestOp, err error) {
 func TestWithFaults(t *testing.T) {
 	ctx := context.Background()
 	f := newFaultsFixture()
-	w, err := f.view.Writer(ctx, "p", 0)
+	w, err := f.view.Writer(ctx, sink.WriterConfig{Pipeline: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,12 +126,12 @@ func TestWithFaults(t *testing.T) {
 	if err := w.Close(ctx); !errors.Is(err, sinktest.ErrFakeKilled) {
 		t.Fatalf("Close after the crash: %v, want ErrFakeKilled", err)
 	}
-	if _, err := f.view.Writer(ctx, "p", 1); !errors.Is(err, sinktest.ErrFakeKilled) {
+	if _, err := f.view.Writer(ctx, sink.WriterConfig{Pipeline: "p", Lane: 1}); !errors.Is(err, sinktest.ErrFakeKilled) {
 		t.Fatalf("Writer after the crash: %v, want ErrFakeKilled", err)
 	}
 	// Another view of the same destination is alive.
 	other := sinktest.WithFaults(f.inner, sinktest.FaultConfig{})
-	w2, err := other.Writer(ctx, "p", 0)
+	w2, err := other.Writer(ctx, sink.WriterConfig{Pipeline: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,9 @@ func TestWithFaultsCheckSchema(t *testing.T) {
 	}
 }
 
-// finisherDest's writers implement sink.Finisher, counting calls.
+// finisherDest's writers count Finish calls; it implements every
+// optional capability of a destination, so that a wrapper can be seen
+// forwarding each.
 type finisherDest struct {
 	*sinktest.FakeDestination
 	finished *[]uint64
@@ -184,11 +186,26 @@ func (w finisherWriter) Finish(_ context.Context, epoch uint64) error {
 	return nil
 }
 
-func (d finisherDest) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
-	w, err := d.FakeDestination.Writer(ctx, pipeline, lane)
+func (d finisherDest) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
+	w, err := d.FakeDestination.Writer(ctx, cfg)
 	return finisherWriter{w, d.finished}, err
 }
 
+func (d finisherDest) CheckStream(spec sink.StreamSpec) error {
+	if spec.Mode == sink.Overwrite {
+		return errors.New("no overwrite here")
+	}
+	return nil
+}
+
+func (d finisherDest) CheckSchema(_ context.Context, table string, _ *arrow.Schema) ([]sink.RejectedColumn, error) {
+	return []sink.RejectedColumn{{Column: "c", Reason: "not in " + table}}, nil
+}
+
+func (d finisherDest) Name() string { return "finisher" }
+
+// TestWithFaultsFinish: the wrapper's writers forward Finish with the
+// hooks, to every writer (Finish is part of sink.Writer).
 func TestWithFaultsFinish(t *testing.T) {
 	ctx := context.Background()
 	var finished []uint64
@@ -201,30 +218,55 @@ func TestWithFaultsFinish(t *testing.T) {
 		return nil
 	}
 	fake := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply})
-	w, err := sinktest.WithFaults(finisherDest{fake, &finished}, sinktest.FaultConfig{Control: control}).Writer(ctx, "p", 0)
+	w, err := sinktest.WithFaults(finisherDest{fake, &finished}, sinktest.FaultConfig{Control: control}).Writer(ctx, sink.WriterConfig{Pipeline: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, ok := w.(sink.Finisher)
-	if !ok {
-		t.Fatal("the wrapper's writer is not a sink.Finisher")
-	}
-	if err := f.Finish(ctx, 1); err != nil {
+	if err := w.Finish(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Finish(ctx, 2); !errors.Is(err, sinktest.ErrFakeFault) {
+	if err := w.Finish(ctx, 2); !errors.Is(err, sinktest.ErrFakeFault) {
 		t.Fatalf("Finish with a lost response: %v, want ErrFakeFault", err)
 	}
 	if len(finished) != 2 || finished[0] != 1 || finished[1] != 2 || len(ops) != 2 || ops[0] != sinktest.FakeFinish {
 		t.Fatalf("wrapped Finish saw epochs %v, Control saw %v; want [1 2] and two finish calls", finished, ops)
 	}
-	// Without a Finisher underneath, Finish does nothing.
+	// Over the fake, which holds nothing back, Finish still meets the
+	// hooks, and the fake's does nothing.
 	ops = nil
-	w, err = sinktest.WithFaults(fake, sinktest.FaultConfig{Control: control}).Writer(ctx, "p", 0)
+	w, err = sinktest.WithFaults(fake, sinktest.FaultConfig{Control: control}).Writer(ctx, sink.WriterConfig{Pipeline: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.(sink.Finisher).Finish(ctx, 2); err != nil || len(ops) != 0 {
-		t.Fatalf("Finish over a writer without one: %v, Control saw %v; want nil and nothing", err, ops)
+	if err := w.Finish(ctx, 3); err != nil || len(ops) != 1 || ops[0] != sinktest.FakeFinish {
+		t.Fatalf("Finish over the fake: %v, Control saw %v; want nil and one finish call", err, ops)
+	}
+}
+
+// TestWithFaultsForwardsCapabilities: every optional capability of the
+// wrapped destination (sink/optional.go) is the wrapper's too, and one
+// it lacks gets the runner's default.
+func TestWithFaultsForwardsCapabilities(t *testing.T) {
+	ctx := context.Background()
+	fake := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply})
+	over := sinktest.WithFaults(finisherDest{fake, new([]uint64)}, sinktest.FaultConfig{})
+	if err := over.CheckStream(sink.StreamSpec{Stream: "s", Table: "s", Mode: sink.Overwrite}); err == nil {
+		t.Error("CheckStream: the wrapped destination's refusal was dropped")
+	}
+	if rej, err := over.CheckSchema(ctx, "t", arrow.NewSchema(nil, nil)); err != nil || len(rej) != 1 || rej[0].Reason != "not in t" {
+		t.Errorf("CheckSchema: %v, %v; want the wrapped destination's rejection", rej, err)
+	}
+	if n := over.Name(); n != "finisher" {
+		t.Errorf("Name: %q, want the wrapped destination's, finisher", n)
+	}
+	plain := sinktest.WithFaults(fake, sinktest.FaultConfig{})
+	if err := plain.CheckStream(sink.StreamSpec{Stream: "s", Table: "s", Mode: sink.Overwrite}); err != nil {
+		t.Errorf("CheckStream over a destination without one: %v", err)
+	}
+	if rej, err := plain.CheckSchema(ctx, "t", arrow.NewSchema(nil, nil)); err != nil || len(rej) != 0 {
+		t.Errorf("CheckSchema over a destination without one: %v, %v", rej, err)
+	}
+	if n := plain.Name(); n != "sinktest" {
+		t.Errorf("Name over a destination without one: %q, want its package, sinktest", n)
 	}
 }

@@ -176,6 +176,11 @@ func (l *lane) Recover(ctx context.Context, gen checkpoint.Generation, head *che
 	return l.Writer.Recover(ctx, gen, head)
 }
 
+func (l *lane) Finish(ctx context.Context, epoch uint64) (err error) {
+	defer l.caught("Finish", &err)
+	return l.Writer.Finish(ctx, epoch)
+}
+
 func (l *lane) Close(ctx context.Context) (err error) {
 	defer l.caught("Close", &err)
 	return l.Writer.Close(ctx)

@@ -29,8 +29,8 @@ type holdDest struct {
 	how string
 }
 
-func (d *holdDest) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
-	w, err := d.memDest.Writer(ctx, pipeline, lane)
+func (d *holdDest) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
+	w, err := d.memDest.Writer(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -35,6 +35,15 @@ const (
 	CheckLanes         = "Lanes"
 	CheckCloseDiscards = "CloseDiscards"
 	CheckAhead         = "Ahead"
+	CheckFinish        = "Finish"
+	// The checks of the write modes beyond append, each run only when
+	// the destination's Capabilities declare the mode (skipped
+	// otherwise, saying so).
+	CheckMerge          = "Merge"
+	CheckMergeReplay    = "MergeReplay"
+	CheckHardDeletes    = "HardDeletes"
+	CheckOverwrite      = "Overwrite"
+	CheckOverwriteEmpty = "OverwriteEmpty"
 )
 
 // Defaults of Options.
@@ -105,6 +114,12 @@ var checks = []check{
 	{CheckLanes, (*suite).checkLanes},
 	{CheckCloseDiscards, (*suite).checkCloseDiscards},
 	{CheckAhead, (*suite).checkAhead},
+	{CheckFinish, (*suite).checkFinish},
+	{CheckMerge, (*suite).checkMerge},
+	{CheckMergeReplay, (*suite).checkMergeReplay},
+	{CheckHardDeletes, (*suite).checkHardDeletes},
+	{CheckOverwrite, (*suite).checkOverwrite},
+	{CheckOverwriteEmpty, (*suite).checkOverwriteEmpty},
 }
 
 // Run runs the conformance checks against the destinations
@@ -244,10 +259,16 @@ type suite struct {
 	pipeline string
 	prefix   string
 
+	// specs are the streams the writers get; nil: the append streams
+	// "a", "b" and "last" (writerConfig).
+	specs []sink.StreamSpec
+
 	mu      sync.Mutex
-	want    map[string][]wantRow // stream → rows committed so far
-	next    map[string]int       // stream → next row number
-	allowed map[string]bool      // IDs that may be visible (once) but need not be
+	want    map[string][]wantRow       // stream → rows committed so far
+	next    map[string]int             // stream → next row number
+	allowed map[string]bool            // IDs that may be visible (once) but need not be
+	written map[string]version         // _openetl_id → the version of a merged stream's key written with it
+	latest  map[string]map[int]version // merged stream → key → its committed version with the highest seq
 
 	mem *poisonAllocator // every batch's buffers (poison.go)
 }
@@ -292,7 +313,7 @@ type lane struct {
 
 func (s *suite) writer(d sink.Destination, n int) *lane {
 	s.t.Helper()
-	w, err := d.Writer(s.ctx(), s.pipeline, n)
+	w, err := d.Writer(s.ctx(), s.writerConfig(n))
 	if err != nil {
 		s.t.Fatalf("Writer(%q, lane %d): %v", s.pipeline, n, err)
 	}
@@ -303,6 +324,22 @@ func (s *suite) writer(d sink.Destination, n int) *lane {
 		}
 	})
 	return l
+}
+
+// writerConfig is what lane n's Writer gets: the check's streams (specs),
+// or by default the suite's streams a, b and last, each appended to its
+// own table, keyed by "id".
+func (s *suite) writerConfig(n int) sink.WriterConfig {
+	cfg := sink.WriterConfig{Pipeline: s.pipeline, Lane: n}
+	if s.specs != nil {
+		cfg.Streams = cloneSpecs(s.specs)
+		return cfg
+	}
+	for _, x := range []string{"a", "b", "last"} {
+		name := s.stream(x)
+		cfg.Streams = append(cfg.Streams, sink.StreamSpec{Stream: name, Table: name, Mode: sink.Append, Key: []string{"id"}})
+	}
+	return cfg
 }
 
 func (s *suite) close(l *lane) {

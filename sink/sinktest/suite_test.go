@@ -65,11 +65,11 @@ func (d *memDest) Class() sink.Class {
 
 func (d *memDest) Capabilities() sink.Capabilities { return sink.Capabilities{} }
 
-func (d *memDest) Writer(ctx context.Context, pipeline string, lane int) (sink.Writer, error) {
+func (d *memDest) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
 	d.st.mu.Lock()
 	defer d.st.mu.Unlock()
 	d.st.nonce++
-	return &memWriter{d: d, st: d.st, pipeline: pipeline, lane: lane, nonce: d.st.nonce, schemas: make(map[string]*arrow.Schema)}, nil
+	return &memWriter{d: d, st: d.st, pipeline: cfg.Pipeline, lane: cfg.Lane, nonce: d.st.nonce, schemas: make(map[string]*arrow.Schema)}, nil
 }
 
 type memWriter struct {
@@ -208,6 +208,8 @@ func (w *memWriter) Recover(ctx context.Context, gen checkpoint.Generation, head
 	}
 	return sink.Recoverable, nil
 }
+
+func (w *memWriter) Finish(context.Context, uint64) error { return nil }
 
 func (w *memWriter) Close(ctx context.Context) error {
 	if w.d.bug == "close-keeps" && w.last != "" {

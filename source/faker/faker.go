@@ -74,8 +74,6 @@ type Source struct {
 	g     gen
 }
 
-var _ source.Source = (*Source)(nil)
-
 // New validates cfg, fills in defaults and returns a Source. Every error
 // wraps ErrConfig and names the offending field.
 func New(cfg Config) (*Source, error) {

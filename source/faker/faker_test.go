@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/faker"
 )
@@ -165,6 +166,9 @@ func isObject(p []byte) bool {
 }
 
 func TestPayloads(t *testing.T) {
+	if raceEnabled {
+		t.Skip("-race: one goroutine (see raceEnabled)")
+	}
 	const rows = 100_000
 	const share = 0.1
 	s := newSource(t, faker.Config{Seed: 3, Rows: rows, MalformedShare: share})
@@ -305,6 +309,9 @@ func checkFields(t *testing.T, stream string, p []byte, m map[string]any) {
 }
 
 func TestChanges(t *testing.T) {
+	if raceEnabled {
+		t.Skip("-race: one goroutine (see raceEnabled)")
+	}
 	const rows = 50_000
 	s := newSource(t, faker.Config{Seed: 9, Rows: rows})
 	inserted := map[string]map[string]any{}
@@ -525,19 +532,23 @@ func TestUnboundedWaitsAtEnd(t *testing.T) {
 	r := &recorder{}
 	res := make(chan error, 1)
 	go func() { res <- sp.Read(ctx, r, false) }()
-	select {
-	case err := <-res:
-		t.Fatalf("unbounded Read returned %v before cancel", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	cancel()
-	select {
-	case err := <-res:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Read returned %v, want context.Canceled", err)
+	// Past its last record, the Read waits at the end for its context.
+	testutil.Until(t, "the unbounded Read to wait at the end", func() bool {
+		select {
+		case err := <-res:
+			t.Fatalf("unbounded Read returned %v before cancel", err)
+		default:
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Read did not return after cancel")
+		for _, g := range testutil.Goroutines("faker.(*split).Read") {
+			if strings.Contains(g, "[chan receive") {
+				return true
+			}
+		}
+		return false
+	})
+	cancel()
+	if err := testutil.Recv(t, "Read to return after cancel", res); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Read returned %v, want context.Canceled", err)
 	}
 	if len(r.recs()) != 50 || !r.events[len(r.events)-1].rp {
 		t.Errorf("%d records, last event %+v", len(r.recs()), r.events[len(r.events)-1])

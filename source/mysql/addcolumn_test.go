@@ -5,9 +5,9 @@ import (
 	"slices"
 	gosync "sync"
 	"testing"
-	"time"
 
 	"github.com/openetl/etl"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source/mysql"
 )
 
@@ -40,11 +40,7 @@ func TestAddColumnDefault(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case <-ended:
-		case <-time.After(time.Minute):
-			t.Fatal("no event ended the sync")
-		}
+		testutil.Recv(t, "the event that ends the sync", ended)
 		mu.Lock()
 		defer mu.Unlock()
 		out := events

@@ -32,7 +32,7 @@ type nullDest struct{}
 
 func (nullDest) Class() sink.Class               { return sink.StageAndApply }
 func (nullDest) Capabilities() sink.Capabilities { return sink.Capabilities{} }
-func (nullDest) Writer(context.Context, string, int) (sink.Writer, error) {
+func (nullDest) Writer(context.Context, sink.WriterConfig) (sink.Writer, error) {
 	return nullWriter{}, nil
 }
 
@@ -46,7 +46,8 @@ func (nullWriter) Commit(context.Context, uint64, []sink.Committable) error { re
 func (nullWriter) Recover(context.Context, checkpoint.Generation, *checkpoint.Record) (sink.Outcome, error) {
 	return sink.Applied, nil
 }
-func (nullWriter) Close(context.Context) error { return nil }
+func (nullWriter) Close(context.Context) error          { return nil }
+func (nullWriter) Finish(context.Context, uint64) error { return nil }
 
 // benchChanges is how many row changes the catch-up reads: half
 // inserts, half updates, in transactions of 100k rows.

@@ -9,4 +9,5 @@ var (
 	_ source.LagReporter      = (*split)(nil)
 	_ source.SnapshotReporter = (*split)(nil)
 	_ source.SnapshotReporter = (*snapSplit)(nil)
+	_ source.Reporter         = markEmitter{} // forwards to the runner's
 )

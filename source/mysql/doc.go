@@ -89,40 +89,48 @@
 // SHOW BINARY LOG STATUS, is read), and commits it. A snapshot split
 // reads its table in chunks of Config.SnapshotChunkRows rows in key order
 // (keyset pagination: WHERE (k1 > v1) OR (k1 = v1 AND k2 > v2) ... ORDER
-// BY the key LIMIT n, each chunk a statement of its own) with a resume
-// point after each chunk; its state holds the last key read, so a sync
-// killed during the snapshot resumes after the last committed chunk
-// (TestKill checks it from the checkpoints, three times). Every snapshot
-// row is an insert whose seq is the origin. The binlog split streams
-// from the origin at the same time: inserts, updates (the new row; when
-// the key changed, first a delete of the old key with the old row) and
-// deletes (the old row), with a resume point after every transaction
-// (XID, COMMIT, or a statement of its own) that touched an opened table,
-// and about once a second between transactions that did not.
+// BY the key LIMIT n, each chunk a transaction WITH CONSISTENT SNAPSHOT
+// of its own) with a resume point after each chunk; its state holds the
+// last key read, so a sync killed during the snapshot resumes after the
+// last committed chunk (TestKill checks it from the checkpoints, three
+// times). Every snapshot row is an insert whose seq is the origin. The
+// binlog split streams from the origin at the same time: inserts,
+// updates (the new row; when the key changed, first a delete of the old
+// key with the old row) and deletes (the old row), with a resume point
+// after every transaction (XID, COMMIT, or a statement of its own) that
+// touched an opened table, and about once a second between transactions
+// that did not.
 //
-// Why that is consistent, and stays so across restarts: a chunk is read
-// after the origin's snapshot was taken, so it sees every transaction
-// before the origin, and perhaps some after it. Those later changes are
-// all in the binlog after the origin, which the binlog split emits with
-// higher seqs, full row images included. So for each key, the change with
-// the highest seq is the row's current state: a destination that keeps
-// the latest version per key (merge) holds exactly the table, and an
-// append destination holds a change log that, applied in seq order,
-// equals it (TestKill, TestSnapshotAfterOrigin). A chunk read again by a
-// later attempt, under a later snapshot, keeps the origin's seq, so the
-// same holds after any number of kills; the binlog split, if it had
-// committed no state yet, starts at the origin (the snapshot states carry
-// it). This is the approach of source/postgres, chosen over a
-// watermark scheme (low and high binlog marks around each chunk, the
-// chunk's key range reconciled with the binlog between them) because it
-// needs no coordination between the splits, so chunks of many tables
-// read in parallel, on any number of connections, each under its own
-// snapshot: MySQL has no way to share one snapshot between connections.
-// The cost: a row changed during the snapshot reaches the destination
-// once more (its snapshot version, then its changes), and an uninterrupted
-// snapshot is not a single point in time either (each chunk reads the
-// newest committed rows); a destination catches up to the table once the
-// binlog split has passed the end of the snapshot.
+// Why each row version is emitted once, across any number of kills and
+// restarts: the snapshot split emits its table as it was at the origin,
+// exactly, and the binlog split every change after it. A chunk is read
+// after the origin, under a consistent snapshot at binlog position C, so
+// it may hold changes made between the origin and C, which the binlog
+// split emits too; the snapshot split takes them back out. It reads the
+// binlog itself from the origin to C (on a connection of its own; once
+// per attempt, each chunk going on from where the previous one stopped)
+// and notes each key's first change after the origin: a key the chunk
+// holds that was first inserted after the origin is left to the binlog
+// split; one first updated or deleted is emitted with that change's
+// before-image (the row at the origin; binlog_row_image=FULL); a key
+// that had a row at the origin and none at C (deleted or moved since)
+// is emitted, with its before-image, by the chunk whose key range holds
+// it (the server compares the keys in the key's order: the column's
+// collation, dates as dates). A chunk read again by a later attempt,
+// under a later snapshot, yields the same rows with the same seq, since
+// the table at the origin does not change; the binlog split, if it had
+// committed no state yet, starts at the origin (the snapshot states
+// carry it). So an append destination holds each version once, and a
+// merge destination the table (TestSnapshotAsOfOrigin,
+// TestRunRidesOutServerRestart, TestKill). This keeps the approach of
+// source/postgres — no coordination between the splits, so chunks of
+// many tables read in parallel, on any number of connections, each under
+// its own snapshot (MySQL has no way to share one snapshot between
+// connections) — rather than a watermark scheme (low and high binlog
+// marks around each chunk, reconciled with the binlog split's stream).
+// The cost: each snapshot split reads the binlog written since its
+// origin once per attempt, and keeps in memory the keys changed since
+// (with the before-image of those not read yet) until it is done.
 //
 // Tables without a primary key can't be paged nor merged by key, so the
 // binlog split copies them itself, whole, in one transaction WITH
@@ -173,6 +181,23 @@
 // binlog_format STATEMENT or MIXED) fails the Read with a *SettingsError:
 // its rows are not in the binlog.
 //
+// When the binlog stream's connection is lost (it drops, the server
+// kills the dump thread or shuts down) and no record was emitted since
+// the split's last resume point, Read streams again from that point on
+// a new connection, within the same attempt, once the server answers
+// (it tries for about 1.3 s): that repeats and skips nothing. A break
+// inside a transaction, a server that stays away, or a second break
+// without a new resume point ends the Read with the error, and the
+// pipeline's next attempt resumes from its last checkpoint (etl.Retry:
+// Run starts it by itself). Each reconnect is logged at Warn.
+//
+// A running pipeline never delays the server's shutdown: MariaDB ends
+// binlog dump threads and open snapshot transactions itself at
+// shutdown (it doesn't wait for a replica as Postgres's walsender
+// does), and the source takes the shutdown's error or the closed
+// connection as a lost link, retryable, so `mariadb-admin shutdown`
+// takes the time it takes without a client.
+//
 // # Performance
 //
 // A catch-up of 2M row changes waiting in the binlog runs at more than
@@ -219,10 +244,12 @@
 //
 // A resume state whose binlog file is gone (purged; or, on MySQL, whose
 // GTIDs the server purged) fails Open or Read with a *PurgedError
-// wrapping ErrBinlogPurged: the changes since are lost. Start the
-// pipeline over from a new snapshot, or set Config.Resnapshot to have the
-// source read a new snapshot itself; that writes every current row again
-// but cannot delete rows deleted while the binlog was missing. A state of
+// wrapping ErrBinlogPurged and matching source.ErrPositionLost: the
+// changes since are lost. Start the pipeline over from a new snapshot, or
+// set Config.OnPositionLost to source.PositionLostResnapshot to have the
+// source read a new snapshot itself and report it (a source.reset
+// event); that writes every current row again but cannot delete rows
+// deleted while the binlog was missing. A state of
 // the other flavor fails with ErrFlavor, a malformed one with
 // ErrBadState.
 //
@@ -238,14 +265,20 @@
 // in seq order equals the table (TestKill), keyset chunks over a
 // composite key of integer, latin1 text, DATETIME and VARBINARY reopened
 // at their resume points (TestSnapshotChunks), tables changed between the
-// origin and the reads, keyed and keyless (TestSnapshotAfterOrigin),
-// progress and lag (TestProgressAndLag), DDL, purged binlogs, settings.
+// origin and the reads, keyed and keyless (TestSnapshotAfterOrigin), and
+// before and between chunks — inserts, updates, moved and deleted keys,
+// over an integer key and a key of latin1 text, DATETIME and VARBINARY —
+// with the snapshot's rows compared to the table at the origin
+// (TestSnapshotAsOfOrigin), the server restarted under a Run while a
+// writer inserts from before the snapshot on, each row once in the
+// Parquet output (TestRunRidesOutServerRestart), progress and lag
+// (TestProgressAndLag), DDL, purged binlogs, settings.
 // The project's test servers include no MySQL server (Debian 12 packages
 // none): the MySQL code paths (v2 rows events, GTID sets with server UUIDs and tags, binary
 // JSON, anonymous GTIDs) are tested on binlog events built byte for byte
 // as MySQL 8 writes them, through go-mysql's parser; the MySQL snapshot
-// (FLUSH TABLES WITH READ LOCK) and MySQL's error texts have not run
-// against a real server.
+// (FLUSH TABLES WITH READ LOCK, for the origin and for each chunk) and
+// MySQL's error texts have not run against a real server.
 //
 // # Limits of this version
 //
@@ -260,7 +293,19 @@
 //   - After a failover to another server, resuming by GTID works, but seqs
 //     come from the new server's binlog file numbers.
 //   - XA transactions: the rows of an XA PREPARE are emitted at the
-//     prepare; an XA ROLLBACK after it is not undone.
+//     prepare; an XA ROLLBACK after it is not undone (nor taken out of a
+//     snapshot chunk).
+//   - On MySQL each snapshot chunk takes FLUSH TABLES WITH READ LOCK for
+//     as long as its transaction takes to start (MariaDB reports a
+//     snapshot's binlog position without a lock).
+//   - A snapshot split reads the binlog since its origin once per
+//     attempt, and holds the keys changed since in memory while it reads
+//     (the before-images of those it has not read yet, a key's bytes for
+//     the others): a long snapshot of a table under heavy writes costs
+//     binlog reads and memory in proportion, and the binlog since the
+//     origin must stay on the server until the snapshot is done (a
+//     purged one fails the snapshot split with a *PurgedError, whatever
+//     Config.OnPositionLost says).
 //   - Compressed rows events (MariaDB log_bin_compress, MySQL binlog
 //     transaction compression) with more rows than bytes fail the Read:
 //     their seqs would not fit in the event.

@@ -5,9 +5,9 @@ import (
 	"slices"
 	gosync "sync"
 	"testing"
-	"time"
 
 	"github.com/openetl/etl"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source/mysql"
 )
 
@@ -38,11 +38,7 @@ func TestTimeHeld(t *testing.T) {
 	if c := res.Streams["tm"]; c.Read != 3 || c.Written != 3 || c.Held != 2 {
 		t.Fatalf("counts %+v, want 3 read and written, 2 values held", c)
 	}
-	select {
-	case <-ended:
-	case <-time.After(time.Minute):
-		t.Fatal("no event ended the sync")
-	}
+	testutil.Recv(t, "the event that ends the sync", ended)
 	mu.Lock()
 	var blocked []string
 	for _, e := range events {

@@ -57,16 +57,21 @@ type Config struct {
 	// with. It must differ from every other replica's and the server's
 	// own: a second connection with the same ID makes the server drop
 	// the first. Default: a random ID in [2^31, 2^32) for each Read.
+	// Snapshot splits, which read the binlog too (see the package doc),
+	// always use random IDs.
 	ServerID uint32
 
-	// Resnapshot says what to do when a resume state's binlog position is
-	// no longer on the server (the binlogs were purged): false (default)
-	// fails with a *PurgedError; true reads a new snapshot and streams on
-	// from it, as a first sync does, and says so (a source.reset event,
-	// see source.Reporter, and a Warn line in the pipeline's log). A
-	// re-snapshot writes every current row again, but cannot see rows
-	// deleted while the binlogs were missing.
-	Resnapshot bool
+	// OnPositionLost says what the source does when a resume state's
+	// binlog position is no longer on the server (the binlogs, or on
+	// MySQL its GTIDs, were purged: a *PurgedError, matching
+	// source.ErrPositionLost). source.PositionLostFail (the default):
+	// Open or Read fails with the *PurgedError.
+	// source.PositionLostResnapshot: the source reads a new snapshot of
+	// every table and streams on from it, as a first sync does, logs the
+	// *PurgedError at Warn, and the binlog split reports it (a
+	// source.reset event, see source.Reporter). See
+	// source.PositionLostResnapshot for what a destination then holds.
+	OnPositionLost source.PositionLostPolicy
 
 	// Heartbeat is the period of the server's heartbeat events on an
 	// idle binlog connection. Default 1s.
@@ -134,8 +139,9 @@ func (e *SettingsError) Error() string {
 func (e *SettingsError) Unwrap() error { return ErrSettings }
 
 // PurgedError says a resume state's binlog position is gone from the
-// server. Recover by starting the pipeline over (a new snapshot), or let
-// the source do it with Config.Resnapshot.
+// server. It matches ErrBinlogPurged and source.ErrPositionLost. Recover
+// by starting the pipeline over (a new snapshot), or let the source do it
+// (Config.OnPositionLost).
 type PurgedError struct {
 	File   string // the resume state's binlog file
 	Pos    uint32
@@ -156,7 +162,8 @@ func (e *PurgedError) Error() string {
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
-	return msg + ": the changes since are lost; start the pipeline over from a new snapshot, or set Config.Resnapshot"
+	return msg + ": the changes since are lost; start the pipeline over from a new snapshot, " +
+		"or set Config.OnPositionLost to source.PositionLostResnapshot"
 }
 
 func (e *PurgedError) Unwrap() []error {
@@ -231,6 +238,10 @@ func New(cfg Config) (*Source, error) {
 	case "", FlavorMySQL, FlavorMariaDB:
 	default:
 		return nil, fmt.Errorf("mysql: Config.Flavor %q: use %q, %q or leave it empty to detect", cfg.Flavor, FlavorMySQL, FlavorMariaDB)
+	}
+	if !cfg.OnPositionLost.Valid() {
+		return nil, fmt.Errorf("mysql: Config.OnPositionLost: unknown policy %d (source.PositionLostFail or source.PositionLostResnapshot)",
+			uint8(cfg.OnPositionLost))
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = time.Second
@@ -501,9 +512,15 @@ type table struct {
 	// literal for keyset pagination; nil when the key can't be paged
 	// exactly (or there is none): the table is read in one piece.
 	keyLits []litKind
-	kinds   []colKind // per declared column: how its values are written
-	sigs    []string  // per declared column: its type's signature
-	byName  map[string]int
+	// keyTypes are the key columns' information_schema DATA_TYPE, and
+	// keyColls the text key columns' character set and collation (empty
+	// for others): what a key value's literal needs to compare in the
+	// column's order without the column (keyLiteral).
+	keyTypes []string
+	keyColls [][2]string
+	kinds    []colKind // per declared column: how its values are written
+	sigs     []string  // per declared column: its type's signature
+	byName   map[string]int
 	// unsupported says why the table can't be read (a column's character
 	// set), when it can't.
 	unsupported error
@@ -561,7 +578,7 @@ func (s *Source) tables(ctx context.Context) ([]*table, position, error) {
                  WHERE k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME
                    AND k.INDEX_NAME = 'PRIMARY' AND k.COLUMN_NAME = c.COLUMN_NAME), 0),
        c.CHARACTER_SET_NAME,
-       COALESCE(c.COLUMN_DEFAULT, ''), c.EXTRA
+       COALESCE(c.COLUMN_DEFAULT, ''), c.EXTRA, COALESCE(c.COLLATION_NAME, '')
 FROM information_schema.COLUMNS c
 JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
 WHERE c.TABLE_SCHEMA = ? AND t.TABLE_TYPE = 'BASE TABLE'
@@ -572,6 +589,7 @@ ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION`, s.cfg.Database)
 	var all []*table
 	keyPos := map[*table][][2]int{}
 	dataTypes := map[*table][]string{}
+	colls := map[*table][][2]string{}
 	for _, row := range rows(r) {
 		name := row[0]
 		if len(all) == 0 || all[len(all)-1].name != name {
@@ -598,6 +616,7 @@ ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION`, s.cfg.Database)
 		t.filled = append(t.filled, def != "" || row[4] == "NO" || strings.Contains(extra, "generated") || strings.Contains(extra, "auto_increment"))
 		t.kinds = append(t.kinds, kindOf(dataType, colType))
 		dataTypes[t] = append(dataTypes[t], dataType)
+		colls[t] = append(colls[t], [2]string{strings.ToLower(row[6]), strings.ToLower(row[9])})
 		t.sigs = append(t.sigs, declaredSig(colType))
 		if row[5] != "0" && row[5] != "" {
 			p, err := strconv.Atoi(row[5])
@@ -617,10 +636,12 @@ ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION`, s.cfg.Database)
 		for _, k := range t.key {
 			lk := literalKind(dataTypes[t][k])
 			if lk == litNone {
-				t.keyLits = nil
+				t.keyLits, t.keyTypes, t.keyColls = nil, nil, nil
 				break
 			}
 			t.keyLits = append(t.keyLits, lk)
+			t.keyTypes = append(t.keyTypes, dataTypes[t][k])
+			t.keyColls = append(t.keyColls, colls[t][k])
 		}
 	}
 	if len(s.cfg.Tables) == 0 {

@@ -170,6 +170,10 @@ type snapSplit struct {
 	st    snapState
 	chunk int
 
+	discovered position // the binlog position before the catalog was read
+	gtidMode   bool     // the server has GTIDs (as of Open)
+	undo       *undoLog // the changes since the origin, read so far
+
 	r rowReader
 
 	// notice is what reconcile found, reported at the start of Read.
@@ -250,10 +254,37 @@ func (sp *snapSplit) read(ctx context.Context, e source.Emitter) error {
 	defer sp.copying.Store(false)
 	seq := sp.st.origin.seq()
 	base := s.selectList(t)
+	if sp.undo == nil {
+		sp.undo = newUndoLog(sp.st.origin)
+	}
+	ue := undoEmitter{Emitter: e, u: sp.undo}
+	// chunk reads one query's rows as of the origin: under a consistent
+	// snapshot at C, with the changes between the origin and C taken out
+	// (undo.go).
+	chunk := func(sql string) (int, error) {
+		at, err := s.consistentSnapshot(ctx, c, sp.gtidMode)
+		if err != nil {
+			return 0, err
+		}
+		if err := sp.catchUp(ctx, at); err != nil {
+			return 0, err
+		}
+		n, err := sp.r.read(c, ue, t, sql, seq, &sp.copied)
+		if err != nil {
+			return n, fail(err)
+		}
+		if _, err := c.Execute("COMMIT"); err != nil {
+			return n, fail(fmt.Errorf("mysql: snapshot of %s: commit: %w", t.name, err))
+		}
+		return n, nil
+	}
 	if t.keyLits == nil {
 		// A key that can't be paged: one query, one resume point.
-		n, err := sp.r.read(c, e, t, base, seq, &sp.copied)
+		n, err := chunk(base)
 		if err != nil {
+			return err
+		}
+		if err := sp.emitGone(ctx, c, e, nil, nil, seq); err != nil {
 			return fail(err)
 		}
 		sp.st.rows += int64(n)
@@ -279,11 +310,12 @@ func (sp *snapSplit) read(ctx context.Context, e source.Emitter) error {
 			}
 		}
 		sql = append(sql, order.String()...)
-		n, err := sp.r.read(c, e, t, string(sql), seq, &sp.copied)
+		n, err := chunk(string(sql))
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		sp.st.rows += int64(n)
+		lo := sp.st.after
 		if n > 0 {
 			// The chunk's last row: the next chunk starts after its key.
 			if vals, err = source.DecodeRow(vals[:0], sp.r.buf); err != nil {
@@ -296,6 +328,13 @@ func (sp *snapSplit) read(ctx context.Context, e source.Emitter) error {
 			sp.st.after = after
 		}
 		sp.st.done = n < sp.chunk
+		hi := sp.st.after
+		if sp.st.done {
+			hi = nil
+		}
+		if err := sp.emitGone(ctx, c, e, lo, hi, seq); err != nil {
+			return fail(err)
+		}
 		if err := e.ResumePoint(sp.st.encode()); err != nil {
 			return err
 		}
@@ -315,30 +354,18 @@ func (sp *snapSplit) where(b []byte) ([]byte, error) {
 			ErrBadState, t.name, len(sp.st.after), len(t.key))
 	}
 	b = append(b, " WHERE "...)
-	var err error
-	for i := range t.key {
-		if i > 0 {
-			b = append(b, " OR "...)
-		}
-		b = append(b, '(')
-		for j := 0; j <= i; j++ {
-			if j > 0 {
-				b = append(b, " AND "...)
-			}
-			b = append(b, quoteIdent(t.stream.Columns[t.key[j]].Name)...)
-			if j < i {
-				b = append(b, " = "...)
-			} else {
-				b = append(b, " > "...)
-			}
-			if b, err = appendLiteral(b, t.keyLits[j], sp.st.after[j]); err != nil {
-				return nil, fmt.Errorf("%w: snapshot of %s resumes after key column %s: %v", ErrBadState, t.name,
-					t.stream.Columns[t.key[j]].Name, err)
-			}
-		}
-		b = append(b, ')')
+	col := func(b []byte, j int) ([]byte, error) {
+		return append(b, quoteIdent(t.stream.Columns[t.key[j]].Name)...), nil
 	}
-	return b, nil
+	lit := func(b []byte, j int) ([]byte, error) {
+		b, err := appendLiteral(b, t.keyLits[j], sp.st.after[j])
+		if err != nil {
+			return nil, fmt.Errorf("%w: snapshot of %s resumes after key column %s: %v", ErrBadState, t.name,
+				t.stream.Columns[t.key[j]].Name, err)
+		}
+		return b, nil
+	}
+	return appendKeyAfter(b, len(t.key), col, lit)
 }
 
 // semaphore bounds the snapshot splits reading at once.

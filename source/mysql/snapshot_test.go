@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/mysql"
 )
@@ -311,14 +313,13 @@ func TestProgressAndLag(t *testing.T) {
 	go func() { done <- splits[0].Read(ctx, b, false) }()
 	<-b.first
 	var behind int64
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		var unit string
-		if behind, unit, _, ok = bl.Lag(); ok {
-			if unit != "byte" {
-				t.Errorf("lag unit %q", unit)
-			}
-			break
-		}
+	var unit string
+	testutil.Until(t, "the held binlog split to know its lag", func() bool {
+		behind, unit, _, ok = bl.Lag()
+		return ok
+	})
+	if unit != "byte" {
+		t.Errorf("lag unit %q", unit)
 	}
 	// The held split read at most the update's first rows event (8 KiB);
 	// 2000 updated rows of 200 bytes of images are behind.
@@ -328,4 +329,171 @@ func TestProgressAndLag(t *testing.T) {
 	cancel()
 	close(b.release)
 	<-done
+}
+
+// hookEmitter is a recorder that runs onResume after each resume point.
+type hookEmitter struct {
+	recorder
+	onResume func(n int)
+}
+
+func (h *hookEmitter) ResumePoint(st []byte) error {
+	h.recorder.ResumePoint(st)
+	h.onResume(len(h.states))
+	return nil
+}
+
+// TestSnapshotAsOfOrigin changes keyed tables after Open fixed the
+// snapshot's origin, before the first chunk is read and again after it:
+// inserts of new keys, updates of keys behind and ahead of the chunks
+// read, a key changed twice, a key moved, deletes of keys behind, inside
+// and ahead of the next chunks and in the last one. The snapshot split
+// must emit each table as it was at the origin — rows since deleted or
+// moved included — each row once with the origin's seq, and the binlog
+// split every change after it: no row version twice, none missing
+// (TestRunRidesOutServerRestart checks it through a pipeline). Table kc
+// has a key of latin1 text (compared case-insensitively, unlike its
+// bytes), DATETIME and VARBINARY, so the deleted keys are placed in the
+// chunks' ranges in the key's order.
+func TestSnapshotAsOfOrigin(t *testing.T) {
+	d := dsn(t)
+	db := database(t, d)
+	execSQL(t, d,
+		fmt.Sprintf("CREATE TABLE %s.kd (id int PRIMARY KEY, v varchar(10))", db),
+		fmt.Sprintf("INSERT INTO %s.kd VALUES (1, 'v1'), (2, 'v2'), (3, 'v3'), (4, 'v4'), (5, 'v5'), (6, 'v6'), (7, 'v7'), (8, 'v8'), (9, 'v9'), (10, 'v10')", db),
+		fmt.Sprintf("CREATE TABLE %s.kc (a varchar(4) CHARACTER SET latin1, b datetime(6), c varbinary(4), v int, PRIMARY KEY (a, b, c))", db),
+		fmt.Sprintf(`INSERT INTO %s.kc VALUES ('a', '2024-01-01', X'01', 1), ('B', '2024-01-01', X'01', 2), ('c', '2024-01-01', X'01', 3),
+			('D', '2024-01-01', X'01', 4), ('D', '2024-01-01 00:00:00.5', X'01', 5), ('D', '2024-01-01 00:00:00.5', X'02', 6), ('e', '2024-01-01', '', 7)`, db))
+	src := newSource(t, d, db, mysql.Config{SnapshotChunkRows: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	splits, err := src.Open(ctx, []string{"kc", "kd"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := map[string][]string{"kd": tableSet(t, d, "SELECT id, v FROM "+db+".kd"), "kc": tableSet(t, d, "SELECT a, b, hex(c), v FROM "+db+".kc")}
+	execSQL(t, d,
+		fmt.Sprintf("UPDATE %s.kd SET v = 'a' WHERE id = 1", db),
+		fmt.Sprintf("INSERT INTO %s.kd VALUES (11, 'v11')", db),
+		fmt.Sprintf("UPDATE %s.kd SET v = 'b' WHERE id = 5", db),
+		fmt.Sprintf("DELETE FROM %s.kd WHERE id = 3", db),
+		fmt.Sprintf("UPDATE %s.kd SET id = 12 WHERE id = 6", db),
+		fmt.Sprintf("DELETE FROM %s.kc WHERE a = 'c'", db),
+		fmt.Sprintf("DELETE FROM %s.kc WHERE a = 'D' AND c = X'01' AND b > '2024-01-01'", db),
+		fmt.Sprintf("INSERT INTO %s.kc VALUES ('b', '2024-01-02', X'01', 8)", db))
+	after1 := map[string][]string{
+		"kd": {
+			fmt.Sprintf("UPDATE %s.kd SET v = 'c' WHERE id = 2", db),
+			fmt.Sprintf("UPDATE %s.kd SET v = 'd' WHERE id = 4", db),
+			fmt.Sprintf("INSERT INTO %s.kd VALUES (13, 'v13')", db),
+			fmt.Sprintf("UPDATE %s.kd SET v = 'e' WHERE id = 5", db),
+			fmt.Sprintf("DELETE FROM %s.kd WHERE id = 2", db),
+			fmt.Sprintf("DELETE FROM %s.kd WHERE id = 7", db),
+			fmt.Sprintf("DELETE FROM %s.kd WHERE id = 10", db)},
+		"kc": {
+			fmt.Sprintf("DELETE FROM %s.kc WHERE a = 'a'", db),
+			fmt.Sprintf("DELETE FROM %s.kc WHERE a = 'e'", db)},
+	}
+	var all []rec
+	var kdFirst []byte // kd's resume state after its first chunk
+	snapSeq := int64(-1)
+	for _, tbl := range []string{"kc", "kd"} {
+		snap := &hookEmitter{onResume: func(n int) {
+			if n == 1 { // after the first chunk
+				execSQL(t, d, after1[tbl]...)
+			}
+		}}
+		if err := snapshotSplit(t, splits, "snapshot:"+db+"."+tbl).Read(ctx, snap, true); err != nil {
+			t.Fatal(err)
+		}
+		if len(snap.states) < 3 {
+			t.Fatalf("%s: %d resume points from the snapshot split, want one per chunk of 2 rows", tbl, len(snap.states))
+		}
+		var got []string
+		for _, x := range snap.recs {
+			got = append(got, strings.Join(values(t, x.Payload), "|"))
+			if snapSeq < 0 {
+				snapSeq = x.Seq
+			}
+			if x.Op != source.OpInsert || x.Seq != snapSeq {
+				t.Errorf("%s: snapshot record %v: want an insert with the origin's seq %d", tbl, x, snapSeq)
+			}
+		}
+		slices.Sort(got)
+		if tbl == "kc" {
+			got = nil
+			for _, x := range snap.recs {
+				v := values(t, x.Payload)
+				got = append(got, fmt.Sprintf("%s|%s|%X|%s", v[0], v[1], v[2], v[3]))
+			}
+			slices.Sort(got)
+		}
+		if !slices.Equal(got, origin[tbl]) {
+			t.Errorf("%s: snapshot rows %v, want the table at the origin %v", tbl, got, origin[tbl])
+		}
+		all = append(all, snap.recs...)
+		if tbl == "kd" {
+			kdFirst = snap.states[0]
+		}
+	}
+	bin := &recorder{}
+	if err := splits[0].Read(ctx, bin, true); err != nil {
+		t.Fatal(err)
+	}
+	var changes []string
+	for _, x := range bin.recs {
+		if x.Seq <= snapSeq {
+			t.Errorf("binlog record %v at or before the snapshot's seq", x)
+		}
+		if x.Stream == "kd" {
+			changes = append(changes, fmt.Sprint(x.Op)+" "+strings.Join(values(t, x.Payload), "|"))
+		}
+	}
+	want := []string{"update 1|a", "insert 11|v11", "update 5|b", "delete 3|v3", "delete 6|v6", "update 12|v6",
+		"update 2|c", "update 4|d", "insert 13|v13", "update 5|e", "delete 2|c", "delete 7|v7", "delete 10|v10"}
+	if !slices.Equal(changes, want) {
+		t.Errorf("kd's binlog records %v, want %v", changes, want)
+	}
+	// Applied in seq order, the output is the table.
+	all = append(all, bin.recs...)
+	slices.SortStableFunc(all, func(a, b rec) int { return cmp.Compare(a.Seq, b.Seq) })
+	final := map[string]string{}
+	for _, x := range all {
+		if x.Stream != "kd" {
+			continue
+		}
+		if x.Op == source.OpDelete {
+			delete(final, string(x.Key))
+		} else {
+			final[string(x.Key)] = strings.Join(values(t, x.Payload), "|")
+		}
+	}
+	got := slices.Collect(maps.Values(final))
+	slices.Sort(got)
+	if want := tableSet(t, d, fmt.Sprintf("SELECT id, v FROM %s.kd", db)); !slices.Equal(got, want) {
+		t.Errorf("kd applied in seq order: %v, want %v", got, want)
+	}
+
+	// A later attempt resuming kd after its first chunk, after all the
+	// changes, reads the rest of the table at the origin again.
+	again, err := src.Open(ctx, []string{"kd"}, map[source.SplitID][]byte{splits[0].ID(): bin.last(), source.SplitID("snapshot:" + db + ".kd"): kdFirst})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := &recorder{}
+	if err := snapshotSplit(t, again, "snapshot:"+db+".kd").Read(ctx, rest, true); err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	for _, x := range rest.recs {
+		got = append(got, strings.Join(values(t, x.Payload), "|"))
+		if x.Seq != snapSeq {
+			t.Errorf("resumed snapshot record %v: want the origin's seq %d", x, snapSeq)
+		}
+	}
+	slices.Sort(got)
+	want = slices.DeleteFunc(slices.Clone(origin["kd"]), func(r string) bool { return r == "1|v1" || r == "2|v2" })
+	if !slices.Equal(got, want) {
+		t.Errorf("resumed after the first chunk: %v, want the table at the origin after key 2 %v", got, want)
+	}
 }

@@ -26,8 +26,12 @@ type split struct {
 	start      state    // where Read streams from
 	streamed   bool     // the stream emitted something
 	// reset is why Open started over with a new snapshot
-	// (Config.Resnapshot), reported at the start of Read; nil otherwise.
+	// (Config.OnPositionLost), reported at the start of Read; nil
+	// otherwise.
 	reset error
+	// undo is set on a snapshot split's scan of the binlog (undo.go): it
+	// takes the changes, nothing is emitted.
+	undo *undoLog
 
 	r       rowReader // copies
 	scratch []byte
@@ -53,8 +57,8 @@ func (sp *split) ID() source.SplitID { return sp.id }
 // the binlog split's position as origin. A binlog split without a state
 // whose snapshot splits have some starts at their origin. It checks the
 // states' flavor and that the binlog they need is still on the server
-// (a *PurgedError otherwise, unless Config.Resnapshot: then it starts
-// over as without states).
+// (a *PurgedError otherwise, unless Config.OnPositionLost says
+// source.PositionLostResnapshot: then it starts over as without states).
 func (s *Source) Open(ctx context.Context, streams []string, resume map[source.SplitID][]byte) ([]source.Split, error) {
 	tables, before, err := s.tables(ctx)
 	if err != nil {
@@ -85,7 +89,8 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 		if len(t.key) == 0 {
 			continue // copied by the binlog split
 		}
-		ss := &snapSplit{src: s, id: source.SplitID(snapshotIDPrefix + s.cfg.Database + "." + t.name), t: t, chunk: s.cfg.SnapshotChunkRows}
+		ss := &snapSplit{src: s, id: source.SplitID(snapshotIDPrefix + s.cfg.Database + "." + t.name), t: t, chunk: s.cfg.SnapshotChunkRows,
+			discovered: before, gtidMode: gtidMode}
 		if b, ok := resume[ss.id]; ok {
 			st, err := decodeSnapState(b)
 			if err != nil {
@@ -122,10 +127,10 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	if start != nil {
 		if err := s.checkPurged(ctx, *start); err != nil {
 			var pe *PurgedError
-			if !errors.As(err, &pe) || !s.cfg.Resnapshot {
+			if !errors.As(err, &pe) || s.cfg.OnPositionLost != source.PositionLostResnapshot {
 				return nil, err
 			}
-			s.log.WarnContext(ctx, "binlog purged: reading a new snapshot (Config.Resnapshot)", "err", err)
+			s.log.WarnContext(ctx, "binlog position lost: reading a new snapshot (Config.OnPositionLost)", "err", err)
 			start, sp.reset = nil, err
 		}
 	}
@@ -258,10 +263,10 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 	var err error
 	if err = s.checkPurged(ctx, start); err != nil {
 		var pe *PurgedError
-		if !errors.As(err, &pe) || !s.cfg.Resnapshot {
+		if !errors.As(err, &pe) || s.cfg.OnPositionLost != source.PositionLostResnapshot {
 			return err
 		}
-		s.log.WarnContext(ctx, "binlog purged: reading a new snapshot (Config.Resnapshot)", "err", err)
+		s.log.WarnContext(ctx, "binlog position lost: reading a new snapshot (Config.OnPositionLost)", "err", err)
 		reportReset(e, err)
 		if start, err = sp.copyAll(ctx, e); err != nil {
 			return err
@@ -274,6 +279,7 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 	if err := e.ResumePoint(start.encode()); err != nil {
 		return err
 	}
+	te := &trackEmitter{Emitter: e, last: start.encode(), progress: true}
 	for {
 		var end position
 		if bounded {
@@ -290,17 +296,22 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 				return nil
 			}
 		}
-		err := sp.stream(ctx, e, start, bounded, end)
+		err := sp.stream(ctx, te, start, bounded, end)
+		if next, ok := sp.takeUp(ctx, te, err); ok {
+			start = next
+			continue
+		}
 		var pe *PurgedError
-		if errors.As(err, &pe) && pe.Err != nil && s.cfg.Resnapshot && !sp.streamed {
+		if errors.As(err, &pe) && pe.Err != nil && s.cfg.OnPositionLost == source.PositionLostResnapshot && !sp.streamed {
 			// The server refused the start's GTIDs before anything was
-			// read: a new snapshot, as Config.Resnapshot allows.
-			s.log.WarnContext(ctx, "binlog purged: reading a new snapshot (Config.Resnapshot)", "err", err)
+			// read: a new snapshot, as Config.OnPositionLost allows.
+			s.log.WarnContext(ctx, "binlog position lost: reading a new snapshot (Config.OnPositionLost)", "err", err)
 			reportReset(e, err)
-			if start, err = sp.copyAll(ctx, e); err != nil {
+			// Through te, which must know the new start.
+			if start, err = sp.copyAll(ctx, te); err != nil {
 				return err
 			}
-			if err := e.ResumePoint(start.encode()); err != nil {
+			if err := te.ResumePoint(start.encode()); err != nil {
 				return err
 			}
 			continue
@@ -314,8 +325,8 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 func reportReset(e source.Emitter, err error) {
 	if r, ok := e.(source.Reporter); ok {
 		r.Report(source.Notice{Kind: source.NoticeReset, Err: err,
-			Detail: "the binlog the resume state needs is gone: reading a new snapshot of every table (Config.Resnapshot); " +
-				"rows deleted meanwhile stay at the destination, and an append destination gets every row again"})
+			Detail: "the binlog position was lost: started over from a new snapshot of every table " +
+				"(Config.OnPositionLost); rows deleted meanwhile stay at the destination, and an append destination gets every row again"})
 	}
 }
 
@@ -363,7 +374,7 @@ func (sp *split) copyPending(ctx context.Context, e source.Emitter, start state,
 
 // copyAll copies every opened table in one transaction WITH CONSISTENT
 // SNAPSHOT and returns the state at its position: a re-snapshot after
-// purged binlogs (Config.Resnapshot). Its rows have higher seqs than the
+// purged binlogs (Config.OnPositionLost). Its rows have higher seqs than the
 // snapshot splits' (their origin is older), so the copy's version of a
 // row wins, and the stream re-applies every later change.
 func (sp *split) copyAll(ctx context.Context, e source.Emitter) (state, error) {

@@ -44,6 +44,10 @@ type reader struct {
 
 	maps map[uint64]*tableMap // by table ID, from table map events
 
+	// undo, for a snapshot split's scan (undo.go), takes the rows' changes
+	// instead of the Emitter.
+	undo *undoLog
+
 	// the event being read: rows get seqs evStart, evStart+1, ...
 	evIdx, evStart, evSize, evOff uint32
 
@@ -75,7 +79,7 @@ func (sp *split) stream(ctx context.Context, e source.Emitter, start state, boun
 		return err
 	}
 	serverID := s.cfg.ServerID
-	if serverID == 0 {
+	if serverID == 0 || sp.undo != nil {
 		serverID = randomServerID()
 	}
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
@@ -85,8 +89,10 @@ func (sp *split) stream(ctx context.Context, e source.Emitter, start state, boun
 		// zone); DECIMAL, DATE, TIME and DATETIME as text.
 		TimestampStringLocation: time.UTC,
 		HeartbeatPeriod:         s.cfg.Heartbeat,
-		// A broken connection ends the Read: the runner restarts from the
-		// last checkpoint, never from the middle of a transaction.
+		// A broken connection ends the stream, never resumed from the
+		// middle of a transaction: Read takes it up again from its last
+		// resume point when nothing followed it (reconnect.go), else the
+		// runner restarts from the last checkpoint.
 		DisableRetrySync: true,
 		DiscardGTIDSet:   true,
 		// Rows are decoded by the reader, for opened tables only (decode.go).
@@ -122,12 +128,14 @@ func (sp *split) stream(ctx context.Context, e source.Emitter, start state, boun
 		return fmt.Errorf("%w: %v", ErrBadState, err)
 	}
 	r := &reader{sp: sp, e: markEmitter{e, &sp.streamed}, flavor: s.info.flavor, bounded: bounded, end: end, cur: start.at, last: start,
-		gtid: gt, maps: map[uint64]*tableMap{}, lastMark: time.Now()}
+		gtid: gt, maps: map[uint64]*tableMap{}, lastMark: time.Now(), undo: sp.undo}
 	r.last.skip = maps.Clone(start.skip)
 	sp.readAt.Store(start.at.seq())
-	pollCtx, stopPoll := context.WithCancel(ctx)
-	defer stopPoll()
-	go sp.pollLag(pollCtx)
+	if sp.undo == nil {
+		pollCtx, stopPoll := context.WithCancel(ctx)
+		defer stopPoll()
+		go sp.pollLag(pollCtx)
+	}
 	if sp.scratch == nil {
 		sp.scratch = make([]byte, 0, 64)
 	}
@@ -163,7 +171,11 @@ func (r *reader) streamError(err error, start state) error {
 			return &PurgedError{File: start.at.file, Pos: start.at.pos, GTID: start.at.gtid, Err: err}
 		}
 	}
-	return fmt.Errorf("mysql: binlog stream at %s:%d: %w", r.cur.file, r.cur.pos, err)
+	err = fmt.Errorf("mysql: binlog stream at %s:%d: %w", r.cur.file, r.cur.pos, err)
+	if connectionLost(err) {
+		return lostLink{err}
+	}
+	return err
 }
 
 // advance moves the read position to the end of an event (never back:
@@ -443,7 +455,7 @@ func orOther(sig string) string {
 // the last checkpoint.
 func (r *reader) schemaChanged(t *table, detail string) error {
 	r.sp.src.log.Info("table changed while streaming", "table", t.name, "change", detail, "file", r.cur.file, "pos", r.cur.pos)
-	if r.bounded && !r.emitted {
+	if r.bounded && !r.emitted && r.undo == nil {
 		if err := r.e.ResumePoint(r.last.encode()); err != nil {
 			return err
 		}
@@ -507,6 +519,10 @@ func (r *reader) rows(e *replication.RowsEvent, typ replication.EventType) error
 			if err := r.encode(&r.after, m, row, e.SkippedColumns[k]); err != nil {
 				return err
 			}
+			if r.undo != nil {
+				r.undoRow(op, &r.after)
+				continue
+			}
 			seq, err := next()
 			if err != nil {
 				return err
@@ -523,6 +539,10 @@ func (r *reader) rows(e *replication.RowsEvent, typ replication.EventType) error
 			}
 			if err := r.encode(&r.after, m, e.Rows[k+1], e.SkippedColumns[k+1]); err != nil {
 				return err
+			}
+			if r.undo != nil {
+				r.undoUpdate()
+				continue
 			}
 			del, err := next()
 			if err != nil {
@@ -547,6 +567,26 @@ func (r *reader) rows(e *replication.RowsEvent, typ replication.EventType) error
 		return fmt.Errorf("mysql: rows event of unknown type %v", e.Type())
 	}
 	return nil
+}
+
+// undoRow notes an insert's or a delete's row for a snapshot split's
+// scan (undo.go): an insert's key had no row before it, a delete's had
+// the image.
+func (r *reader) undoRow(op source.Op, b *rowBuf) {
+	if op == source.OpDelete {
+		r.undo.had(b.key, b.payload)
+	} else {
+		r.undo.hadNone(b.key)
+	}
+}
+
+// undoUpdate notes an update (r.before, r.after) for a snapshot split's
+// scan: the old key had the before-image; a new key had no row.
+func (r *reader) undoUpdate() {
+	r.undo.had(r.before.key, r.before.payload)
+	if !bytes.Equal(r.before.key, r.after.key) {
+		r.undo.hadNone(r.after.key)
+	}
 }
 
 // encode writes a row image as the table's declared row and its key.
@@ -608,6 +648,10 @@ func (r *reader) fastRows(e *replication.RowsEvent, m *tableMap, d deferredRows)
 			if typ == replication.EnumRowsEventTypeDelete {
 				op = source.OpDelete
 			}
+			if r.undo != nil {
+				r.undoRow(op, &r.after)
+				continue
+			}
 			seq, err := next()
 			if err != nil {
 				return err
@@ -623,6 +667,10 @@ func (r *reader) fastRows(e *replication.RowsEvent, m *tableMap, d deferredRows)
 				return fail(err)
 			}
 			pos += n
+			if r.undo != nil {
+				r.undoUpdate()
+				continue
+			}
 			del, err := next()
 			if err != nil {
 				return err
@@ -696,6 +744,13 @@ func (m markEmitter) Record(stream string, op source.Op, seq int64, key, payload
 func (m markEmitter) ResumePoint(state []byte) error {
 	*m.used = true
 	return m.Emitter.ResumePoint(state)
+}
+
+// Report forwards n to the runner's Emitter (see source.Reporter).
+func (m markEmitter) Report(n source.Notice) {
+	if r, ok := m.Emitter.(source.Reporter); ok {
+		r.Report(n)
+	}
 }
 
 // lagPollEvery is how often a streaming Read polls the server's binlog

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/openetl/etl"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/postgres"
 )
@@ -305,11 +306,16 @@ func TestSchemaChange(t *testing.T) {
 	// While running: Run goes on past the change, in a new attempt.
 	var logs strings.Builder
 	h.logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithCancel(testutil.Context(t))
 	defer cancel()
+	// The syncs' walsender may still be going away: the slot active
+	// again is the run's.
+	testutil.Until(t, "slot "+slot+" released by the syncs", func() bool {
+		return queryOne(t, d, "SELECT active FROM pg_replication_slots WHERE slot_name = '"+slot+"'") == "f"
+	})
 	done := make(chan error, 1)
 	go func() { done <- h.run(ctx, 50*time.Millisecond) }()
-	time.Sleep(time.Second)
+	waitStreaming(t, d, slot, done) // it discovered the table before the change
 	execSQL(t, d, fmt.Sprintf("INSERT INTO %s VALUES (4, 'four', 44)", tbl),
 		fmt.Sprintf("ALTER TABLE %s ADD COLUMN c text", tbl),
 		fmt.Sprintf("INSERT INTO %s VALUES (5, 'five', 55, 'cinq')", tbl))
@@ -353,22 +359,11 @@ func TestQuietTablesConfirmWAL(t *testing.T) {
 			t.Errorf("run: %v", err)
 		}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	waitStreaming(t, d, slot, done)
 	for i := 0; i < 20; i++ {
 		execSQL(t, d, fmt.Sprintf("INSERT INTO %s (v) SELECT repeat('w', 1000) FROM generate_series(1, 50)", other))
 	}
-	target := queryOne(t, d, "SELECT pg_current_wal_insert_lsn()")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if queryOne(t, d, "SELECT COALESCE(confirmed_flush_lsn >= '"+target+"', false) FROM pg_replication_slots WHERE slot_name = '"+slot+"'") == "t" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("slot confirmed %s, not past %s, 30 s after the other table's writes",
-				queryOne(t, d, "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '"+slot+"'"), target)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitConfirmed(t, d, slot, done)
 	if c := h.lastCounts(tbl); c != 0 {
 		t.Errorf("quiet table read %d rows", c)
 	}
@@ -476,30 +471,48 @@ func TestTableAddedWhileRunning(t *testing.T) {
 	}
 }
 
+// waitStreaming waits until a walsender streams from slot (the run
+// discovered its tables, claimed and opened its split), failing if the
+// run ends first.
+func waitStreaming(t *testing.T, d, slot string, done chan error) {
+	t.Helper()
+	testutil.Until(t, "replication from slot "+slot, func() bool {
+		select {
+		case err := <-done:
+			done <- err // for the caller's deferred wait
+			t.Fatalf("run ended before it streamed from slot %s: %v", slot, err)
+		default:
+		}
+		return queryOne(t, d, "SELECT COALESCE((SELECT active FROM pg_replication_slots WHERE slot_name = '"+slot+"'), false)") == "t"
+	})
+}
+
 // waitConfirmed waits until slot has confirmed the WAL written so far,
 // which the runner acknowledges only once the epoch holding it and the
 // next one are committed (the next needs more WAL: a heartbeat), failing
-// if the run ends first or a minute passes.
-func waitConfirmed(t *testing.T, d, slot string, done <-chan error) {
+// if the run ends first.
+func waitConfirmed(t *testing.T, d, slot string, done chan error) {
 	t.Helper()
 	// A slot created after now would confirm a later position at once.
-	for deadline := time.Now().Add(time.Minute); queryOne(t, d, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+slot+"'") == "0"; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("slot %s never appeared", slot)
-		}
-	}
+	testutil.Until(t, "slot "+slot+" to exist", func() bool {
+		return queryOne(t, d, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+slot+"'") != "0"
+	})
 	lsn := queryOne(t, d, "SELECT pg_current_wal_insert_lsn()")
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	defer func() {
+		if t.Failed() {
+			t.Logf("slot %s confirmed %s, waiting for %s", slot,
+				queryOne(t, d, "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '"+slot+"'"), lsn)
+		}
+	}()
+	testutil.Until(t, "slot "+slot+" to confirm "+lsn, func() bool {
 		select {
 		case err := <-done:
+			done <- err // for the caller's deferred wait
 			t.Fatalf("run ended before the slot confirmed %s: %v", lsn, err)
 		default:
 		}
-		if queryOne(t, d, "SELECT COALESCE((SELECT confirmed_flush_lsn >= '"+lsn+"' FROM pg_replication_slots WHERE slot_name = '"+slot+"'), false)") == "t" {
-			return
-		}
-	}
-	t.Fatalf("the slot never confirmed %s", lsn)
+		return queryOne(t, d, "SELECT COALESCE((SELECT confirmed_flush_lsn >= '"+lsn+"' FROM pg_replication_slots WHERE slot_name = '"+slot+"'), false)") == "t"
+	})
 }
 
 // syncWriter serializes writes to w (a log handler's output).
@@ -514,7 +527,7 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// TestSlotLostAndTeardown: with OnSlotLost set to SlotLostResnapshot, a dropped slot
+// TestSlotLostAndTeardown: with OnPositionLost set to PositionLostResnapshot, a dropped slot
 // makes the next sync start over with a new snapshot instead of failing;
 // and Teardown drops the slot and the publication the source created.
 func TestSlotLostAndTeardown(t *testing.T) {
@@ -530,7 +543,7 @@ func TestSlotLostAndTeardown(t *testing.T) {
 	if _, err := h.sync(); !errors.Is(err, postgres.ErrSlotMissing) {
 		t.Fatalf("sync without the slot: %v, want ErrSlotMissing", err)
 	}
-	h.cfg.OnSlotLost = postgres.SlotLostResnapshot
+	h.cfg.OnPositionLost = source.PositionLostResnapshot
 	res, err := h.sync()
 	if err != nil || res.Streams[tbl].Read != 2 {
 		t.Fatalf("resnapshot sync: %+v, %v; want both rows read again", res.Streams[tbl], err)

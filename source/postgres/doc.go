@@ -160,11 +160,40 @@
 //
 // A resume state whose slot is gone (dropped by hand, say) fails Open or
 // Read with a *SlotError wrapping ErrSlotMissing; one the slot has
-// already confirmed past fails with ErrPositionLost. The slot is never
-// recreated silently; Config.OnSlotLost = SlotLostResnapshot lets Open
-// start over with a new slot and snapshot instead (see its doc for what a
-// destination then holds). A slot that lost WAL it needed (wal_status
-// "lost") is ErrWALRemoved, with the same choice.
+// already confirmed past, with ErrSlotAdvanced; a slot that lost WAL it
+// needed (wal_status "lost"), with ErrWALRemoved. Every *SlotError
+// matches source.ErrPositionLost. The slot is never recreated silently;
+// Config.OnPositionLost = source.PositionLostResnapshot lets the source
+// start over with a new slot and snapshot instead, and report it (a
+// source.reset event); see source.PositionLostResnapshot for what a
+// destination then holds.
+//
+// # Server shutdown
+//
+// A stopping walsender waits until its client confirms the end of WAL,
+// and the source confirms only what the destination has committed, so
+// it never confirms that end in time. It lets go instead: when the
+// server ends the stream, terminates the connection (admin_shutdown), or
+// asks twice in a row for a reply right after the last one (what a
+// stopping walsender does; an idle one asks only after
+// wal_sender_timeout/2), Read closes the replication connection and
+// returns an error wrapping ErrServerStopping, retryable. pg_ctl stop
+// -m fast then takes about the time it takes without a client, and the
+// next attempt resumes from the last checkpoint.
+//
+// # Lost connections
+//
+// When the replication stream breaks — the connection drops, the
+// walsender is terminated (pg_terminate_backend), the server stops —
+// and no change was emitted since the split's last resume point (the
+// break came between transactions), Read takes the stream up again from
+// that point on a new connection, within the same attempt: that repeats
+// and skips nothing. It tries for about 1.3 s (a slot still held by the
+// old walsender, a server not back yet), and takes a stream up again
+// only once in a row without a resume point past the last one. Otherwise
+// Read returns the error, retryable, and the pipeline's next attempt
+// resumes from its last checkpoint (etl.Retry: Run starts it by
+// itself). Each reconnect is logged at Warn.
 //
 // # Teardown
 //

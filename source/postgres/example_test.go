@@ -4,8 +4,6 @@ import (
 	"context"
 	"log"
 
-	"gocloud.dev/blob/fileblob"
-
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/sink/parquet"
@@ -27,7 +25,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer src.Close(ctx)
-	bucket, err := fileblob.OpenBucket("/data/tables", &fileblob.Options{CreateDir: true})
+	bucket, err := parquet.OpenDir("/data/tables")
 	if err != nil {
 		log.Fatal(err)
 	}

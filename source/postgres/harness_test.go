@@ -13,6 +13,7 @@ import (
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink/parquet"
+	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/postgres"
 )
 
@@ -25,9 +26,11 @@ type harness struct {
 	cfg           postgres.Config
 	tables, ckpts string
 	last          etl.Result
-	setup         func(*postgres.Source) // called on each new source
-	logger        *slog.Logger           // the pipeline's, when set
-	onEvent       func(etl.Event)        // the pipeline's, when set
+	setup         func(*postgres.Source)            // called on each new source
+	wrap          func(source.Source) source.Source // wraps each new source, when set
+	logger        *slog.Logger                      // the pipeline's, when set
+	onEvent       func(etl.Event)                   // the pipeline's, when set
+	retry         *etl.Retry                        // the pipeline's, when set
 }
 
 func newHarness(t *testing.T, d string, cfg postgres.Config) *harness {
@@ -64,7 +67,11 @@ func (h *harness) build(epochEvery time.Duration) (*etl.Pipeline, func(), error)
 		closeAll()
 		return nil, nil, err
 	}
-	b := etl.NewPipeline("pg").From(testutil.HoldSource(src)).To(dst).Checkpoints(store)
+	var from source.Source = src
+	if h.wrap != nil {
+		from = h.wrap(src)
+	}
+	b := etl.NewPipeline("pg").From(testutil.HoldSource(from)).To(dst).Checkpoints(store)
 	if epochEvery > 0 {
 		b = b.EpochEvery(epochEvery, 0)
 	}
@@ -73,6 +80,9 @@ func (h *harness) build(epochEvery time.Duration) (*etl.Pipeline, func(), error)
 	}
 	if h.onEvent != nil {
 		b = b.OnEvent(h.onEvent, 0)
+	}
+	if h.retry != nil {
+		b = b.Retry(*h.retry)
 	}
 	p, err := b.Build()
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -254,6 +253,26 @@ func TestSlotDropped(t *testing.T) {
 	check("Open", err)
 	t.Log(err)
 	execSQL(t, d, "DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = '"+slot+"') THEN RAISE 'slot recreated'; END IF; END $$")
+
+	// With PositionLostResnapshot, a slot dropped between Open and Read
+	// ends the attempt for a new one (source.ErrReopen), which starts
+	// over; Open starts over at once.
+	re := newSource(t, d, postgres.Config{Publication: pub, Slot: slot, OnPositionLost: source.PositionLostResnapshot})
+	if _, err := re.Open(ctx, []string{tbl}, nil); err != nil { // a slot to drop
+		t.Fatal(err)
+	}
+	if reopened, err = re.Open(ctx, []string{tbl}, map[source.SplitID][]byte{splits[0].ID(): last}); err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, d, "SELECT pg_drop_replication_slot('"+slot+"')")
+	err = reopened[0].Read(ctx, emitFunc(func([]byte) {}), false)
+	if !errors.Is(err, source.ErrReopen) || !errors.Is(err, postgres.ErrSlotMissing) {
+		t.Fatalf("Read with PositionLostResnapshot after the slot was dropped: %v, want source.ErrReopen and ErrSlotMissing", err)
+	}
+	t.Log(err)
+	if _, err := re.Open(ctx, []string{tbl}, resume); err != nil {
+		t.Fatalf("Open with PositionLostResnapshot after the slot was dropped: %v", err)
+	}
 }
 
 type emitFunc func(state []byte)
@@ -292,7 +311,7 @@ func TestSlotInUseIsNotDropped(t *testing.T) {
 	case <-started:
 	case err := <-done:
 		t.Fatalf("first reader stopped: %v", err)
-	case <-time.After(30 * time.Second):
+	case <-testutil.Context(t).Done():
 		t.Fatal("first reader never reached a resume point")
 	}
 	other := newSource(t, d, postgres.Config{Publication: pub, Slot: slot})

@@ -77,18 +77,19 @@ type Config struct {
 	// snapshot, each on a connection of its own. Default 4.
 	SnapshotParallelism int
 
-	// OnSlotLost says what Open does when the slot a resume state needs is
-	// gone (dropped) or has lost WAL it needed: SlotLostFail (the
-	// default) returns the *SlotError; SlotLostResnapshot logs it at Warn,
-	// reports it to the pipeline (a source.reset event, see
-	// source.Reporter, and a Warn line in the pipeline's log) and starts
-	// over as a first Open does, with a new slot and a new snapshot of
-	// every table. The new snapshot's rows have higher seqs
-	// than anything written before, so a merge destination converges on
-	// the table again, except that rows deleted while the slot was gone
-	// stay at the destination (no change reports their deletion), and an
-	// append destination receives every row again.
-	OnSlotLost SlotLostPolicy
+	// OnPositionLost says what the source does when the slot a resume
+	// state needs is gone (dropped), has lost WAL it needed, or has
+	// confirmed a position past the state (a *SlotError, matching
+	// source.ErrPositionLost). source.PositionLostFail (the default):
+	// Open fails with the *SlotError. source.PositionLostResnapshot: Open
+	// starts over as a first Open does, with a new slot and a new
+	// snapshot of every table, logs the *SlotError at Warn, and the
+	// change stream's split reports it when its Read starts (a
+	// source.reset event, see source.Reporter); a slot lost while an
+	// attempt streams ends that attempt with an error matching
+	// source.ErrReopen, and the runner's next attempt starts over. See
+	// source.PositionLostResnapshot for what a destination then holds.
+	OnPositionLost source.PositionLostPolicy
 
 	// Protocol is the pgoutput protocol version: 0 (the default) picks 2
 	// on Postgres 14 and later and 1 before; 1 or 2 asks for that one (2
@@ -122,17 +123,6 @@ type Config struct {
 	// Default: discard.
 	Logger *slog.Logger
 }
-
-// SlotLostPolicy says what Open does when the slot is gone or lost WAL
-// (Config.OnSlotLost).
-type SlotLostPolicy uint8
-
-const (
-	// SlotLostFail returns the *SlotError.
-	SlotLostFail SlotLostPolicy = iota
-	// SlotLostResnapshot starts over with a new slot and snapshot.
-	SlotLostResnapshot
-)
 
 // TruncatePolicy says what a replicated TRUNCATE does (Config.Truncates).
 type TruncatePolicy uint8
@@ -192,10 +182,11 @@ var (
 	// hand, say). The source never recreates it silently: the changes
 	// since the resume state are gone from the server.
 	ErrSlotMissing = errors.New("postgres: replication slot not found")
-	// ErrPositionLost is wrapped by the *SlotError returned when the slot
-	// has already confirmed a position past the resume state, so the
-	// changes in between can't be replayed.
-	ErrPositionLost = errors.New("postgres: replication slot is past the resume position")
+	// ErrSlotAdvanced is wrapped by the *SlotError returned when the slot
+	// has already confirmed a position past the resume state (another
+	// reader advanced it, or the checkpoints were restored from an older
+	// copy), so the changes in between can't be replayed.
+	ErrSlotAdvanced = errors.New("postgres: replication slot is past the resume position")
 	// ErrWALRemoved is wrapped by the *SlotError returned when the server
 	// has removed WAL the slot still needs (its wal_status is "lost",
 	// after max_slot_wal_keep_size): the changes since the resume state
@@ -211,10 +202,20 @@ var (
 	// ErrBadState is returned by Open for a resume state this source did
 	// not write.
 	ErrBadState = errors.New("postgres: malformed resume state")
+	// ErrServerStopping is wrapped by the error a Read returns when the
+	// server began a shutdown (it ended the stream, terminated the
+	// connection with admin_shutdown, or asks again and again for a
+	// position the destination has not committed yet): the Read lets go
+	// of its walsender at once, so the server's stop doesn't wait for
+	// it (it then tries for about 1.3 s to take the stream up again,
+	// which a stopping server refuses; see the package doc). The error is retryable: the next attempt resumes from the last
+	// checkpoint once the server is back.
+	ErrServerStopping = errors.New("postgres: the server is shutting down")
 )
 
 // SlotError says the replication slot can't continue from a resume
-// state. It wraps ErrSlotMissing, ErrWALRemoved or ErrPositionLost.
+// state. It wraps ErrSlotMissing, ErrWALRemoved or ErrSlotAdvanced, and
+// matches source.ErrPositionLost.
 type SlotError struct {
 	Slot      string
 	Want      pglogrepl.LSN // the resume state's position
@@ -223,17 +224,34 @@ type SlotError struct {
 }
 
 func (e *SlotError) Error() string {
-	if errors.Is(e.Err, ErrWALRemoved) {
-		return fmt.Sprintf("postgres: replication slot %q lost WAL it needed (resume position %s; see max_slot_wal_keep_size): "+
-			"start the pipeline over from a new snapshot, or set Config.OnSlotLost to SlotLostResnapshot", e.Slot, e.Want)
-	}
-	if errors.Is(e.Err, ErrSlotMissing) {
-		return fmt.Sprintf("postgres: replication slot %q not found (resume position %s): was it dropped by hand? "+
-			"start the pipeline over from a new snapshot, or set Config.OnSlotLost to SlotLostResnapshot", e.Slot, e.Want)
+	return e.cause() + ": the changes since are lost; start the pipeline over from a new snapshot, " +
+		"or set Config.OnPositionLost to source.PositionLostResnapshot"
+}
+
+// cause says what happened to the slot.
+func (e *SlotError) cause() string {
+	switch {
+	case errors.Is(e.Err, ErrWALRemoved):
+		return fmt.Sprintf("postgres: replication slot %q lost WAL it needed (resume position %s; see max_slot_wal_keep_size)", e.Slot, e.Want)
+	case errors.Is(e.Err, ErrSlotMissing):
+		return fmt.Sprintf("postgres: replication slot %q not found (resume position %s): was it dropped by hand?", e.Slot, e.Want)
 	}
 	return fmt.Sprintf("postgres: replication slot %q confirmed %s, past the resume position %s: "+
-		"the changes in between are gone", e.Slot, e.Confirmed, e.Want)
+		"did another reader advance it, or were the checkpoints restored from an older copy?", e.Slot, e.Confirmed, e.Want)
 }
+
+// lostWhileReading is what Read returns under PositionLostResnapshot
+// when the slot was lost after Open: the attempt's snapshot splits
+// belong to the old slot, so a new attempt starts over. It matches
+// source.ErrReopen, so the runner starts that attempt itself, and the
+// *SlotError.
+type lostWhileReading struct{ *SlotError }
+
+func (e lostWhileReading) Error() string {
+	return e.cause() + ": the next attempt starts over from a new slot and snapshot (Config.OnPositionLost)"
+}
+
+func (e lostWhileReading) Unwrap() []error { return []error{e.SlotError, source.ErrReopen} }
 
 // Unwrap returns Err and source.ErrPositionLost: every SlotError means
 // the resume position is gone.
@@ -306,6 +324,10 @@ func New(cfg Config) (*Source, error) {
 	}
 	if cfg.Protocol < 0 || cfg.Protocol > 2 {
 		return nil, fmt.Errorf("postgres: Config.Protocol %d: pgoutput protocol 1 or 2 (0: the newest the server has)", cfg.Protocol)
+	}
+	if !cfg.OnPositionLost.Valid() {
+		return nil, fmt.Errorf("postgres: Config.OnPositionLost: unknown policy %d (source.PositionLostFail or source.PositionLostResnapshot)",
+			uint8(cfg.OnPositionLost))
 	}
 	if cfg.StreamedTxnMemory <= 0 {
 		cfg.StreamedTxnMemory = 64 << 20
@@ -652,10 +674,16 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	}
 	if start != nil {
 		if _, err := s.checkSlot(ctx, start.lsn); err != nil {
-			if !errors.Is(err, ErrSlotMissing) && !errors.Is(err, ErrWALRemoved) || s.cfg.OnSlotLost != SlotLostResnapshot {
+			// Every lost position starts over under the policy, a slot
+			// that confirmed past the state too: that is what the slot
+			// of a re-snapshot that failed before its first checkpoint
+			// looks like to the next attempt, which resumes from the
+			// checkpoint before it.
+			var se *SlotError
+			if !errors.As(err, &se) || s.cfg.OnPositionLost != source.PositionLostResnapshot {
 				return nil, err
 			}
-			s.log.WarnContext(ctx, "slot lost: starting over with a new snapshot (Config.OnSlotLost)", "err", err)
+			s.log.WarnContext(ctx, "replication slot lost: starting over with a new slot and snapshot (Config.OnPositionLost)", "err", err)
 			start, sp.reset = nil, err
 		}
 	}
@@ -733,7 +761,7 @@ FROM pg_replication_slots s WHERE slot_name = `+quoteLiteral(s.cfg.Slot))
 		}
 	}
 	if confirmed > want {
-		return confirmed, &SlotError{Slot: s.cfg.Slot, Want: want, Confirmed: confirmed, Err: ErrPositionLost}
+		return confirmed, &SlotError{Slot: s.cfg.Slot, Want: want, Confirmed: confirmed, Err: ErrSlotAdvanced}
 	}
 	return confirmed, nil
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -15,6 +16,14 @@ import (
 
 	"github.com/openetl/etl/source"
 )
+
+// resetNotice is the source.reset notice of a start over from a new
+// slot and snapshot after err (Config.OnPositionLost).
+func resetNotice(err error) source.Notice {
+	return source.Notice{Kind: source.NoticeReset, Err: err,
+		Detail: "the replication slot's position was lost: started over from a new slot and a new snapshot of every table " +
+			"(Config.OnPositionLost); rows deleted meanwhile stay at the destination, and an append destination gets every row again"}
+}
 
 // split streams the slot's changes to every opened table, from start.
 type split struct {
@@ -31,7 +40,8 @@ type split struct {
 	published  map[[2]string]bool
 	discovered pglogrepl.LSN
 	// reset is why Open started over with a new slot and snapshot
-	// (Config.OnSlotLost), reported at the start of Read; nil otherwise.
+	// (Config.OnPositionLost), reported at the start of Read; nil
+	// otherwise.
 	reset error
 	buf   []byte
 	key   []byte
@@ -66,6 +76,21 @@ func (sp *split) ID() source.SplitID { return sp.id }
 // keepalive while it waits to pass its end position.
 const pollInterval = 100 * time.Millisecond
 
+// stopWindow: keepalives asking for a reply within stopWindow of the
+// answer to the one before, twice in a row, say the server is shutting
+// down. A stopping walsender waits for its client to confirm the end of
+// WAL and asks again right after each answer; otherwise a walsender asks
+// only after wal_sender_timeout/2 without a message from the client (a
+// server with wal_sender_timeout under 2 s would look like stopping).
+const stopWindow = time.Second
+
+// isShutdown reports whether the server terminated the connection
+// because it is stopping: admin_shutdown (fast or immediate stop),
+// crash_shutdown, cannot_connect_now.
+func isShutdown(err *pgconn.PgError) bool {
+	return err.Code == "57P01" || err.Code == "57P02" || err.Code == "57P03"
+}
+
 // Read streams the changes after its start position. Bounded, it stops
 // once it has passed the server's WAL insert position as of the start of
 // Read.
@@ -77,14 +102,14 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 	start := sp.start
 	confirmed, err := s.checkSlot(ctx, start.lsn)
 	if err != nil {
+		var se *SlotError
+		if errors.As(err, &se) && s.cfg.OnPositionLost == source.PositionLostResnapshot {
+			return lostWhileReading{se}
+		}
 		return err
 	}
-	if sp.reset != nil {
-		if r, ok := e.(source.Reporter); ok {
-			r.Report(source.Notice{Kind: source.NoticeReset, Err: sp.reset,
-				Detail: "the replication slot was lost: started over with a new slot and a new snapshot of every table (Config.OnSlotLost); " +
-					"rows deleted while the slot was gone stay at the destination, and an append destination gets every row again"})
-		}
+	if r, ok := e.(source.Reporter); ok && sp.reset != nil {
+		r.Report(resetNotice(sp.reset))
 	}
 	// Where this split starts is a place to resume from (the first
 	// checkpoint of a fresh start needs it before any change arrives).
@@ -109,7 +134,7 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 			return nil
 		}
 	}
-	return sp.stream(ctx, repl, e, start, confirmed, bounded, end)
+	return sp.streamOn(ctx, repl, e, start, confirmed, bounded, end)
 }
 
 func (sp *split) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
@@ -203,6 +228,10 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 		interval = pollInterval
 	}
 	next := time.Now()
+	// Keepalives asking for a reply: when the last one was answered, and
+	// how many in a row came within stopWindow of the answer before.
+	var answered time.Time
+	asked, quickAsks := false, 0
 	var beat time.Time
 	if s.cfg.HeartbeatInterval > 0 {
 		beat = time.Now().Add(s.cfg.HeartbeatInterval)
@@ -239,7 +268,10 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 		}
 		if now.After(next) {
 			if err := sendStatus(); err != nil {
-				return fmt.Errorf("postgres: status update: %w", err)
+				return lostLink{fmt.Errorf("postgres: status update: %w", err)}
+			}
+			if asked {
+				answered, asked = time.Now(), false
 			}
 			next = now.Add(interval)
 		}
@@ -261,11 +293,18 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 				}
 				continue
 			}
-			return fmt.Errorf("postgres: receive on slot %q: %w", s.cfg.Slot, err)
+			return lostLink{fmt.Errorf("postgres: receive on slot %q: %w", s.cfg.Slot, err)}
 		}
 		switch msg := msg.(type) {
 		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("postgres: replication on slot %q: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(msg))
+			pgErr := pgconn.ErrorResponseToPgError(msg)
+			if isShutdown(pgErr) {
+				return lostLink{fmt.Errorf("postgres: replication on slot %q: %w: %w", s.cfg.Slot, ErrServerStopping, pgErr)}
+			}
+			return fmt.Errorf("postgres: replication on slot %q: %w", s.cfg.Slot, pgErr)
+		case *pgproto3.CopyDone:
+			// The walsender ends the stream only when it stops.
+			return lostLink{fmt.Errorf("postgres: replication on slot %q ended by the server: %w", s.cfg.Slot, ErrServerStopping)}
 		case *pgproto3.CopyData:
 			if len(msg.Data) == 0 {
 				continue
@@ -279,7 +318,21 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 				received = max(received, ka.ServerWALEnd)
 				sp.serverEnd.Store(max(sp.serverEnd.Load(), uint64(ka.ServerWALEnd)))
 				if ka.ReplyRequested {
-					next = time.Now()
+					// A stopping walsender waits until the client confirms
+					// its end of WAL, which the destination may not have
+					// committed yet; it asks again right after each answer.
+					// Confirming more would lose changes: let go of it
+					// instead, so the server's stop takes its own time.
+					if !answered.IsZero() && time.Since(answered) < stopWindow {
+						quickAsks++
+					} else {
+						quickAsks = 0
+					}
+					if quickAsks >= 2 {
+						return lostLink{fmt.Errorf("postgres: replication on slot %q: the server asks for positions up to %s, the destination has committed %s: %w",
+							s.cfg.Slot, ka.ServerWALEnd, max(confirmed, pglogrepl.LSN(s.acked.Load())), ErrServerStopping)}
+					}
+					asked, next = true, time.Now()
 				}
 				// Not inside a transaction the server is sending: its
 				// position can be past the commit of the transaction

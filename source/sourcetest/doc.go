@@ -51,8 +51,10 @@
 //     it emits only streams that were opened, defined ops, inserts only in
 //     streams that are not CDC, a non-empty key in keyed streams, and per
 //     key a seq that never decreases; it never calls the Emitter
-//     concurrently, after an Emitter error, or after returning; at least
-//     one record is read in all.
+//     concurrently, after an Emitter error, or after returning; a notice
+//     it reports (the suite's Emitter is a source.Reporter, as the
+//     runner's is) has a known Kind and a Detail; at least one record is
+//     read in all.
 //   - Resume (skipped for ReplayNone): for a sample of each split's resume
 //     points (Options.ResumeSamples: the first, the last, evenly spaced
 //     between), a new source's Open with that state (whose bytes the suite
@@ -79,6 +81,10 @@
 //     fails before emitting a record.
 //   - Ack (only for a source.Acker): Ack accepts each split's first
 //     resume states, then its last ones.
+//
+// CheckWrapper is a test of its own, for a wrapper of sources (a
+// middleware that filters, counts or holds): it checks that the wrapper
+// forwards every optional capability of the source contract.
 //
 // The suite does not check a source against its upstream (that rows match
 // the table, say): pair it with tests of your own for that. The fakes in

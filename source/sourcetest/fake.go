@@ -144,6 +144,10 @@ type FakeSource struct {
 	dead    *atomic.Bool
 }
 
+// The optional capabilities a FakeSource implements (see package
+// source).
+var _ source.Acker = (*FakeSource)(nil)
+
 type fakeSourceState struct {
 	cfg     FakeSourceConfig
 	catalog source.Catalog

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
-	"time"
 
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/sourcetest"
 )
@@ -26,6 +27,21 @@ func (c *fakeCollect) Record(_ string, _ source.Op, seq int64, _, _ []byte) erro
 
 func (c *fakeCollect) ResumePoint(state []byte) error {
 	c.states = append(c.states, string(state))
+	return nil
+}
+
+// liveCollect is a fakeCollect that closes end at the resume point
+// after the 10th record.
+type liveCollect struct {
+	fakeCollect
+	end chan struct{}
+}
+
+func (c *liveCollect) ResumePoint(state []byte) error {
+	c.fakeCollect.ResumePoint(state)
+	if string(state) == "10" {
+		close(c.end)
+	}
 	return nil
 }
 
@@ -186,12 +202,21 @@ func TestFakeSourceLive(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	splits, _ := s.Open(ctx, []string{"a"}, map[source.SplitID][]byte{"a#0": []byte("3")})
-	c := &fakeCollect{}
+	c := &liveCollect{end: make(chan struct{})}
 	done := make(chan error)
 	go func() { done <- splits[0].Read(ctx, c, false) }()
-	time.Sleep(10 * time.Millisecond)
+	// The read waits at the horizon (in a select, the split's only one)
+	// until it grows.
+	testutil.Until(t, "the unbounded read to wait at the horizon", func() bool {
+		for _, g := range testutil.Goroutines("sourcetest.(*fakeSplit).Read") {
+			if strings.Contains(g, "[select") {
+				return true
+			}
+		}
+		return false
+	})
 	s.SetHorizon(-1)
-	time.Sleep(10 * time.Millisecond)
+	testutil.Recv(t, "the read to reach the end of the grown log", c.end)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("unbounded read returned %v", err)

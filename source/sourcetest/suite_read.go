@@ -149,6 +149,24 @@ func (r *recorder) ResumePoint(state []byte) error {
 	return nil
 }
 
+// Report implements source.Reporter, as the runner's Emitter does: a
+// notice must have a known kind and say what happened.
+func (r *recorder) Report(n source.Notice) {
+	if r.inCall.Add(1) != 1 {
+		r.noteMisuse("Emitter methods called concurrently")
+	}
+	defer r.inCall.Add(-1)
+	if r.returned.Load() {
+		r.noteMisuse("Emitter.Report called after Read returned")
+	}
+	switch {
+	case n.Kind != source.NoticeReset && n.Kind != source.NoticeSchemaChanged:
+		r.noteMisuse("Report: notice kind %q is not source.NoticeReset or source.NoticeSchemaChanged", n.Kind)
+	case n.Detail == "":
+		r.noteMisuse("Report: a %s notice without a Detail", n.Kind)
+	}
+}
+
 // trace is the outcome of one Read.
 type trace struct {
 	id       source.SplitID

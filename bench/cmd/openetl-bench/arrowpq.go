@@ -13,7 +13,6 @@ import (
 	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
-	"gocloud.dev/blob/fileblob"
 
 	"github.com/openetl/etl/internal/pqdict"
 	"github.com/openetl/etl/sink"
@@ -148,7 +147,7 @@ func arrowParquet(args []string) (*result, error) {
 		return r, nil
 	}
 	dir := filepath.Join(*out, "tables")
-	bucket, err := fileblob.OpenBucket(dir, &fileblob.Options{CreateDir: true})
+	bucket, err := parquet.OpenDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +157,7 @@ func arrowParquet(args []string) (*result, error) {
 		return nil, err
 	}
 	t := startTimer()
-	w, err := dst.Writer(ctx, "bench-arrow", 0)
+	w, err := dst.Writer(ctx, sink.WriterConfig{Pipeline: "bench-arrow"})
 	if err != nil {
 		return nil, err
 	}

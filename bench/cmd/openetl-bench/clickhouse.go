@@ -210,7 +210,7 @@ func arrowClickHouse(args []string) (*result, error) {
 		if err != nil {
 			return nil, err
 		}
-		w, err := dst.Writer(ctx, "bench-ch", 0)
+		w, err := dst.Writer(ctx, sink.WriterConfig{Pipeline: "bench-ch"})
 		if err != nil {
 			return nil, err
 		}

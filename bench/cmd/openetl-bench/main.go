@@ -17,6 +17,7 @@
 //	openetl-bench kafka-ceiling -brokers B -topic T -n N   # franz-go fetch-and-discard
 //	openetl-bench arrow-parquet -n N -out DIR [-plain]     # Arrow batches → Parquet sink (or pqarrow alone)
 //	openetl-bench arrow-clickhouse -n N [-plain] [-store]  # Arrow batches → ClickHouse sink (or clickhouse-go alone)
+//	openetl-bench arrow-postgres -n N [-plain] [-mode merge] # Arrow batches → Postgres sink (or pgx CopyFrom alone)
 //	openetl-bench check-jsonl -file F [-wait N]            # count and id checksum of JSON lines
 //
 // OPENETL_BENCH_CPUPROFILE=FILE writes a CPU profile of the whole run
@@ -37,7 +38,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: openetl-bench SCENARIO [flags]; scenarios: pg-snapshot pg-copy pg-cdc pg-cdc-ceiling mysql-cdc mysql-ceiling kafka-produce kafka kafka-ceiling kfake-serve arrow-parquet arrow-clickhouse check-jsonl")
+		fmt.Fprintln(os.Stderr, "usage: openetl-bench SCENARIO [flags]; scenarios: pg-snapshot pg-copy pg-cdc pg-cdc-ceiling mysql-cdc mysql-ceiling kafka-produce kafka kafka-ceiling kfake-serve arrow-parquet arrow-clickhouse arrow-postgres check-jsonl")
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) (*result, error){
@@ -53,6 +54,7 @@ func main() {
 		"check-jsonl":      checkJSONL,
 		"arrow-parquet":    arrowParquet,
 		"arrow-clickhouse": arrowClickHouse,
+		"arrow-postgres":   arrowPostgres,
 		"pg-cdc-ceiling":   pgCDCCeiling,
 	}
 	f, ok := cmds[os.Args[1]]

@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"sort"
 
-	"gocloud.dev/blob/fileblob"
-
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/sink/parquet"
@@ -26,7 +24,7 @@ func syncToParquet(ctx context.Context, name string, src source.Source, out stri
 			return nil, err
 		}
 	}
-	bucket, err := fileblob.OpenBucket(tables, &fileblob.Options{CreateDir: true})
+	bucket, err := parquet.OpenDir(tables)
 	if err != nil {
 		return nil, err
 	}

@@ -300,6 +300,17 @@ func (b *Blob) conflict(err error) bool {
 	return err != nil && b.driver == S3 && b.b.ErrorAs(err, &ae) && ae.ErrorCode() == "ConditionalRequestConflict"
 }
 
+// Delete implements object.Deleter.
+func (b *Blob) Delete(ctx context.Context, key string) error {
+	if err := check(ctx, key); err != nil {
+		return err
+	}
+	if err := b.b.Delete(ctx, b.prefix+key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		return fmt.Errorf("object: delete %s: %w", key, err)
+	}
+	return nil
+}
+
 // List implements object.Bucket.
 func (b *Blob) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := ctx.Err(); err != nil {

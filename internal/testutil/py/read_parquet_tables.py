@@ -1,6 +1,10 @@
 """Independent reader for sink/parquet output, used by the Go tests.
 
-Usage: read_parquet_tables.py TABLES_DIR OUT_DIR
+Usage: read_parquet_tables.py TABLES_DIR OUT_DIR [KEY_ROOT]
+
+Manifests name files by their keys in the bucket: relative to KEY_ROOT
+(default TABLES_DIR), which holds TABLES_DIR when the destination writes
+under a prefix.
 
 For each stream directory under TABLES_DIR it follows the newest manifest
 (_manifest/{version}.json, highest version), reads every listed file with
@@ -20,6 +24,9 @@ import pyarrow.parquet as pq
 
 def main():
     tables, out_dir = sys.argv[1], sys.argv[2]
+    root = sys.argv[3] if len(sys.argv) > 3 else tables
+    prefix = os.path.relpath(tables, root)
+    prefix = "" if prefix == "." else prefix + "/"
     result = {}
     for stream in sorted(os.listdir(tables)):
         mdir = os.path.join(tables, stream, "_manifest")
@@ -31,11 +38,11 @@ def main():
         listed = [fl["key"] for fl in manifest["files"]]
         ddir = os.path.join(tables, stream, "data")
         present = sorted(
-            f"{stream}/data/{f}" for f in (os.listdir(ddir) if os.path.isdir(ddir) else []) if f.endswith(".parquet")
+            f"{prefix}{stream}/data/{f}" for f in (os.listdir(ddir) if os.path.isdir(ddir) else []) if f.endswith(".parquet")
         )
         rows, ids, seqs, columns = 0, set(), [], None
         for key in listed:
-            t = pq.read_table(os.path.join(tables, key))
+            t = pq.read_table(os.path.join(root, key))
             rows += t.num_rows
             ids.update(t.column("_openetl_id").to_pylist())
             seqs.extend(t.column("_openetl_seq").to_pylist())

@@ -1,0 +1,5 @@
+//go:build !race
+
+package faker_test
+
+const raceEnabled = false
