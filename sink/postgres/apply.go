@@ -33,6 +33,22 @@ func (a applier) Apply(ctx context.Context, tx *sql.Tx, s ledger.Staged) error {
 	if err := json.Unmarshal(s.Data, &r); err != nil {
 		return fmt.Errorf("postgres: a committable of epoch %d: %w", s.Epoch, err)
 	}
+	// The staging tables' registry rows are locked before any of them is
+	// read, in the order every dropper takes them (see stagingTables).
+	staged := make([]string, 0, len(r.Tables))
+	for _, t := range r.Tables {
+		staged = append(staged, t.Staging)
+	}
+	have, err := a.d.lockStaging(ctx, tx, staged)
+	if err != nil {
+		return err
+	}
+	for _, t := range r.Tables {
+		if t.Staging != "" && !have[t.Staging] {
+			return fmt.Errorf("postgres: epoch %d: the staging table %s of %s was dropped (DropStaged) before it applied",
+				s.Epoch, t.Staging, t.Table)
+		}
+	}
 	// Tables to create or widen are found first, from the catalog, and
 	// the DDL lock taken before any table is touched.
 	var ddl []tableRef
@@ -336,7 +352,7 @@ func (a applier) Discard(ctx context.Context, tx *sql.Tx, pipeline string, keep 
 // with the rows its epochs held (none: the table is emptied), and drops
 // their staging tables.
 func (a applier) Finish(ctx context.Context, tx *sql.Tx, pipeline string, epoch uint64) error {
-	rs, err := tx.QueryContext(ctx, `SELECT table_name, staging, cols FROM `+a.d.registry()+` WHERE pipeline = $1 AND held ORDER BY batch, staging`, pipeline)
+	rs, err := tx.QueryContext(ctx, `SELECT table_name, staging, cols FROM `+a.d.registry()+` WHERE pipeline = $1 AND held ORDER BY batch, staging FOR UPDATE`, pipeline)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/postgres"
 	"github.com/openetl/etl/sink/sinktest"
@@ -397,4 +398,75 @@ func TestRecoverKeepsNewerStaging(t *testing.T) {
 	if got := names(); len(got) != 0 {
 		t.Errorf("staged after generation 4's Recover: %v, want nothing", got)
 	}
+}
+
+// DropStaged runs beside a pipeline's Commits and Recovers: each drop
+// transaction locks a staging table's registry row before it reads or
+// drops the table, so DropStaged never counts a table another
+// transaction has just dropped (CI saw "relation ... does not exist"
+// from its count) and never deadlocks with a Commit applying the same
+// table. Syncs it cuts short fail and the next one reads again; after
+// a last clean Sync every version is in once.
+func TestDropStagedBesideCommits(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	store, err := checkpoint.OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close(ctx) })
+	const rows = 4000
+	src, err := faker.New(faker.Config{Seed: 42, Rows: rows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := etl.NewPipeline("pgdrop").From(src).To(e.open(t)).Checkpoints(store).Lanes(2).BatchSize(100, 0).
+		EpochEvery(time.Hour, 8<<10).Mode(delivery.Merge, faker.Customers).CommitRetries(1, time.Millisecond).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(ctx) })
+	dropper := e.open(t)
+	stop := make(chan struct{})
+	type dropResult struct {
+		calls, rows int
+		err           error
+	}
+	done := make(chan dropResult, 1)
+	go func() {
+		var r dropResult
+		for {
+			select {
+			case <-stop:
+				done <- r
+				return
+			default:
+			}
+			n, err := dropper.DropStaged(ctx)
+			r.calls++
+			r.rows += n
+			if err != nil {
+				r.err = err
+				done <- r
+				return
+			}
+		}
+	}()
+	failed := 0
+	for range 3 {
+		if _, err := p.Sync(ctx); err != nil {
+			failed++
+			t.Logf("a Sync beside DropStaged: %v", err)
+		}
+	}
+	close(stop)
+	r := testutil.Recv(t, "the DropStaged loop to end", done)
+	if r.err != nil {
+		t.Fatalf("DropStaged beside Commits, call %d: %v", r.calls, r.err)
+	}
+	t.Logf("%d DropStaged calls dropped %d rows; %d of 3 Syncs beside them failed", r.calls, r.rows, failed)
+	if _, err := p.Sync(ctx); err != nil {
+		t.Fatalf("the Sync after: %v", err)
+	}
+	verifyFaker(t, e.schema, rows)
 }

@@ -281,7 +281,12 @@ type querier interface {
 // stagingTables lists the registered staging tables whose registry rows
 // match cond (SQL on its columns, with args).
 func (d *Destination) stagingTables(ctx context.Context, q querier, cond string, args ...any) ([]string, error) {
-	rs, err := q.QueryContext(ctx, `SELECT staging FROM `+d.registry()+` WHERE `+cond+` ORDER BY staging`, args...)
+	// FOR UPDATE: every transaction that drops a staging table locks its
+	// registry row first (this, or lockStaging), so two droppers (a
+	// Commit, a Recover, DropStaged) never both count or drop one table
+	// and never wait on each other's locks in opposite orders; a row a
+	// concurrent transaction deleted is skipped once it commits.
+	rs, err := q.QueryContext(ctx, `SELECT staging FROM `+d.registry()+` WHERE `+cond+` ORDER BY staging FOR UPDATE`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -295,6 +300,33 @@ func (d *Destination) stagingTables(ctx context.Context, q querier, cond string,
 		out = append(out, t)
 	}
 	return out, rs.Err()
+}
+
+// lockStaging locks the registry rows of tables (see stagingTables)
+// and returns those of them still registered: a table missing was
+// dropped by DropStaged, and its rows with it.
+func (d *Destination) lockStaging(ctx context.Context, tx *sql.Tx, tables []string) (map[string]bool, error) {
+	have := make(map[string]bool, len(tables))
+	if len(tables) == 0 {
+		return have, nil
+	}
+	lits := make([]string, len(tables))
+	for i, t := range tables {
+		lits[i] = literal(t)
+	}
+	rs, err := tx.QueryContext(ctx, `SELECT staging FROM `+d.registry()+` WHERE staging IN (`+strings.Join(lits, ", ")+`) ORDER BY staging FOR UPDATE`)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var t string
+		if err := rs.Scan(&t); err != nil {
+			return nil, err
+		}
+		have[t] = true
+	}
+	return have, rs.Err()
 }
 
 // dropStaging drops staging tables and their registry rows, in tx.
