@@ -430,7 +430,7 @@ func TestDropStagedBesideCommits(t *testing.T) {
 	stop := make(chan struct{})
 	type dropResult struct {
 		calls, rows int
-		err           error
+		err         error
 	}
 	done := make(chan dropResult, 1)
 	go func() {
