@@ -38,7 +38,9 @@ func IsFenced(err error) bool {
 // invalid name), the engine is not in this build, a transform's output
 // was refused (ErrTransformOutput), or an error in err's
 // chain says so itself with a method Permanent() bool returning true
-// (a connector's own mark), or it matches source.ErrPositionLost (the
+// (a connector's own mark, or the runner's for an error the source or
+// destination called permanent: source.Classifier, sink.Classifier), or
+// it matches source.ErrPositionLost (the
 // source no longer has the data at the resume position). Cancellation by the caller's context is neither permanent nor
 // retryable.
 func IsPermanent(err error) bool {

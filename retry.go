@@ -15,8 +15,10 @@ import (
 // destination and reopens the source, resuming from the last checkpoint,
 // so a retry never loses or repeats data. Run returns only when its
 // context is cancelled, on a permanent error (fenced, configuration, a
-// source position that is gone: a fenced attempt stops at once, never
-// retried), or when an outage outlasts Budget. Each retry is an
+// source position that is gone, or an error the source or destination
+// calls permanent, such as refused credentials or a missing privilege:
+// source.Classifier; each stops Run at once, never retried), or when an
+// outage outlasts Budget. Each retry is an
 // EventSyncRetrying event, a Warn log line and a count of the
 // openetl.retries metric, with its cause; Status().Phase is
 // PhaseRetrying during the pause.

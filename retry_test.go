@@ -16,6 +16,7 @@ import (
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
+	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/faker"
 )
 
@@ -372,3 +373,54 @@ func TestFencedRunStopsAtOnce(t *testing.T) {
 
 func attrPipeline(name string) attribute.KeyValue { return attribute.String("openetl.pipeline", name) }
 func attrCause(cause string) attribute.KeyValue   { return attribute.String("openetl.cause", cause) }
+
+// classifiedSource and classifiedDest call the injected error permanent,
+// as a connector's Permanent does a refused password
+// (source.Classifier, sink.Classifier).
+type classifiedSource struct{ *faker.Source }
+
+func (classifiedSource) Permanent(err error) bool { return errors.Is(err, injected) }
+
+type classifiedDest struct{ *sinktest.FakeDestination }
+
+func (classifiedDest) Permanent(err error) bool { return errors.Is(err, injected) }
+
+// An error the source or the destination calls permanent ends Run at
+// its first failure, with no retry: IsPermanent reports it, and the
+// error is still the connector's for errors.Is. An error neither calls
+// permanent is retried (TestRunRetriesTransientFailures).
+func TestRunStopsOnClassifiedPermanentError(t *testing.T) {
+	for _, by := range []string{"source", "destination"} {
+		t.Run(by, func(t *testing.T) {
+			f := newRetryFixture(t, func(_ int64, c sinktest.FakeDestCall) error {
+				if c.Op == sinktest.FakePreCommit {
+					return injected
+				}
+				return nil
+			})
+			var src source.Source = f.src
+			var dst sink.Destination = f.dst
+			if by == "source" {
+				src = classifiedSource{f.src}
+			} else {
+				dst = classifiedDest{f.dst}
+			}
+			p, err := etl.NewPipeline("classified").From(src).To(dst).Checkpoints(f.store).BatchSize(256, 0).
+				EpochEvery(100*time.Millisecond, 32<<10).Retry(etl.Retry{Backoff: time.Millisecond, MaxBackoff: time.Minute}).
+				OnEvent(f.ev.on, 0).Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close(context.Background()) })
+			done := make(chan error, 1)
+			go func() { done <- p.Run(t.Context()) }()
+			err = testutil.Recv(t, "Run to return", done)
+			if !errors.Is(err, injected) || !etl.IsPermanent(err) || etl.IsRetryable(err) {
+				t.Fatalf("Run: %v (permanent %v), want the injected error, permanent", err, etl.IsPermanent(err))
+			}
+			if n := len(f.ev.of(etl.EventSyncRetrying)); n != 0 {
+				t.Errorf("%d retries of an error the %s calls permanent, want 0", n, by)
+			}
+		})
+	}
+}

@@ -73,3 +73,11 @@ type RejectedColumn struct {
 type Namer interface {
 	Name() string
 }
+
+// Classifier may be implemented by a Destination that can tell a
+// failure no retry will fix (credentials refused, a database that does
+// not exist, a missing privilege): see source.Classifier, whose rules it
+// follows.
+type Classifier interface {
+	Permanent(err error) bool
+}

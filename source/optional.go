@@ -126,3 +126,17 @@ const (
 	// default that rows not changed since read).
 	NoticeSchemaChanged = "schema.changed"
 )
+
+// Classifier may be implemented by a Source that can tell a failure no
+// retry will fix: credentials the server refuses, a database or user
+// that does not exist, a privilege the source's user lacks. When an
+// attempt fails, the runner asks the pipeline's source (and its
+// destination, see sink.Classifier) about the error; if either says
+// Permanent, the error is marked so (etl.IsPermanent reports true, the
+// error itself is unchanged for errors.Is and As) and Run returns it at
+// once instead of retrying for its budget. Permanent must be cheap and
+// must not do I/O; it sees every failure of the attempt, the
+// destination's included, so it answers only for errors it recognizes.
+type Classifier interface {
+	Permanent(err error) bool
+}

@@ -20,6 +20,7 @@
 //
 //	Source   Acker             acknowledges committed positions upstream
 //	         Closer            holds resources between attempts
+//	         Classifier        tells failures no retry fixes (Run stops)
 //	Split    LagReporter       how far it is behind the source's end
 //	         SnapshotReporter  how far its copy of a table is
 //	         PauseReporter     whether it stopped fetching (backpressure)

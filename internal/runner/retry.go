@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
 )
 
@@ -132,7 +133,35 @@ func (p *RetryPolicy) permanent(err error) bool {
 	if p.Permanent != nil {
 		return p.Permanent(err)
 	}
-	return errors.Is(err, checkpoint.ErrFenced)
+	var pe *PermanentError
+	return errors.Is(err, checkpoint.ErrFenced) || errors.As(err, &pe)
+}
+
+// PermanentError marks an attempt's error that the pipeline's source or
+// destination called permanent (source.Classifier, sink.Classifier): no
+// retry will fix it. It reads as the error it wraps.
+type PermanentError struct {
+	Err error
+	By  string // "source" or "destination"
+}
+
+func (e *PermanentError) Error() string   { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error   { return e.Err }
+func (e *PermanentError) Permanent() bool { return true }
+
+// classify marks err permanent when the source or the destination says
+// it is (nil stays nil; cancellation is never asked about).
+func classify(cfg Config, err error) error {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return err
+	}
+	if c, ok := cfg.Source.(source.Classifier); ok && c.Permanent(err) {
+		return &PermanentError{Err: err, By: CauseSource}
+	}
+	if c, ok := cfg.Destination.(sink.Classifier); ok && c.Permanent(err) {
+		return &PermanentError{Err: err, By: CauseDestination}
+	}
+	return err
 }
 
 // attempts runs attempts until one ends other than with an error that
@@ -152,6 +181,7 @@ func attempts(ctx context.Context, cfg Config, bounded bool) (Result, error) {
 	)
 	for {
 		res, sum, err := attempt(ctx, cfg, bounded, total)
+		err = classify(cfg, err)
 		total = addResults(total, res)
 		if err == nil || ctx.Err() != nil {
 			return total, err

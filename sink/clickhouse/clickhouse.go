@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 
 	"github.com/openetl/etl/sink"
 )
@@ -321,4 +322,20 @@ func (d *Destination) genOf(pipeline string) uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.gens[pipeline]
+}
+
+// Permanent reports whether err is a server exception no retry fixes:
+// an unknown user or refused credentials (192, 516), access denied
+// (497), or a database that does not exist (81). Run returns such an
+// error at once instead of retrying it for its budget (sink.Classifier).
+func (d *Destination) Permanent(err error) bool {
+	var exc *proto.Exception
+	if !errors.As(err, &exc) {
+		return false
+	}
+	switch exc.Code {
+	case 81, 192, 497, 516:
+		return true
+	}
+	return false
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/openetl/etl/internal/pgerr"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/ledger"
 )
@@ -370,3 +371,9 @@ var reserved = []string{"all", "analyse", "analyze", "and", "any", "array", "as"
 	"references", "returning", "right", "select", "session_user", "similar", "some", "symmetric",
 	"system_user", "table", "tablesample", "then", "to", "trailing", "true", "union", "unique", "user",
 	"using", "variadic", "verbose", "when", "where", "window", "with"}
+
+// Permanent reports whether err is a server error no retry fixes:
+// credentials refused (SQLSTATE class 28), a database that does not
+// exist (3D000), a privilege the user lacks (42501). Run returns such an
+// error at once instead of retrying it for its budget (sink.Classifier).
+func (d *Destination) Permanent(err error) bool { return pgerr.Permanent(err) }

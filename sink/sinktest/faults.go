@@ -114,6 +114,14 @@ func (d *FaultyDestination) Name() string {
 	return t.Name()
 }
 
+// Permanent asks the wrapped destination when it implements
+// sink.Classifier; otherwise no error is permanent. The faults it
+// injects are not.
+func (d *FaultyDestination) Permanent(err error) bool {
+	c, ok := d.inner.(sink.Classifier)
+	return ok && !errors.Is(err, ErrFakeFault) && c.Permanent(err)
+}
+
 // CheckSchema asks the wrapped destination when it implements
 // sink.SchemaChecker; otherwise it accepts every schema.
 func (d *FaultyDestination) CheckSchema(ctx context.Context, table string, sc *arrow.Schema) ([]sink.RejectedColumn, error) {

@@ -270,3 +270,25 @@ func TestWithFaultsForwardsCapabilities(t *testing.T) {
 		t.Errorf("Name over a destination without one: %q, want its package, sinktest", n)
 	}
 }
+
+// classifying is a fake destination that calls errPermanent permanent.
+type classifying struct{ *sinktest.FakeDestination }
+
+var errPermanent = errors.New("credentials refused")
+
+func (classifying) Permanent(err error) bool { return errors.Is(err, errPermanent) }
+
+// FaultyDestination forwards sink.Classifier: the wrapped destination's
+// answer, never for a fault it injected; a destination without one
+// calls nothing permanent.
+func TestFaultyDestinationForwardsClassifier(t *testing.T) {
+	inner := classifying{sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{})}
+	d := sinktest.WithFaults(inner, sinktest.FaultConfig{})
+	if !d.Permanent(errPermanent) || d.Permanent(errors.New("connection reset")) || d.Permanent(&sinktest.FakeFault{}) {
+		t.Error("Permanent: want the wrapped destination's answer, and false for an injected fault")
+	}
+	bare := sinktest.WithFaults(sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{}), sinktest.FaultConfig{})
+	if bare.Permanent(errPermanent) {
+		t.Error("Permanent of a wrapped destination without a Classifier: true, want false")
+	}
+}

@@ -767,3 +767,18 @@ type positionLost string
 
 func (e positionLost) Error() string        { return string(e) }
 func (e positionLost) Is(target error) bool { return target == source.ErrPositionLost }
+
+// Permanent reports whether err is a broker error no retry fixes: SASL
+// authentication failed or its mechanism is not enabled, or the client
+// is not authorized for a topic, the group, the cluster or a
+// transactional ID. Run returns such an error at once instead of
+// retrying it for its budget (source.Classifier).
+func (s *Source) Permanent(err error) bool {
+	for _, e := range []error{kerr.SaslAuthenticationFailed, kerr.UnsupportedSaslMechanism, kerr.TopicAuthorizationFailed,
+		kerr.GroupAuthorizationFailed, kerr.ClusterAuthorizationFailed, kerr.TransactionalIDAuthorizationFailed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}

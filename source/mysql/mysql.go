@@ -717,3 +717,20 @@ func hostPort(addr string) (string, uint16, error) {
 	}
 	return host, uint16(p), nil
 }
+
+// Permanent reports whether err is a server error no retry fixes:
+// access denied to the user, a database or a table (1044, 1045, 1142,
+// 1698), a database that does not exist (1049), or a missing privilege
+// such as REPLICATION SLAVE (1227). Run returns such an error at once
+// instead of retrying it for its budget (source.Classifier).
+func (s *Source) Permanent(err error) bool {
+	var me *gomysql.MyError
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.Code {
+	case 1044, 1045, 1049, 1142, 1227, 1698:
+		return true
+	}
+	return false
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/openetl/etl/internal/pgerr"
 	"github.com/openetl/etl/source"
 )
 
@@ -842,3 +843,10 @@ func (s *Source) Teardown(ctx context.Context) error {
 	s.log.InfoContext(ctx, "tore down", "publication_dropped", s.cfg.CreatePublication)
 	return nil
 }
+
+// Permanent reports whether err is a server error no retry fixes:
+// credentials refused (SQLSTATE class 28), a database that does not
+// exist (3D000), a privilege the user lacks (42501, e.g. no REPLICATION
+// attribute). Run returns such an error at once instead of retrying it
+// for its budget (source.Classifier).
+func (s *Source) Permanent(err error) bool { return pgerr.Permanent(err) }
