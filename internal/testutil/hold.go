@@ -314,6 +314,11 @@ func (s *holdSource) Ack(ctx context.Context, states map[source.SplitID][]byte) 
 	return nil
 }
 
+func (s *holdSource) Permanent(err error) bool {
+	c, ok := s.Source.(source.Classifier)
+	return ok && c.Permanent(err)
+}
+
 func (s *holdSource) Close(ctx context.Context) error {
 	if c, ok := s.Source.(source.Closer); ok {
 		return c.Close(ctx)
@@ -353,6 +358,7 @@ func (sp *holdSplit) Paused() (paused bool, since time.Time, ok bool) {
 
 var (
 	_ source.Acker            = (*holdSource)(nil)
+	_ source.Classifier       = (*holdSource)(nil)
 	_ source.Closer           = (*holdSource)(nil)
 	_ source.LagReporter      = (*holdSplit)(nil)
 	_ source.SnapshotReporter = (*holdSplit)(nil)

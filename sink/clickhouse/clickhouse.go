@@ -179,7 +179,10 @@ func New(ctx context.Context, cfg Config) (*Destination, error) {
 	return d, nil
 }
 
-var _ sink.SpecChecker = (*Destination)(nil)
+var (
+	_ sink.SpecChecker = (*Destination)(nil)
+	_ sink.Classifier  = (*Destination)(nil)
+)
 
 // CheckStream fails for a merged stream without a key, or whose table
 // Config.Tables gives an OrderBy (a merge table is ordered by its key).

@@ -10,7 +10,10 @@ import (
 	"github.com/openetl/etl/sink"
 )
 
-var _ sink.SchemaChecker = (*Destination)(nil)
+var (
+	_ sink.SchemaChecker = (*Destination)(nil)
+	_ sink.Classifier    = (*Destination)(nil)
+)
 
 // CheckSchema names the columns of sc that table can't take: a column
 // whose type differs from the type it has in the table, unless the

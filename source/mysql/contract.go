@@ -6,6 +6,7 @@ import "github.com/openetl/etl/source"
 // implements (see package source), checked by the compiler.
 var (
 	_ source.Closer           = (*Source)(nil)
+	_ source.Classifier       = (*Source)(nil)
 	_ source.LagReporter      = (*split)(nil)
 	_ source.SnapshotReporter = (*split)(nil)
 	_ source.SnapshotReporter = (*snapSplit)(nil)

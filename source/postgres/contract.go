@@ -7,6 +7,7 @@ import "github.com/openetl/etl/source"
 var (
 	_ source.Acker            = (*Source)(nil)
 	_ source.Closer           = (*Source)(nil)
+	_ source.Classifier       = (*Source)(nil)
 	_ source.LagReporter      = (*split)(nil)
 	_ source.SnapshotReporter = (*snapSplit)(nil)
 )

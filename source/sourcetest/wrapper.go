@@ -3,6 +3,7 @@ package sourcetest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -19,15 +20,16 @@ import (
 // implements every capability and one none, opens each wrapped source
 // with no resume states and checks, each in a subtest:
 //
-//   - Full: the wrapped source is a source.Acker and a source.Closer
-//     whose Ack and Close reach the source with the same states; every
+//   - Full: the wrapped source is a source.Acker, a source.Closer and
+//     a source.Classifier whose Ack, Close and Permanent reach the
+//     source (Ack with the same states); every
 //     split it opens is a source.LagReporter, source.SnapshotReporter and
 //     source.PauseReporter returning the wrapped split's values; its Read
 //     passes the wrapped split's notice on to an Emitter that is a
 //     source.Reporter, along with its record and resume point.
 //   - Bare: whatever the wrapped source and its splits implement says
 //     "not known" (ok false from Lag, SnapshotProgress and Paused; nil
-//     from Ack and Close), and a Read through an Emitter that is not a
+//     from Ack and Close, false from Permanent), and a Read through an Emitter that is not a
 //     source.Reporter works.
 //
 // wrap may wrap only some splits (the probe sources have one each, with
@@ -48,6 +50,11 @@ func CheckWrapper(t *testing.T, wrap func(source.Source) source.Source) {
 			t.Errorf("the wrapped source (%T) is not a source.Closer: Close is not forwarded", w)
 		} else if err := c.Close(ctx); err != nil || !p.closed {
 			t.Errorf("Close = %v, source closed %v: want it forwarded", err, p.closed)
+		}
+		if c, ok := w.(source.Classifier); !ok {
+			t.Errorf("the wrapped source (%T) is not a source.Classifier: Permanent is not forwarded", w)
+		} else if !c.Permanent(errProbePermanent) || c.Permanent(errors.New("connection reset")) {
+			t.Errorf("Permanent: want the wrapped source's answer (true for its permanent error, false for another)")
 		}
 		sp := openProbe(t, w)
 		if sp == nil {
@@ -91,6 +98,9 @@ func CheckWrapper(t *testing.T, wrap func(source.Source) source.Source) {
 			if err := c.Close(ctx); err != nil {
 				t.Errorf("Close of a source without Close = %v, want nil", err)
 			}
+		}
+		if c, ok := w.(source.Classifier); ok && c.Permanent(errProbePermanent) {
+			t.Errorf("Permanent of a source without a Classifier = true, want false")
 		}
 		sp := openProbe(t, w)
 		if sp == nil {
@@ -182,6 +192,11 @@ func (s fullSource) Close(context.Context) error {
 	s.closed = true
 	return nil
 }
+
+// errProbePermanent is the error fullSource calls permanent.
+var errProbePermanent = errors.New("sourcetest: probe: credentials refused")
+
+func (s fullSource) Permanent(err error) bool { return errors.Is(err, errProbePermanent) }
 
 type bareSplit struct{}
 

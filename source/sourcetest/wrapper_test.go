@@ -38,6 +38,11 @@ func (w *forwarder) Ack(ctx context.Context, states map[source.SplitID][]byte) e
 	return nil
 }
 
+func (w *forwarder) Permanent(err error) bool {
+	c, ok := w.Source.(source.Classifier)
+	return ok && c.Permanent(err)
+}
+
 func (w *forwarder) Close(ctx context.Context) error {
 	if c, ok := w.Source.(source.Closer); ok {
 		return c.Close(ctx)
