@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source"
@@ -235,5 +238,79 @@ func TestBuildValidatesWhatItSees(t *testing.T) {
 	}
 	if _, err := parts("orders.v2").Build(); err != nil {
 		t.Errorf("Build of a valid name: %v", err)
+	}
+}
+
+// Close delivers every event of a Run that ended fenced, the last one
+// included, before it returns: a twin's Sync claims a newer generation
+// while Run's attempt waits in a read, so its next checkpoint is fenced
+// and Run returns at once (a fence is never retried); the callback lags
+// behind, and Close waits for it.
+func TestCloseDeliversTheEventsOfAFencedRun(t *testing.T) {
+	store := checkpoint.NewMem()
+	var mu sync.Mutex
+	var kinds []etl.EventKind
+	gate := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	src := sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{
+		Streams: []sourcetest.FakeStream{{Name: "s", Rows: 100}},
+		Control: func(ctx context.Context, c sourcetest.FakeSourceCall) error {
+			if c.Op == sourcetest.FakeRead && c.Index == 50 {
+				once.Do(func() { close(started) })
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		}})
+	dst := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply})
+	p, err := etl.NewPipeline("fenced").From(src).To(dst).Checkpoints(store).EpochEvery(10*time.Millisecond, 0).
+		OnEvent(func(e etl.Event) {
+			<-gate
+			mu.Lock()
+			kinds = append(kinds, e.Kind)
+			mu.Unlock()
+		}, 0).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Run(context.Background()) }()
+	testutil.Recv(t, "Run's attempt to read", started)
+
+	twinSrc := sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{Streams: []sourcetest.FakeStream{{Name: "s", Rows: 100}}})
+	twin, err := etl.NewPipeline("fenced").From(twinSrc).To(dst).Checkpoints(store).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer twin.Close(context.Background())
+	if _, err := twin.Sync(context.Background()); err != nil {
+		t.Fatalf("the twin's Sync: %v", err)
+	}
+	close(release)
+	if err := testutil.Recv(t, "Run to return", done); !etl.IsFenced(err) {
+		t.Fatalf("Run after a twin claimed a newer generation: %v, want fenced", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) before the events were delivered", err)
+	default:
+	}
+	close(gate)
+	if err := testutil.Recv(t, "Close to return", closed); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(kinds) == 0 || kinds[0] != etl.EventSyncStarted || kinds[len(kinds)-1] != etl.EventSyncFailed {
+		t.Fatalf("events delivered before Close returned: %v; want sync.started … sync.failed", kinds)
+	}
+	if slices.Contains(kinds, etl.EventSyncRetrying) {
+		t.Errorf("events %v: a fenced attempt was retried", kinds)
 	}
 }
