@@ -48,10 +48,12 @@ type Ref struct {
 	Generation Generation `json:"generation"`
 }
 
-// Counts are the rows of one stream in one epoch: Read + Added =
-// Written + Filtered + Quarantined, which is Read = Written + Filtered +
-// Quarantined for a stream whose transform (if any) makes no more rows
-// than it gets. Filtered counts the rows a transform dropped, Added the
+// Counts are the rows of one stream in one epoch: Read + Replayed +
+// Added = Written + Filtered + Quarantined, which is Read = Written +
+// Filtered + Quarantined for a stream whose transform (if any) makes no
+// more rows than it gets and that replayed nothing. Replayed counts the
+// quarantined records a replay (etl.Pipeline.Replay) put through the
+// engine again, which are not read from the source. Filtered counts the rows a transform dropped, Added the
 // rows it made beyond those it got (both 0 without a transform);
 // Quarantined counts the records the engine or a transform rejected.
 // Held counts values (cells) of written rows that were held back
@@ -63,12 +65,13 @@ type Counts struct {
 	Held        int64 `json:"held,omitempty"`
 	Filtered    int64 `json:"filtered,omitempty"`
 	Added       int64 `json:"added,omitempty"`
+	Replayed    int64 `json:"replayed,omitempty"`
 }
 
 // Add returns the sums of c's and o's counts.
 func (c Counts) Add(o Counts) Counts {
 	return Counts{Read: c.Read + o.Read, Written: c.Written + o.Written, Quarantined: c.Quarantined + o.Quarantined,
-		Held: c.Held + o.Held, Filtered: c.Filtered + o.Filtered, Added: c.Added + o.Added}
+		Held: c.Held + o.Held, Filtered: c.Filtered + o.Filtered, Added: c.Added + o.Added, Replayed: c.Replayed + o.Replayed}
 }
 
 // File is a side file an epoch wrote (quarantined records, say), relative
@@ -109,6 +112,11 @@ type Record struct {
 	// and the next attempt's reads start a new one. Records written before
 	// this field existed read as false.
 	Final bool `json:"final,omitempty"`
+	// Replay is the runner's opaque account of the quarantined records
+	// replayed so far (etl.Pipeline.Replay), carried from each record to
+	// the next, so that a replay committed once is never repeated; nil
+	// until the first replay commits.
+	Replay []byte `json:"replay,omitempty"`
 }
 
 // Ref returns the record's reference.
