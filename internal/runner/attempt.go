@@ -245,6 +245,9 @@ func (r *runner) run(ctx context.Context) (res Result, err error) {
 	for _, s := range streams {
 		r.streamSet[s] = true
 	}
+	if sel := cfg.replay; sel != nil && !r.streamSet[sel.Stream] {
+		return Result{}, fmt.Errorf("replay: stream %q is not selected or not in the source's catalog: %w", sel.Stream, delivery.ErrInvalid)
+	}
 
 	r.gen, r.head, err = cfg.Store.Claim(ctx, cfg.Name)
 	if err != nil {
@@ -265,6 +268,23 @@ func (r *runner) run(ctx context.Context) (res Result, err error) {
 	r.collect(ctx)
 
 	resume := map[source.SplitID][]byte{}
+	if sel := cfg.replay; sel != nil {
+		// A replay reads no source split: its one split's resume state
+		// is the record's account of what was replayed.
+		var st []byte
+		if r.head != nil {
+			st = r.head.Replay
+		}
+		rs := &replaySplit{store: cfg.Store, pipeline: cfg.Name, sel: *sel, upTo: headEpoch(r.head)}
+		if rs.state, err = parseReplayState(st); err != nil {
+			return Result{}, err
+		}
+		resume[ReplaySplitID] = st
+		r.splits = []source.Split{rs}
+		log.Info("replaying quarantined records instead of reading the source", "stream", sel.Stream,
+			"reasons", sel.Reasons, "from_epoch", sel.FromEpoch, "to_epoch", sel.ToEpoch)
+		return r.pipeline(ctx, work, cancelWork, resume, log)
+	}
 	if r.head != nil {
 		for id, st := range r.head.Resume {
 			resume[source.SplitID(id)] = st

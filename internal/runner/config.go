@@ -138,6 +138,10 @@ type Config struct {
 	// attempt ends; the first that fails fails the Sync, with its error
 	// as it is. Run never runs them.
 	Steps []Step
+
+	// replay, set by Replay, makes the attempt replay quarantined
+	// records instead of reading the source.
+	replay *ReplaySelection
 }
 
 // Step is work the host runs after a Sync commits (Config.Steps). Run

@@ -205,7 +205,9 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 		case <-splitsDone:
 			splitsDone = nil
 			if !stopping {
-				complete = true
+				// A replay's split ending is no complete read of the
+				// source: its last epoch ends no full refresh.
+				complete = r.cfg.replay == nil
 				beginStop()
 			}
 		case <-interval.C:

@@ -102,7 +102,8 @@ func (r *runner) runCommit(ctx context.Context) error {
 type commitChain struct {
 	prev   *checkpoint.Ref              // the last committed record; nil: none yet
 	resume map[string][]byte            // its resume states...
-	totals map[string]checkpoint.Counts // ...and totals
+	totals map[string]checkpoint.Counts // ...totals...
+	replay []byte                       // ...and replay state
 	ack    map[string][]byte            // states acknowledged with the next epoch
 	counts map[string]checkpoint.Counts // this attempt's, so far
 	epochs int                          // committed by this attempt
@@ -112,7 +113,7 @@ func newCommitChain(head *checkpoint.Record) *commitChain {
 	ch := &commitChain{counts: map[string]checkpoint.Counts{}}
 	if head != nil {
 		ref := head.Ref()
-		ch.prev, ch.resume, ch.totals = &ref, head.Resume, head.Totals
+		ch.prev, ch.resume, ch.totals, ch.replay = &ref, head.Resume, head.Totals, head.Replay
 	}
 	ch.ack = ch.resume
 	return ch
@@ -125,7 +126,7 @@ func (r *runner) commitEpoch(ctx context.Context, ch *commitChain, epoch uint64,
 	acker source.Acker) (committed, error) {
 	ectx := r.epochContext(ctx, epoch)
 	// 3. Record and HEAD: the commit point.
-	rec, err := r.checkpointEpoch(ectx, epoch, ch.prev, ch.resume, ch.totals, info, cs)
+	rec, err := r.checkpointEpoch(ectx, epoch, ch, info, cs)
 	if err != nil {
 		return committed{}, err
 	}
@@ -141,7 +142,7 @@ func (r *runner) commitEpoch(ctx context.Context, ch *commitChain, epoch uint64,
 	r.ackSource(ctx, acker, ch.ack, epoch)
 
 	ref := rec.Ref()
-	ch.prev, ch.resume, ch.totals, ch.ack = &ref, rec.Resume, rec.Totals, rec.Resume
+	ch.prev, ch.resume, ch.totals, ch.ack, ch.replay = &ref, rec.Resume, rec.Totals, rec.Resume, rec.Replay
 	ch.counts = addCounts(ch.counts, info.counts)
 	ch.epochs++
 	r.epochCommitted(ctx, rec, ch.counts)
@@ -155,17 +156,21 @@ func (r *runner) commitEpoch(ctx context.Context, ch *commitChain, epoch uint64,
 	return c, nil
 }
 
-// checkpointEpoch is step 3: the record of epoch next, following prev
-// (nil: the pipeline's first), with its side files staged under this
-// generation's names, committed to the checkpoint log.
-func (r *runner) checkpointEpoch(ctx context.Context, next uint64, prev *checkpoint.Ref, resume map[string][]byte,
-	totals map[string]checkpoint.Counts, info *epochInfo, cs [][]byte) (*checkpoint.Record, error) {
+// checkpointEpoch is step 3: the record of epoch next, following ch's
+// last (none: the pipeline's first), with its side files staged under
+// this generation's names, committed to the checkpoint log.
+func (r *runner) checkpointEpoch(ctx context.Context, next uint64, ch *commitChain, info *epochInfo, cs [][]byte) (*checkpoint.Record, error) {
 	rec := &checkpoint.Record{
-		Pipeline: r.cfg.Name, Epoch: next, Generation: r.gen, Prev: prev,
-		Time: r.cfg.Now().UTC(), Resume: r.resumeMap(resume, info.states),
+		Pipeline: r.cfg.Name, Epoch: next, Generation: r.gen, Prev: ch.prev,
+		Time: r.cfg.Now().UTC(), Resume: r.resumeMap(ch.resume, info.states), Replay: ch.replay,
 		Engine: info.engine, Committables: cs, Counts: info.counts,
-		Totals: addCounts(totals, info.counts),
+		Totals: addCounts(ch.totals, info.counts),
 		Final:  next == r.completeEpoch.Load(),
+	}
+	if r.cfg.replay != nil {
+		// The one split is the replay's (replay.go): the source's states
+		// stay as they were, and the split's is what was replayed.
+		rec.Resume, rec.Replay = maps.Clone(ch.resume), info.states[0]
 	}
 	// Quarantined records and held values are staged under names of this
 	// generation, listed in the record, and published under the epoch's
@@ -230,7 +235,7 @@ func (r *runner) finishDest(ctx context.Context, epoch uint64) (err error) {
 // before epoch (states; none for the attempt's first) to a source that
 // takes acknowledgements. A failed ack is retried with the next epoch's.
 func (r *runner) ackSource(ctx context.Context, acker source.Acker, states map[string][]byte, epoch uint64) {
-	if acker == nil || len(states) == 0 {
+	if acker == nil || len(states) == 0 || r.cfg.replay != nil {
 		return
 	}
 	if err := acker.Ack(ctx, splitIDs(states)); err != nil {

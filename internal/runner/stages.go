@@ -178,14 +178,18 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 	}
 	r.measureBatch(ctx, m.split, b, out, time.Since(t0), epoch)
 	c := counts[b.Stream]
-	c.Read += int64(b.Len())
+	if r.cfg.replay != nil {
+		c.Replayed += int64(b.Len()) // read from _quarantine/, not the source
+	} else {
+		c.Read += int64(b.Len())
+	}
 	c.Quarantined += int64(len(out.Quarantined))
 	c.Held += int64(len(out.Held))
 	if out.Record != nil {
 		c.Written += out.Record.NumRows()
 	}
 	counts[b.Stream] = c
-	if c.Read != c.Written+c.Quarantined {
+	if c.Read+c.Replayed != c.Written+c.Quarantined {
 		if out.Record != nil {
 			out.Record.Release()
 		}
