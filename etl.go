@@ -257,7 +257,9 @@ func (b *Builder) Build() (*Pipeline, error) { return b.BuildContext(context.Bac
 // BuildContext checks the configuration once and returns an immutable
 // Pipeline. It asks the source for its catalog (Discover, under ctx) to
 // check the selected streams and each stream's delivery guarantee against
-// the required level. Its error joins one error per problem, each naming
+// the required level, and asks a destination that can tell whether the
+// pipeline may write there (sink.PipelineChecker: Parquet refuses a
+// stream another pipeline writes under the same prefix). Its error joins one error per problem, each naming
 // the part, option or stream at fault and why. It never panics.
 func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 	defer func() {
@@ -289,6 +291,9 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 		} else {
 			guarantees, err = runner.Guarantees(cfg, catalog, nil)
 			errs = append(errs, err)
+			if err == nil && engErr == nil {
+				errs = append(errs, runner.CheckPipeline(ctx, cfg, catalog))
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -42,6 +42,20 @@ type SpecChecker interface {
 	CheckStream(spec StreamSpec) error
 }
 
+// PipelineChecker is implemented by a Destination that can tell, by
+// looking, that a pipeline must not write there: a stream that another
+// pipeline already writes under the same prefix, say. Build
+// (etl.Builder.BuildContext) calls it once with the pipeline's name and
+// every selected stream's spec (as the first attempt would name its
+// tables) and fails with its error; the writers check again when they
+// recover, since the answer can change after Build.
+type PipelineChecker interface {
+	// CheckPipeline returns why the pipeline cfg.Pipeline can't write
+	// the streams of cfg (Lane is 0), or nil. It may read (under ctx)
+	// but must not change anything.
+	CheckPipeline(ctx context.Context, cfg WriterConfig) error
+}
+
 // SchemaChecker is implemented by a Destination that can't take every
 // schema change a stream may go through (a type change it can't make,
 // say string to int). The runner asks it about each new schema of a

@@ -28,7 +28,7 @@
 // before it claims the pipeline, refuses a stream whose spec asks for
 // more, naming the stream: a Writer never gets a mode it did not
 // declare. Optional capabilities (SpecChecker, SchemaChecker, Namer,
-// Collector, Classifier) are listed in optional.go; a destination that can't honour a stream's
+// Collector, Classifier, PipelineChecker) are listed in optional.go; a destination that can't honour a stream's
 // spec for reasons of its own (a key, a physical option) implements
 // SpecChecker, and Build fails the same way.
 package sink

@@ -695,3 +695,39 @@ func (r *runner) resumeMap(base map[string][]byte, states [][]byte) map[string][
 	}
 	return out
 }
+
+// CheckPipeline asks a sink.PipelineChecker destination whether the
+// pipeline may write its streams, with the specs a first attempt's
+// writers would get (table names from a fresh engine: an attempt
+// resuming a checkpoint may name a colliding stream otherwise, and its
+// writers check again). Build calls it; nil when the destination has no
+// such check.
+func CheckPipeline(ctx context.Context, cfg Config, catalog source.Catalog) error {
+	pc, ok := cfg.Destination.(sink.PipelineChecker)
+	if !ok {
+		return nil
+	}
+	streams, err := selectStreams(catalog, cfg.Streams)
+	if err != nil {
+		return err
+	}
+	r := &runner{cfg: cfg.withDefaults()}
+	caps := cfg.Destination.Capabilities()
+	eng, err := r.newEngine(catalog, streams, caps)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	names, err := givenNames(eng)
+	if err != nil {
+		return err
+	}
+	specs := make([]sink.StreamSpec, 0, len(streams))
+	for _, name := range streams {
+		specs = append(specs, specOf(catalog, name, r.cfg, caps, names))
+	}
+	if err := pc.CheckPipeline(ctx, sink.WriterConfig{Pipeline: cfg.Name, Streams: specs}); err != nil {
+		return fmt.Errorf("destination: %w", err)
+	}
+	return nil
+}

@@ -60,8 +60,10 @@
 // stream belongs to the first pipeline that claims it, which the writer
 // records in {stream}/_owner.json (a create-if-absent write): Recover
 // claims every stream of the writer's spec, at the attempt's start, and
-// a Write claims a stream the spec lacks. A writer of another pipeline
-// fails there with an *OwnerError naming the stream and both pipelines
+// a Write claims a stream the spec lacks. Build of another pipeline
+// selecting a claimed stream fails (the destination is a
+// sink.PipelineChecker), and a writer of another pipeline built before
+// the claim fails at its Recover or Write, with an *OwnerError naming the stream and both pipelines
 // (errors.Is(err, ErrOwned); etl.IsPermanent), before its pipeline reads
 // or commits anything, and having claimed nothing. A stream written
 // before owners were recorded belongs to the pipeline its manifest

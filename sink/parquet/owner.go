@@ -8,6 +8,8 @@ import (
 
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
+
+	"github.com/openetl/etl/sink"
 )
 
 // A stream under a prefix belongs to one pipeline: its manifest's epochs
@@ -74,7 +76,7 @@ func (w *writer) claimStreams(ctx context.Context) error {
 		if err := checkName("stream", t); err != nil {
 			return err
 		}
-		owner, marked, err := w.ownerOf(ctx, t)
+		owner, marked, err := w.d.ownerOf(ctx, t)
 		if err != nil {
 			return err
 		}
@@ -99,7 +101,7 @@ func (w *writer) claimStreams(ctx context.Context) error {
 // one new stream at once on a file:// bucket may both win, and the
 // loser's first Commit fails then (as it did before owners).
 func (w *writer) claimStream(ctx context.Context, stream string) error {
-	owner, marked, err := w.ownerOf(ctx, stream)
+	owner, marked, err := w.d.ownerOf(ctx, stream)
 	if err != nil {
 		return err
 	}
@@ -115,11 +117,11 @@ func (w *writer) claimStream(ctx context.Context, stream string) error {
 // ownerOf returns the pipeline stream belongs to: the one its owner
 // marker names (marked), or, for a stream written before owners were
 // recorded, the one its manifest names; "" when neither exists.
-func (w *writer) ownerOf(ctx context.Context, stream string) (owner string, marked bool, err error) {
-	if owner, err = w.streamOwner(ctx, stream); err != nil || owner != "" {
+func (d *Destination) ownerOf(ctx context.Context, stream string) (owner string, marked bool, err error) {
+	if owner, err = d.streamOwner(ctx, stream); err != nil || owner != "" {
 		return owner, owner != "", err
 	}
-	m, err := readManifest(ctx, w.d.versions, w.d.prefix, stream, 0)
+	m, err := readManifest(ctx, d.versions, d.prefix, stream, 0)
 	if err != nil || m == nil {
 		return "", false, err
 	}
@@ -140,7 +142,7 @@ func (w *writer) mark(ctx context.Context, stream string) error {
 	}
 	// Created, or another pipeline's writer created it first: read back
 	// which.
-	owner, err := w.streamOwner(ctx, stream)
+	owner, err := w.d.streamOwner(ctx, stream)
 	if err != nil {
 		return err
 	}
@@ -152,9 +154,9 @@ func (w *writer) mark(ctx context.Context, stream string) error {
 
 // streamOwner returns the pipeline stream's owner marker names, "" when
 // there is none.
-func (w *writer) streamOwner(ctx context.Context, stream string) (string, error) {
-	key := w.d.ownerKey(stream)
-	data, err := w.d.bucket.ReadAll(ctx, key)
+func (d *Destination) streamOwner(ctx context.Context, stream string) (string, error) {
+	key := d.ownerKey(stream)
+	data, err := d.bucket.ReadAll(ctx, key)
 	if isNotFound(err) {
 		return "", nil
 	}
@@ -166,4 +168,29 @@ func (w *writer) streamOwner(ctx context.Context, stream string) (string, error)
 		return "", fmt.Errorf("parquet: %s is not an owner marker (%v): was it written by hand?", key, err)
 	}
 	return m.Pipeline, nil
+}
+
+var _ sink.PipelineChecker = (*Destination)(nil)
+
+// CheckPipeline returns an *OwnerError when a stream of cfg belongs to
+// another pipeline under the destination's prefix, so Build refuses the
+// second of two pipelines sharing a prefix and a stream before either
+// claims anything (sink.PipelineChecker). It only reads the streams'
+// owner markers (and, for streams written before owners were recorded,
+// their manifests).
+func (d *Destination) CheckPipeline(ctx context.Context, cfg sink.WriterConfig) error {
+	for _, s := range cfg.Streams {
+		t := s.Table
+		if err := checkName("stream", t); err != nil {
+			return err
+		}
+		owner, _, err := d.ownerOf(ctx, t)
+		if err != nil {
+			return err
+		}
+		if owner != "" && owner != cfg.Pipeline {
+			return &OwnerError{Prefix: d.prefix, Stream: t, Owner: owner, Pipeline: cfg.Pipeline}
+		}
+	}
+	return nil
 }

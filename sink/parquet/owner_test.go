@@ -72,7 +72,7 @@ func testTwoPipelines(t *testing.T, b *blob.Bucket, prefix string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close(ctx) })
-	pipeline := func(name string) *etl.Pipeline {
+	build := func(name string) (*etl.Pipeline, error) {
 		t.Helper()
 		src, err := faker.New(faker.Config{Rows: 50})
 		if err != nil {
@@ -82,20 +82,33 @@ func testTwoPipelines(t *testing.T, b *blob.Bucket, prefix string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := etl.NewPipeline(name).From(src).To(dst).Checkpoints(store).Build()
+		return etl.NewPipeline(name).From(src).To(dst).Checkpoints(store).Build()
+	}
+	pipeline := func(name string) *etl.Pipeline {
+		t.Helper()
+		p, err := build(name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close(ctx) })
 		return p
 	}
+	// Built before the first pipeline claims the streams, the second
+	// passes Build; its writers refuse it when they recover.
+	second := pipeline("second")
 	first := pipeline("first")
 	if _, err := first.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	second := pipeline("second")
-	_, err = second.Sync(ctx)
+	// Built after, a third is refused by Build itself
+	// (sink.PipelineChecker), before it claims anything.
+	var be *etl.BuildError
 	var oe *parquet.OwnerError
+	if _, err := build("third"); !errors.As(err, &be) || !errors.As(err, &oe) || oe.Owner != "first" || oe.Pipeline != "third" ||
+		!etl.IsPermanent(err) {
+		t.Fatalf("Build of a third pipeline on the first one's streams: %v, want a *BuildError with an *OwnerError", err)
+	}
+	_, err = second.Sync(ctx)
 	if !errors.As(err, &oe) || !errors.Is(err, parquet.ErrOwned) || oe.Owner != "first" || oe.Pipeline != "second" ||
 		!etl.IsPermanent(err) || !strings.Contains(err.Error(), `"first"`) || !strings.Contains(err.Error(), `"second"`) {
 		t.Fatalf("second pipeline's sync into the first one's streams: %v, want a permanent *OwnerError naming both", err)
