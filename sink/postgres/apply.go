@@ -2,12 +2,15 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/ledger"
@@ -277,7 +280,7 @@ func (a applier) create(ctx context.Context, tx *sql.Tx, t tableRef) error {
 			for i, k := range t.Key {
 				keys[i] = ident(k)
 			}
-			defs = append(defs, `PRIMARY KEY (`+strings.Join(keys, ", ")+`)`)
+			defs = append(defs, `CONSTRAINT `+ident(keyName(t.Table))+` PRIMARY KEY (`+strings.Join(keys, ", ")+`)`)
 		}
 		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+tgt+` (`+strings.Join(defs, ", ")+`)`)
 	}
@@ -293,6 +296,27 @@ func (a applier) create(ctx context.Context, tx *sql.Tx, t tableRef) error {
 		}
 	}
 	return nil
+}
+
+// keyName names the primary key of table (and its index, which shares
+// the schema's namespace with the tables): table with "$pk" after it,
+// cut to fit with a hash of table when it is too long. The name Postgres
+// would choose, table_pkey, is a name the engine may give a later
+// stream's table (Orders_PKey), whose CREATE TABLE IF NOT EXISTS would
+// then find the index and skip, and its ALTER TABLE or INSERT fail; no
+// name the engine gives (lower case, [a-z0-9_]) has a '$'.
+func keyName(table string) string {
+	const suffix = "$pk"
+	if len(table)+len(suffix) <= MaxIdentifier {
+		return table + suffix
+	}
+	h := sha256.Sum256([]byte(table))
+	tail := "_" + hex.EncodeToString(h[:8]) + suffix
+	cut := MaxIdentifier - len(tail)
+	for cut > 0 && !utf8.RuneStart(table[cut]) {
+		cut--
+	}
+	return table[:cut] + tail
 }
 
 // Intact reports whether every staged row of a lane's epoch is there.

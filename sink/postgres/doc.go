@@ -134,7 +134,11 @@
 //
 // Names follow Postgres's rules (Capabilities): at most 63 bytes, lower
 // case, ASCII letters, digits and '_', none of its reserved words; the
-// engine gives every table and column such a name, which never changes.
+// engine gives every table and column such a name, which never changes
+// (Orders: orders; a column select: select_; a second Note: note_2; a
+// name cut to 63 bytes that repeats one: cut to 61 and _2). A merged
+// table's primary key is named table$pk (cut, with a hash, to fit), not
+// Postgres's table_pkey, which a later stream's table may be named.
 //
 // # Quarantine
 //
