@@ -138,7 +138,9 @@
 // (Orders: orders; a column select: select_; a second Note: note_2; a
 // name cut to 63 bytes that repeats one: cut to 61 and _2). A merged
 // table's primary key is named table$pk (cut, with a hash, to fit), not
-// Postgres's table_pkey, which a later stream's table may be named.
+// Postgres's table_pkey, which a later stream's table may be named. A
+// stream whose table would be one of the destination's own (the ledger,
+// or any name starting with _openetl_) fails Build.
 //
 // # Quarantine
 //

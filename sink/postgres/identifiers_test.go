@@ -12,6 +12,7 @@ import (
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/postgres"
 	"github.com/openetl/etl/source"
 	srcpg "github.com/openetl/etl/source/postgres"
@@ -328,6 +329,43 @@ func sortByTable(lines []string) []string {
 		out = append(out, by[tbl]...)
 	}
 	return out
+}
+
+// A stream whose table name is one of the destination's own, the ledger
+// (-openetl_ledger's is _openetl_ledger, a Config.Ledger of "books" a
+// stream books's) or another with the _openetl_ prefix, fails Build,
+// naming the table, and the ledger is left as it was; before, its epoch
+// failed at every Commit, on a NOT NULL column of the ledger.
+func TestOwnTableNames(t *testing.T) {
+	e := newEnv(t)
+	ledgerCols := func(table string) string {
+		return psql(t, `SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = '`+e.schema+`.`+table+`'::regclass AND attnum > 0`)
+	}
+	books, err := postgres.New(t.Context(), postgres.Config{Pool: e.pool, Schema: e.schema, Ledger: "books"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer books.Close()
+	want := ledgerCols("books")
+	for _, tc := range []struct {
+		stream, table string
+		dst           sink.Destination
+	}{
+		{"-openetl_ledger", "_openetl_ledger", e.open(t)},
+		{"-OpenETL_Quarantine", "_openetl_quarantine", e.open(t)},
+		{"-openetl_other", "_openetl_other", e.open(t)},
+		{"Books", "books", books},
+	} {
+		src := &namesSource{streams: []namedStream{{stream: source.Stream{Name: tc.stream, Format: source.FormatRow,
+			Columns: []source.Column{{Name: "pipeline", Type: "text"}}}, rows: []namedRow{{source.OpInsert, "", []*string{s("x")}}}}}}
+		_, err := etl.NewPipeline("own").From(src).To(tc.dst).Checkpoints(checkpoint.NewMem()).Build()
+		if err == nil || !strings.Contains(err.Error(), "table "+tc.table+" is the destination's own") {
+			t.Errorf("stream %s: Build: %v, want table %s refused", tc.stream, err, tc.table)
+		}
+	}
+	if got := ledgerCols("books"); got != want {
+		t.Errorf("ledger columns %s, want %s", got, want)
+	}
 }
 
 // A Postgres → Postgres pipeline of a mixed-case table whose columns are

@@ -213,8 +213,9 @@ func (d *Destination) Capabilities() sink.Capabilities {
 		SimpleIdentifiers: true, ReservedWords: reserved, Unsupported: unsupported}
 }
 
-// CheckStream refuses merge without a key, and a stream written to the
-// quarantine table.
+// CheckStream refuses merge without a key, and a stream written to a
+// table of the destination's own: the ledger, or any whose name starts
+// with sink.ReservedPrefix (the quarantine table).
 func (d *Destination) CheckStream(spec sink.StreamSpec) error {
 	switch spec.Mode {
 	case sink.Append:
@@ -226,8 +227,11 @@ func (d *Destination) CheckStream(spec sink.StreamSpec) error {
 	default:
 		return fmt.Errorf("postgres: %v mode is not supported", spec.Mode)
 	}
-	if spec.Table == quarantineTable {
-		return fmt.Errorf("postgres: table %s is the destination's own", quarantineTable)
+	// The ledger, the quarantine table and any later table of the
+	// destination's own: writing a stream into one would fail its
+	// epochs (or worse, write into the books) instead of Build.
+	if strings.HasPrefix(strings.ToLower(spec.Table), sink.ReservedPrefix) || spec.Table == d.cfg.Ledger {
+		return fmt.Errorf("postgres: table %s is the destination's own", spec.Table)
 	}
 	return nil
 }
