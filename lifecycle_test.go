@@ -20,13 +20,12 @@ import (
 	"github.com/openetl/etl/source/sourcetest"
 )
 
-// blockedPipeline builds a pipeline over a fake source whose first read
-// blocks until release is closed; started is closed when it blocks.
-func blockedPipeline(t *testing.T, store checkpoint.Store, onEvent func(etl.Event)) (p *etl.Pipeline, started, release chan struct{}) {
-	t.Helper()
+// blockedSource is a fake source of 100 rows whose read of row 50
+// closes started and waits for release (or its context).
+func blockedSource() (src *sourcetest.FakeSource, started, release chan struct{}) {
 	started, release = make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	src := sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{
+	src = sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{
 		Streams: []sourcetest.FakeStream{{Name: "s", Rows: 100}},
 		Control: func(ctx context.Context, c sourcetest.FakeSourceCall) error {
 			if c.Op == sourcetest.FakeRead && c.Index == 50 {
@@ -39,6 +38,14 @@ func blockedPipeline(t *testing.T, store checkpoint.Store, onEvent func(etl.Even
 			}
 			return nil
 		}})
+	return src, started, release
+}
+
+// blockedPipeline builds a pipeline over a fake source whose first read
+// blocks until release is closed; started is closed when it blocks.
+func blockedPipeline(t *testing.T, store checkpoint.Store, onEvent func(etl.Event)) (p *etl.Pipeline, started, release chan struct{}) {
+	t.Helper()
+	src, started, release := blockedSource()
 	dst := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply})
 	b := etl.NewPipeline("life").From(src).To(dst).Checkpoints(store)
 	if onEvent != nil {
@@ -251,21 +258,7 @@ func TestCloseDeliversTheEventsOfAFencedRun(t *testing.T) {
 	var mu sync.Mutex
 	var kinds []etl.EventKind
 	gate := make(chan struct{})
-	started, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	src := sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{
-		Streams: []sourcetest.FakeStream{{Name: "s", Rows: 100}},
-		Control: func(ctx context.Context, c sourcetest.FakeSourceCall) error {
-			if c.Op == sourcetest.FakeRead && c.Index == 50 {
-				once.Do(func() { close(started) })
-				select {
-				case <-release:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			return nil
-		}})
+	src, started, release := blockedSource()
 	dst := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply})
 	p, err := etl.NewPipeline("fenced").From(src).To(dst).Checkpoints(store).EpochEvery(10*time.Millisecond, 0).
 		OnEvent(func(e etl.Event) {
