@@ -325,9 +325,27 @@ func (a applier) Intact(ctx context.Context, tx *sql.Tx, s ledger.Staged) (bool,
 	if err := json.Unmarshal(s.Data, &r); err != nil {
 		return false, err
 	}
+	// The registry rows first, as every transaction that reads or drops
+	// a staging table takes them (see stagingTables): a table whose row
+	// is gone was dropped, and counting one a dropper holds would wait
+	// on it holding the table's lock, which the dropper needs.
+	staged := make([]string, 0, len(r.Tables))
+	for _, t := range r.Tables {
+		if t.Staging == "" {
+			return false, nil
+		}
+		staged = append(staged, t.Staging)
+	}
+	have, err := a.d.lockStaging(ctx, tx, staged)
+	if err != nil {
+		return false, err
+	}
 	for _, t := range r.Tables {
 		var exists bool
-		if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, a.d.staging(t.Staging)).Scan(&exists); err != nil || !exists || t.Staging == "" {
+		if !have[t.Staging] {
+			return false, nil
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, a.d.staging(t.Staging)).Scan(&exists); err != nil || !exists {
 			return false, err
 		}
 		var n int
@@ -355,7 +373,7 @@ func (a applier) Discard(ctx context.Context, tx *sql.Tx, pipeline string, keep 
 			kept = append(kept, t.Staging)
 		}
 	}
-	tables, err := a.d.stagingTables(ctx, tx, `pipeline = $1 AND NOT held`, pipeline)
+	tables, err := a.d.stagingTables(ctx, tx, false, `pipeline = $1 AND NOT held`, pipeline)
 	if err != nil {
 		return err
 	}

@@ -457,6 +457,9 @@ func TestDropStagedBesideCommits(t *testing.T) {
 		if _, err := p.Sync(ctx); err != nil {
 			failed++
 			t.Logf("a Sync beside DropStaged: %v", err)
+			if strings.Contains(err.Error(), "40P01") {
+				t.Errorf("a Sync beside DropStaged deadlocked with it: %v", err)
+			}
 		}
 	}
 	close(stop)

@@ -261,7 +261,11 @@ func (d *Destination) DropStaged(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	defer tx.Rollback()
-	tables, err := d.stagingTables(ctx, tx, `NOT held`)
+	// SKIP LOCKED: a table whose row a Commit or a Recover holds is in
+	// use; DropStaged leaves it and never waits on a row lock while it
+	// holds others (a Commit locks each lane's rows in turn, so waiting
+	// could close a cycle with it).
+	tables, err := d.stagingTables(ctx, tx, true, `NOT held`)
 	if err != nil {
 		return 0, err
 	}
@@ -285,13 +289,20 @@ type querier interface {
 
 // stagingTables lists the registered staging tables whose registry rows
 // match cond (SQL on its columns, with args).
-func (d *Destination) stagingTables(ctx context.Context, q querier, cond string, args ...any) ([]string, error) {
-	// FOR UPDATE: every transaction that drops a staging table locks its
-	// registry row first (this, or lockStaging), so two droppers (a
-	// Commit, a Recover, DropStaged) never both count or drop one table
-	// and never wait on each other's locks in opposite orders; a row a
-	// concurrent transaction deleted is skipped once it commits.
-	rs, err := q.QueryContext(ctx, `SELECT staging FROM `+d.registry()+` WHERE `+cond+` ORDER BY staging FOR UPDATE`, args...)
+func (d *Destination) stagingTables(ctx context.Context, q querier, skipLocked bool, cond string, args ...any) ([]string, error) {
+	// FOR UPDATE: every transaction that reads or drops a staging table
+	// locks its registry row first (this, or lockStaging), so a row a
+	// concurrent transaction deleted is skipped once it commits, and no
+	// two transactions count or drop one table. DropStaged skips rows
+	// others hold (skipLocked), so it never waits on a row while holding
+	// one; a Commit or a Recover may wait on DropStaged's rows, but holds
+	// no lock on their tables (it locks a table's row before the table),
+	// so no wait closes a cycle.
+	lock := ` FOR UPDATE`
+	if skipLocked {
+		lock += ` SKIP LOCKED`
+	}
+	rs, err := q.QueryContext(ctx, `SELECT staging FROM `+d.registry()+` WHERE `+cond+` ORDER BY staging`+lock, args...)
 	if err != nil {
 		return nil, err
 	}
