@@ -7,6 +7,7 @@ import (
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
 	"github.com/openetl/etl/engine"
+	"github.com/openetl/etl/internal/runner"
 	"github.com/openetl/etl/source"
 )
 
@@ -44,7 +45,16 @@ func IsFenced(err error) bool {
 // source no longer has the data at the resume position). Cancellation by the caller's context is neither permanent nor
 // retryable.
 func IsPermanent(err error) bool {
-	if err == nil || isCancel(err) {
+	if err == nil {
+		return false
+	}
+	// The runner's mark first: the error it marks may join a sibling's
+	// cancellation (stopped by this failure), which isCancel would see.
+	var classified *runner.PermanentError
+	if errors.As(err, &classified) {
+		return true
+	}
+	if isCancel(err) {
 		return false
 	}
 	var be *BuildError

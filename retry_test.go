@@ -390,11 +390,17 @@ func (classifiedDest) Permanent(err error) bool { return errors.Is(err, injected
 // error is still the connector's for errors.Is. An error neither calls
 // permanent is retried (TestRunRetriesTransientFailures).
 func TestRunStopsOnClassifiedPermanentError(t *testing.T) {
-	for _, by := range []string{"source", "destination"} {
+	for _, by := range []string{"source", "destination", "destination, joined with a cancellation"} {
 		t.Run(by, func(t *testing.T) {
+			failure := injected
+			if strings.Contains(by, "joined") {
+				// A sibling the first failure stopped: the attempt's error
+				// joins its cancellation, and is still permanent.
+				failure = errors.Join(injected, context.Canceled)
+			}
 			f := newRetryFixture(t, func(_ int64, c sinktest.FakeDestCall) error {
 				if c.Op == sinktest.FakePreCommit {
-					return injected
+					return failure
 				}
 				return nil
 			})

@@ -150,9 +150,11 @@ func (e *PermanentError) Unwrap() error   { return e.Err }
 func (e *PermanentError) Permanent() bool { return true }
 
 // classify marks err permanent when the source or the destination says
-// it is (nil stays nil; cancellation is never asked about).
+// it is (nil stays nil). An error that joins a cancellation (a sibling
+// stopped by the first failure) is asked about too: the classifiers
+// answer only for errors they recognize.
 func classify(cfg Config, err error) error {
-	if err == nil || errors.Is(err, context.Canceled) {
+	if err == nil {
 		return err
 	}
 	if c, ok := cfg.Source.(source.Classifier); ok && c.Permanent(err) {
