@@ -378,9 +378,18 @@ func abort(c *client.Conn) {
 }
 
 // exec runs one statement, aborting the connection when ctx ends first.
+// When the abort has started, exec waits for it before it returns: on
+// the shared query connection, an abort still running after the caller
+// let go of s.mu closed the socket under the next caller's statement,
+// which had passed its Ping ("use of closed network connection").
 func exec(ctx context.Context, c *client.Conn, sql string, args ...any) (*gomysql.Result, error) {
-	stop := context.AfterFunc(ctx, func() { abort(c) })
-	defer stop()
+	aborted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { abort(c); close(aborted) })
+	defer func() {
+		if !stop() {
+			<-aborted
+		}
+	}()
 	r, err := c.Execute(sql, args...)
 	if err != nil && ctx.Err() != nil {
 		return nil, ctx.Err()
