@@ -150,20 +150,11 @@ func NewDecoder(s *Schema, cols []Col) (*Decoder, error) {
 		d.fields = []field{{name: "value", t: s.root}}
 	}
 	for i, f := range d.fields {
-		slot := -1
+		slot, t := -1, ctype{}
 		if s.own[i] >= 0 {
-			for j, c := range cols {
-				if c.Name == f.name {
-					slot = j
-					break
-				}
-			}
+			slot, t = slotOf(cols, f.name)
 		}
 		d.slot = append(d.slot, slot)
-		t := ctype{}
-		if slot >= 0 {
-			t = cols[slot].t
-		}
 		d.tgt = append(d.tgt, t)
 	}
 	d.spans[0] = make([]span, len(cols))
@@ -230,12 +221,18 @@ func (d *Decoder) record(r *reader, which int) error {
 // AppendRow appends the row decoded last (by Row, or Envelope's before
 // (which 0) or after (1)) to dst.
 func (d *Decoder) AppendRow(dst []byte, which int) []byte {
-	for _, s := range d.spans[which] {
+	return appendSpans(dst, d.buf, d.spans[which])
+}
+
+// appendSpans appends a row payload of the column texts spans name in
+// buf.
+func appendSpans(dst, buf []byte, spans []span) []byte {
+	for _, s := range spans {
 		if !s.set {
 			dst = source.AppendRowNull(dst)
 			continue
 		}
-		dst = source.AppendRowValue(dst, d.buf[s.start:s.end])
+		dst = source.AppendRowValue(dst, buf[s.start:s.end])
 	}
 	return dst
 }
@@ -494,20 +491,27 @@ func (d *Decoder) pgArray(dst []byte, t *typ, r *reader, tgt ctype, depth int) (
 				dst = append(dst, "NULL"...)
 				continue
 			}
-			if needsQuote(dst[mark:]) {
-				d.esc = append(d.esc[:0], dst[mark:]...)
-				dst = append(dst[:mark], '"')
-				for _, c := range d.esc {
-					if c == '"' || c == '\\' {
-						dst = append(dst, '\\')
-					}
-					dst = append(dst, c)
-				}
-				dst = append(dst, '"')
-			}
+			dst, d.esc = quoteElem(dst, mark, d.esc)
 		}
 	}
 	return append(dst, '}'), false, nil
+}
+
+// quoteElem quotes the array element written at dst[mark:] when the
+// engine's array parser would not read it back as it is; esc is scratch.
+func quoteElem(dst []byte, mark int, esc []byte) ([]byte, []byte) {
+	if !needsQuote(dst[mark:]) {
+		return dst, esc
+	}
+	esc = append(esc[:0], dst[mark:]...)
+	dst = append(dst[:mark], '"')
+	for _, c := range esc {
+		if c == '"' || c == '\\' {
+			dst = append(dst, '\\')
+		}
+		dst = append(dst, c)
+	}
+	return append(dst, '"'), esc
 }
 
 func isSpace(c byte) bool {

@@ -1,7 +1,10 @@
-// Package avrorow decodes Avro binary values into the engine's declared
-// rows (source.AppendRow payloads in the engine's Postgres type system),
-// from the writer schema alone: no generic values, no reflection, and no
-// allocation per value in steady state.
+// Package avrorow decodes Avro binary values — and Protobuf binary values
+// (proto.go) and JSON values of a JSON Schema (jsonschema.go) — into the
+// engine's declared rows (source.AppendRow payloads in the engine's
+// Postgres type system), from the writer schema alone: no generic values,
+// no reflection, and no allocation per value in steady state. The three
+// share the column types, their joining (Join, Covers) and the text
+// forms below.
 //
 // A writer schema's top-level record fields are the columns (of a union
 // of null and a record too, a null value being a row of nulls; a schema
@@ -158,8 +161,9 @@ type envelope struct {
 
 // Errors.
 var (
-	// ErrSchema is wrapped by Parse for a schema it can't use.
-	ErrSchema = errors.New("avro schema")
+	// ErrSchema is wrapped by Parse, ParseProto and ParseJSONSchema for a
+	// schema they can't use.
+	ErrSchema = errors.New("schema")
 	// ErrNotEnvelope is wrapped by Parse with debezium set for a schema
 	// that is not a Debezium change event's.
 	ErrNotEnvelope = errors.New("not a Debezium envelope schema (a record with before, after and op fields)")
@@ -183,12 +187,12 @@ func Parse(text string, refs []string, debezium bool) (*Schema, error) {
 	var cache avro.SchemaCache
 	for i, r := range refs {
 		if _, err := cache.Parse(r); err != nil {
-			return nil, fmt.Errorf("%w: reference %d: %v", ErrSchema, i, err)
+			return nil, fmt.Errorf("%w: avro: reference %d: %v", ErrSchema, i, err)
 		}
 	}
 	sch, err := cache.Parse(text)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSchema, err)
+		return nil, fmt.Errorf("%w: avro: %v", ErrSchema, err)
 	}
 	c := compiler{named: map[string]*typ{}}
 	root, err := c.compile(sch.Root(), "", 0)

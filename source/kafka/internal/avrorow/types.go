@@ -202,6 +202,17 @@ func Join(a, b []Col) []Col {
 	return out
 }
 
+// slotOf returns the index in cols of the column named name, and its
+// type; -1 when there is none.
+func slotOf(cols []Col, name string) (int, ctype) {
+	for j, c := range cols {
+		if c.Name == name {
+			return j, c.t
+		}
+	}
+	return -1, ctype{}
+}
+
 // Covers reports whether cols already hold every column of own with its
 // type: Join(cols, own) would change nothing.
 func Covers(cols, own []Col) bool {
@@ -219,4 +230,49 @@ func Covers(cols, own []Col) bool {
 		}
 	}
 	return true
+}
+
+// RowSchema is a compiled writer schema of one message type: an Avro
+// *Schema, a *ProtoSchema or a *JSONSchema.
+type RowSchema interface {
+	// Cols returns the schema's columns.
+	Cols() []Col
+	// RowDecoder returns a decoder of the schema's values into rows of
+	// cols, which must cover its columns (Covers).
+	RowDecoder(cols []Col) (RowDecoder, error)
+}
+
+// RowDecoder decodes values of one writer schema, reusing its buffers.
+type RowDecoder interface {
+	// Row decodes one value and appends its row payload to dst.
+	Row(dst, payload []byte) ([]byte, error)
+	// JSON appends the value as compact JSON text.
+	JSON(dst, payload []byte) ([]byte, error)
+}
+
+// RowDecoder implements RowSchema.
+func (s *Schema) RowDecoder(cols []Col) (RowDecoder, error) {
+	d, err := NewDecoder(s, cols)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// RowDecoder implements RowSchema.
+func (s *ProtoSchema) RowDecoder(cols []Col) (RowDecoder, error) {
+	d, err := s.NewDecoder(cols)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// RowDecoder implements RowSchema.
+func (s *JSONSchema) RowDecoder(cols []Col) (RowDecoder, error) {
+	d, err := s.NewDecoder(cols)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
 }
