@@ -2,10 +2,10 @@
 # Installs the independent readers the tests use to check what was
 # written (pyarrow for Parquet, pyiceberg with its SQL catalog for
 # Iceberg), dbt with its Postgres adapter (examples/dbt) and an
-# independent Kafka producer (confluent-kafka with its Avro serializer),
-# into a virtualenv under the cache directory. Idempotent: a second run
-# installs nothing. Concurrent runs wait for each other. Prints the
-# virtualenv's python; dbt is beside it.
+# independent Kafka producer (confluent-kafka with its Avro, Protobuf and
+# JSON Schema serializers), into a virtualenv under the cache directory.
+# Idempotent: a second run installs nothing. Concurrent runs wait for
+# each other. Prints the virtualenv's python; dbt is beside it.
 set -euo pipefail
 cache="${OPENETL_CACHE:-$HOME/.cache/openetl}"
 venv="$cache/venv"
@@ -47,13 +47,14 @@ if [ "$have" != "$want_dbt_core $want_dbt_postgres" ] || [ ! -x "$venv/bin/dbt" 
     "dbt-adapters==$want_dbt_adapters" "dbt-common==$want_dbt_common" \
     "pyiceberg[sql-sqlite,pyarrow]==$want_pyiceberg" "pyarrow==$want_pyarrow"
 fi
-# confluent-kafka's Avro serializer and schema registry client: the
-# independent producer of source/kafka's registry tests; the other pins
-# stay as they are.
+# confluent-kafka's Avro, Protobuf and JSON Schema serializers and schema
+# registry client (with fastavro, protobuf, googleapis-common-protos and
+# jsonschema): the independent producer of source/kafka's registry
+# tests; the other pins stay as they are.
 want_confluent=2.16.1
-have=$("$venv/bin/python" -c 'import confluent_kafka, fastavro, httpx; print(confluent_kafka.version()[0])' 2>/dev/null || true)
+have=$("$venv/bin/python" -c 'import confluent_kafka, fastavro, httpx, google.type, jsonschema; from confluent_kafka.schema_registry import protobuf, json_schema; print(confluent_kafka.version()[0])' 2>/dev/null || true)
 if [ "$have" != "$want_confluent" ]; then
-  pip_install "confluent-kafka[avro,schemaregistry]==$want_confluent" \
+  pip_install "confluent-kafka[avro,schemaregistry,protobuf,json]==$want_confluent" \
     "dbt-core==$want_dbt_core" "dbt-postgres==$want_dbt_postgres" \
     "dbt-adapters==$want_dbt_adapters" "dbt-common==$want_dbt_common" \
     "pyiceberg[sql-sqlite,pyarrow]==$want_pyiceberg" "pyarrow==$want_pyarrow"

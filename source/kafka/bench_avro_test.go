@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/avro"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
@@ -25,6 +27,25 @@ import (
 const benchSchema = `{"type":"record","name":"Event","fields":[{"name":"id","type":"long"},
  {"name":"name","type":"string"},{"name":"amount","type":"double"},{"name":"ok","type":"boolean"},
  {"name":"pad","type":"string"}]}`
+
+// benchProto is the Protobuf form of the same events (about 155 bytes).
+const benchProto = `syntax = "proto3"; message Event { int64 id = 1; string name = 2; double amount = 3; bool ok = 4; string pad = 5; }`
+
+// benchProtos returns n events as registry-framed Protobuf values
+// (schema ID 2, message index [0]), encoded with protowire.
+func benchProtos(n int) [][]byte {
+	pad := strings.Repeat("x", 120)
+	var out [][]byte
+	for i := range n {
+		b := append(binary.BigEndian.AppendUint32([]byte{0}, 2), 0)
+		b = protowire.AppendVarint(protowire.AppendTag(b, 1, protowire.VarintType), uint64(i))
+		b = protowire.AppendString(protowire.AppendTag(b, 2, protowire.BytesType), fmt.Sprintf("customer %d", i))
+		b = protowire.AppendFixed64(protowire.AppendTag(b, 3, protowire.Fixed64Type), math.Float64bits(float64(i%1000)+0.25))
+		b = protowire.AppendVarint(protowire.AppendTag(b, 4, protowire.VarintType), 1)
+		out = append(out, protowire.AppendString(protowire.AppendTag(b, 5, protowire.BytesType), pad))
+	}
+	return out
+}
 
 // benchEvents returns n events as JSON documents and as registry-framed
 // Avro values (schema ID 1) of the same values.
@@ -49,9 +70,9 @@ func benchEvents(b testing.TB, n int) (docs, avros [][]byte) {
 // BenchmarkDecodeAvroVsJSON: the same ~200-byte events turned into
 // Arrow by the engine, in batches of 8192 as the runner pushes them: as
 // JSON documents (parsed and typed by inference in the engine), and as
-// Avro (decoded in Go into declared rows, which the engine coerces).
-// Reports each path's messages per CPU-second of this process and their
-// ratio (goal ≥ 1.5).
+// Avro and as Protobuf (decoded in Go into declared rows, which the
+// engine coerces). Reports each path's messages per CPU-second of this
+// process and their ratios to JSON (goal ≥ 1.5).
 func BenchmarkDecodeAvroVsJSON(b *testing.B) {
 	const n, batchRows = 200_000, 8192
 	docs, avros := benchEvents(b, n)
@@ -67,6 +88,19 @@ func BenchmarkDecodeAvroVsJSON(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	protos := benchProtos(n)
+	pf, err := avrorow.ParseProto(benchProto, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ps, err := pf.Message([]int{0})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pdec, err := ps.NewDecoder(ps.Cols())
+	if err != nil {
+		b.Fatal(err)
+	}
 	newEngine := func(specs ...engine.StreamSpec) engine.Engine {
 		e, err := engine.New(engine.Config{Streams: specs})
 		if err != nil {
@@ -77,6 +111,7 @@ func BenchmarkDecodeAvroVsJSON(b *testing.B) {
 	}
 	je := newEngine()
 	ae := newEngine(engine.StreamSpec{Name: "avro", Declared: true, Types: source.TypesPostgres, Columns: cols})
+	pe := newEngine(engine.StreamSpec{Name: "proto", Declared: true, Types: source.TypesPostgres, Columns: cols})
 	syncedAt := time.Now()
 	var batch engine.RawBatch
 	var row []byte
@@ -114,21 +149,39 @@ func BenchmarkDecodeAvroVsJSON(b *testing.B) {
 		}
 		push(ae)
 	}
-	runJSON() // warm up both
+	runProto := func() {
+		batch.Stream = "proto"
+		for i, v := range protos {
+			if row, err = pdec.Row(row[:0], v[6:]); err != nil {
+				b.Fatal(err)
+			}
+			batch.Append(uint8(source.OpInsert), int64(i), nil, row)
+			if batch.Len() == batchRows {
+				push(pe)
+			}
+		}
+		push(pe)
+	}
+	runJSON() // warm up all
 	runAvro()
-	var cj, ca float64
+	runProto()
+	var cj, ca, cp float64
 	b.ResetTimer()
 	for range b.N {
 		c0 := cpuSeconds()
 		runJSON()
 		c1 := cpuSeconds()
 		runAvro()
-		cj, ca = cj+c1-c0, ca+cpuSeconds()-c1
+		c2 := cpuSeconds()
+		runProto()
+		cj, ca, cp = cj+c1-c0, ca+c2-c1, cp+cpuSeconds()-c2
 	}
 	msgs := float64(n * b.N)
 	b.ReportMetric(msgs/cj, "json-msgs/cpu-s")
 	b.ReportMetric(msgs/ca, "avro-msgs/cpu-s")
+	b.ReportMetric(msgs/cp, "proto-msgs/cpu-s")
 	b.ReportMetric(cj/ca, "avro-vs-json")
+	b.ReportMetric(cj/cp, "proto-vs-json")
 }
 
 // BenchmarkPipelineAvroVsJSON: the same events in two topics of kfake

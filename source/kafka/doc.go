@@ -27,8 +27,9 @@
 //
 // Decoders: DecodeJSON (the value is the document), DecodeDebezium
 // (change events become inserts, updates and deletes), DecodeRaw
-// (base64 of the bytes), and DecodeRegistry and DecodeDebeziumRegistry
-// (Avro in a schema registry's wire format, below). Columns merges
+// (base64 of the bytes), and DecodeRegistry (Avro, Protobuf or JSON
+// Schema in a schema registry's wire format, below) and
+// DecodeDebeziumRegistry (Debezium's Avro change events so framed). Columns merges
 // message metadata into documents as _kafka_* fields (declared columns
 // after the schema's, with the registry decoders). Messages a decoder
 // cannot read are still emitted, in a form the engine quarantines, so a
@@ -37,11 +38,13 @@
 // # Schema registry
 //
 // DecodeRegistry reads values framed in the Confluent wire format (a zero
-// byte, the schema ID, the Avro binary value) with their writer schema
-// from Config.Registry, asked once per schema ID. The stream is
-// source.FormatRow: its declared columns are the writer schema's
-// top-level fields, so the engine coerces each value to its exact type
-// with no inference and no field names to parse:
+// byte, the schema ID, for Protobuf the message index, then the value)
+// with their writer schema from Config.Registry, asked once per schema
+// ID: Avro binary, Protobuf binary or JSON text, as the schema's type
+// says. The stream is source.FormatRow: its declared columns are the
+// writer schema's top-level fields, so the engine coerces each value to
+// its exact type with no inference (and, but for JSON, no field names to
+// parse):
 //
 //	Avro                                  column (Arrow)
 //	boolean, int, long, float, double     bool, int4, int8, float4, float8
@@ -66,21 +69,71 @@
 // precision) is held by the engine, cell by cell. Fields whose names
 // start with "_openetl_" are left out.
 //
+// Protobuf: the schema is the .proto file (as text, or as base64 of its
+// FileDescriptorProto, as confluent-kafka's Python serializer registers
+// it) with its imports as schema references; the well-known types need
+// none. The message index names the value's message type, whose fields
+// are the columns:
+//
+//	Protobuf                              column (Arrow)
+//	bool, int32/sint32/sfixed32           bool, int4
+//	int64/sint64/sfixed64, uint32/fixed32 int8
+//	uint64, fixed64                       decimal128(20,0)
+//	float, double, string, bytes          float4, float8, utf8, binary
+//	enum                                  utf8 marked enum (its name; an
+//	                                      unnamed number as its digits)
+//	google.protobuf.Timestamp, Duration   timestamp[us, UTC], interval
+//	google.protobuf.*Value wrappers       the wrapped type's, nullable
+//	repeated of one of the above          list
+//	oneof                                 a column for each member
+//	other messages, maps, repeated        utf8 JSON text (proto3 JSON but
+//	messages, Struct, Value, ListValue,   for field names kept as they are
+//	Any, Empty, FieldMask                 and 64-bit integers as numbers)
+//
+// Presence decides nulls: a field with presence (message fields,
+// wrappers, oneof members, proto3 optional, proto2 optional) is null
+// when absent; a proto3 field without presence is its default (0, "",
+// false, the enum's zero value), as any Protobuf reader sees it; an
+// absent repeated field is an empty list. A field given twice is read as
+// Protobuf reads it (the last scalar, messages merged). Unknown fields
+// are skipped; groups are not columns. A subject's columns (Discover)
+// are those of the file's first message type; a message of another type
+// joins its own as it is seen, as a new schema version does.
+//
+// JSON Schema: the value is JSON text; an object schema's properties are
+// the columns, in the order the schema lists them ("$ref"s to its
+// definitions and to its references followed): "boolean", "integer",
+// "number" → bool, int8, float8; "string" → utf8, or timestamp[us, UTC],
+// date32, fixed_size_binary(16) for formats date-time, date and uuid, a
+// marked enum with "enum"; an "array" of one of those → list; objects,
+// other arrays and untyped properties → utf8 JSON text as written; a
+// type array or oneOf/anyOf with "null" → nullable, of several types →
+// their join. Every column is nullable (absent is null, whatever
+// "required" says). A value of a JSON type its property's schema does not
+// allow (a string or a fraction for "integer") is a payload that does
+// not match its schema. Properties the schema does not list are not kept
+// (DecodeJSON keeps every field, inferring the columns).
+//
+// Keys framed in the wire format are decoded with their own schema (the
+// subject "<topic>-key") as compact JSON text: {"id":42}.
+//
 // A topic's columns are the join of its writer schemas' columns: every
 // version of the subject "<topic>-value" and every schema a message was
 // seen with. Joining adds new fields as nullable columns and widens types
 // as Avro's promotions do (int → long → double, float → double, a
-// decimal to hold both); any other change of a field's type makes it
-// text. A message whose schema has columns the attempt's declared columns
+// decimal to hold both; Protobuf's int32 → int64 and JSON Schema's
+// integer → number likewise); any other change of a field's type makes
+// it text. A message whose schema has columns the attempt's declared columns
 // lack fails Read with a *SchemaChangeError (source.ErrReopen): the
 // runner starts a new attempt, whose Discover joins the new schema in,
 // from the last checkpoint, so nothing is lost or repeated; the
 // destination sees the table widen (sink/parquet starts a file of the new
 // schema).
 //
-// A message the source can't decode — not in the wire format, a schema
-// ID the registry doesn't have, a schema that is not Avro (Protobuf and
-// JSON Schema are not supported yet), bytes that don't match the schema —
+// A message the source can't decode — not in the wire format (a wrong
+// magic byte), a schema ID the registry doesn't have, a schema that
+// doesn't compile, a Protobuf message index the file has no message for,
+// bytes that don't match the schema —
 // is emitted as a record the engine quarantines (reason parse_error):
 // its payload says why, as text after one 0x7f byte, and the quarantine
 // line's split and seq name its topic, partition and offset (Position).

@@ -63,21 +63,19 @@ const (
 	DecodeRaw
 	// DecodeRegistry: the value is in a schema registry's wire format
 	// (Confluent's: a zero byte, the schema ID in 4 bytes big-endian,
-	// then the value encoded with that schema), and its schema is in
-	// Config.Registry. Only Avro schemas are supported so far; a value of
-	// another schema type is quarantined. The stream is a
-	// source.FormatRow stream with declared columns: the top-level fields
-	// of the topic's writer schemas (the versions of the subject
-	// "<topic>-value", joined with the schemas its messages were seen
-	// with), typed exactly as the Avro types and logical types say (see
-	// "Schema registry" in the package doc). Every record is an insert; a
-	// framed key with an Avro schema becomes its compact JSON text (a
-	// record key {"id":42}), any other key stays as it is. Tombstones are
-	// skipped.
+	// for Protobuf the message index, then the value encoded with that
+	// schema), and its schema is in Config.Registry: Avro, Protobuf or
+	// JSON Schema. The stream is a source.FormatRow stream with declared
+	// columns: the top-level fields of the topic's writer schemas (the
+	// versions of the subject "<topic>-value", joined with the schemas
+	// its messages were seen with), typed exactly as the schema's types
+	// say (see "Schema registry" in the package doc). Every record is an
+	// insert; a framed key becomes its compact JSON text (a record key
+	// {"id":42}), any other key stays as it is. Tombstones are skipped.
 	DecodeRegistry
 	// DecodeDebeziumRegistry: the value is a Debezium change event in the
 	// registry's wire format (what Debezium writes with an Avro
-	// converter), decoded as DecodeRegistry does; the columns are those
+	// converter; Avro only), decoded as DecodeRegistry does; the columns are those
 	// of the envelope's before/after row record. Op "c" and "r" become
 	// inserts of "after", "u" an update to "after", "d" a delete of
 	// "before" (or, without a before image, of the key's fields). The key

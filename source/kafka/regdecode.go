@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -17,8 +18,9 @@ import (
 )
 
 // regDecoder decodes one split's registry-framed messages (the Confluent
-// wire format: a zero byte, the schema ID as 4 bytes big-endian, the
-// Avro binary value) into rows of the stream's declared columns.
+// wire format: a zero byte, the schema ID as 4 bytes big-endian, for
+// Protobuf the message index, then the Avro binary, Protobuf binary or
+// JSON value) into rows of the stream's declared columns.
 type regDecoder struct {
 	sch       *schemas
 	topic     string
@@ -27,22 +29,51 @@ type regDecoder struct {
 	cols0     Columns       // Config.Columns: metadata columns after cols
 	partition int32
 
-	vals    map[int]*avrorow.Decoder // value decoders by schema ID
-	bads    map[int]string           // IDs whose values can't be decoded, and why
-	keys    map[int]*avrorow.Decoder // key decoders (JSON text); nil: keep the key's bytes
-	keyRows map[int]*avrorow.Decoder // key schemas' decoders into rows of cols (Debezium deletes)
+	vals    decoders // value decoders
+	keys    decoders // key decoders (JSON text); nil: keep the key's bytes
+	keyRows decoders // key schemas' decoders into rows of cols (Debezium deletes)
 
 	buf, key, bad, hexKey []byte
+	idx                   []int // scratch for message indexes
 }
 
 // maxDecoders bounds a split's decoders of each kind; past it they are
 // dropped and made again as needed.
 const maxDecoders = 256
 
+// msgDecoder is a split's decoder of the messages of one schema ID (and
+// Protobuf message type), or why they can't be decoded (bad); dec nil
+// with no bad: a key kept as its bytes.
+type msgDecoder struct {
+	dec avrorow.RowDecoder
+	bad string
+}
+
+// decoders is a split's decoders of one kind by schema ID, then by
+// Protobuf message index bytes ("" for the other schema types).
+type decoders struct {
+	ids map[int]*idDecoders
+	n   int
+	// The last one found, for a run of messages of one schema.
+	lastID  int
+	lastIdx []byte
+	last    *msgDecoder
+}
+
+type idDecoders struct {
+	e     *schemaEntry
+	byIdx map[string]*msgDecoder
+}
+
+// decoder kinds, for lookup.
+const (
+	kindValue = iota
+	kindKey
+	kindKeyRow
+)
+
 func newRegDecoder(sch *schemas, topic string, partition int32, cols []avrorow.Col, meta Columns) *regDecoder {
-	return &regDecoder{sch: sch, topic: topic, partition: partition, debezium: sch.debezium, cols: cols, cols0: meta,
-		vals: map[int]*avrorow.Decoder{}, bads: map[int]string{}, keys: map[int]*avrorow.Decoder{},
-		keyRows: map[int]*avrorow.Decoder{}}
+	return &regDecoder{sch: sch, topic: topic, partition: partition, debezium: sch.debezium, cols: cols, cols0: meta}
 }
 
 // framed returns the schema ID of a value in the wire format.
@@ -51,6 +82,91 @@ func framed(b []byte) (int, bool) {
 		return 0, false
 	}
 	return int(int32(binary.BigEndian.Uint32(b[1:5]))), true
+}
+
+// badIndex is the answer for a Protobuf message whose index can't be
+// read.
+var badIndex = &msgDecoder{bad: "protobuf message index unreadable"}
+
+// lookup returns c's decoder of schema id for a message whose bytes
+// after the ID are body, and the bytes after the message index; the
+// decoder is made (of kind) the first time.
+func (d *regDecoder) lookup(ctx context.Context, c *decoders, kind, id int, body []byte) (*msgDecoder, []byte, error) {
+	if c.last != nil && c.lastID == id && bytes.HasPrefix(body, c.lastIdx) {
+		return c.last, body[len(c.lastIdx):], nil
+	}
+	ids, ok := c.ids[id]
+	if !ok {
+		e, err := d.sch.byID(ctx, d.topic, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		ids = &idDecoders{e: e, byIdx: map[string]*msgDecoder{}}
+		if c.ids == nil {
+			c.ids = map[int]*idDecoders{}
+		}
+		c.ids[id] = ids
+	}
+	n := 0
+	if ids.e.proto != nil {
+		if d.idx, n = avrorow.MessageIndex(body, d.idx); n == 0 {
+			return badIndex, body, nil
+		}
+	}
+	md, ok := ids.byIdx[string(body[:n])]
+	if !ok {
+		var err error
+		if md, err = d.make(ids.e, kind, id, d.idx, body[:n]); err != nil {
+			return nil, nil, err
+		}
+		if c.n >= maxDecoders {
+			c.ids, c.n = map[int]*idDecoders{id: ids}, 0
+			clear(ids.byIdx)
+		}
+		c.n++
+		ids.byIdx[string(body[:n])] = md
+	}
+	c.lastID, c.lastIdx, c.last = id, append(c.lastIdx[:0], body[:n]...), md
+	return md, body[n:], nil
+}
+
+// make makes the decoder of kind for schema entry e (message type idx,
+// whose bytes are idxb, for Protobuf).
+func (d *regDecoder) make(e *schemaEntry, kind, id int, idx []int, idxb []byte) (*msgDecoder, error) {
+	if e.proto == nil {
+		idx = nil
+	}
+	switch kind {
+	case kindValue:
+		s, why := e.value(d.debezium, idx)
+		if s == nil {
+			return &msgDecoder{bad: why}, nil
+		}
+		d.sch.saw(d.topic, id, string(idxb))
+		if !avrorow.Covers(d.cols, s.Cols()) {
+			return nil, &SchemaChangeError{Topic: d.topic, ID: id}
+		}
+		dec, err := s.RowDecoder(d.cols)
+		if err != nil {
+			return nil, err
+		}
+		return &msgDecoder{dec: dec}, nil
+	case kindKey:
+		s, _ := e.plainValue(idx)
+		if s != nil {
+			if dec, err := s.RowDecoder(s.Cols()); err == nil {
+				return &msgDecoder{dec: dec}, nil
+			}
+		}
+	case kindKeyRow:
+		s, _ := e.plainValue(idx)
+		if s != nil && avrorow.Covers(d.cols, s.Cols()) {
+			if dec, err := s.RowDecoder(d.cols); err == nil {
+				return &msgDecoder{dec: dec}, nil
+			}
+		}
+	}
+	return &msgDecoder{}, nil
 }
 
 // decode returns the record for rec; ok is false for a tombstone. An
@@ -69,24 +185,24 @@ func (d *regDecoder) decode(ctx context.Context, rec *kgo.Record) (op source.Op,
 		}
 		return d.badRow(rec, fmt.Sprintf("value not in the registry wire format (%d bytes, first 0x%02x)", len(rec.Value), b))
 	}
-	dec, why, err := d.value(ctx, id)
+	md, body, err := d.lookup(ctx, &d.vals, kindValue, id, rec.Value[5:])
 	if err != nil {
 		return 0, nil, nil, false, err
 	}
-	if dec == nil {
-		return d.badRow(rec, why)
+	if md.dec == nil {
+		return d.badRow(rec, md.bad)
 	}
 	if key, err = d.decodeKey(ctx, rec.Key); err != nil {
 		return 0, nil, nil, false, err
 	}
-	body := rec.Value[5:]
 	if !d.debezium {
-		if d.buf, err = dec.Row(d.buf[:0], body); err != nil {
+		if d.buf, err = md.dec.Row(d.buf[:0], body); err != nil {
 			return d.badRow(rec, fmt.Sprintf("schema id %d: %v", id, err))
 		}
 		d.buf = d.meta(d.buf, rec)
 		return source.OpInsert, key, d.buf, true, nil
 	}
+	dec := md.dec.(*avrorow.Decoder) // envelopes are Avro's
 	opText, before, after, err := dec.Envelope(body)
 	if err != nil {
 		return d.badRow(rec, fmt.Sprintf("schema id %d: %v", id, err))
@@ -130,68 +246,22 @@ func (d *regDecoder) decode(ctx context.Context, rec *kgo.Record) (op source.Op,
 	return d.badRow(rec, fmt.Sprintf("unsupported op %q", opText))
 }
 
-// value returns the decoder of schema id's values into rows of d.cols,
-// or why its values can't be decoded.
-func (d *regDecoder) value(ctx context.Context, id int) (*avrorow.Decoder, string, error) {
-	if dec, ok := d.vals[id]; ok {
-		return dec, "", nil
-	}
-	if why, ok := d.bads[id]; ok {
-		return nil, why, nil
-	}
-	e, err := d.sch.byID(ctx, d.topic, id)
-	if err != nil {
-		return nil, "", err
-	}
-	s, why := e.value(d.debezium)
-	if s == nil {
-		if len(d.bads) >= maxDecoders {
-			clear(d.bads)
-		}
-		d.bads[id] = why
-		return nil, why, nil
-	}
-	d.sch.saw(d.topic, id)
-	if !avrorow.Covers(d.cols, s.Cols()) {
-		return nil, "", &SchemaChangeError{Topic: d.topic, ID: id}
-	}
-	dec, err := avrorow.NewDecoder(s, d.cols)
-	if err != nil {
-		return nil, "", err
-	}
-	if len(d.vals) >= maxDecoders {
-		clear(d.vals)
-	}
-	d.vals[id] = dec
-	return dec, "", nil
-}
-
-// decodeKey returns the record's key: a framed key with an Avro schema
-// as compact JSON text ({"id":42} for a record key, 42 for a long), any
+// decodeKey returns the record's key: a framed key with a schema as
+// compact JSON text ({"id":42} for a record key, 42 for a long), any
 // other key as its bytes.
 func (d *regDecoder) decodeKey(ctx context.Context, k []byte) ([]byte, error) {
 	id, ok := framed(k)
 	if !ok {
 		return k, nil
 	}
-	kd, ok := d.keys[id]
-	if !ok {
-		e, err := d.sch.byID(ctx, d.topic, id)
-		if err != nil {
-			return nil, err
-		}
-		if e.plain != nil {
-			kd, _ = avrorow.NewDecoder(e.plain, e.plain.Cols())
-		}
-		if len(d.keys) >= maxDecoders {
-			clear(d.keys)
-		}
-		d.keys[id] = kd
+	md, body, err := d.lookup(ctx, &d.keys, kindKey, id, k[5:])
+	if err != nil {
+		return nil, err
 	}
-	if kd == nil {
+	if md.dec == nil {
 		return k, nil
 	}
-	out, err := kd.JSON(d.key[:0], k[5:])
+	out, err := md.dec.JSON(d.key[:0], body)
 	if err != nil {
 		return k, nil // not the key's schema after all: its bytes
 	}
@@ -207,24 +277,14 @@ func (d *regDecoder) keyRow(ctx context.Context, k []byte) ([]byte, error) {
 	if !ok {
 		return d.buf[:0], nil
 	}
-	kd, ok := d.keyRows[id]
-	if !ok {
-		e, err := d.sch.byID(ctx, d.topic, id)
-		if err != nil {
-			return nil, err
-		}
-		if e.plain != nil && avrorow.Covers(d.cols, e.plain.Cols()) {
-			kd, _ = avrorow.NewDecoder(e.plain, d.cols)
-		}
-		if len(d.keyRows) >= maxDecoders {
-			clear(d.keyRows)
-		}
-		d.keyRows[id] = kd
+	md, body, err := d.lookup(ctx, &d.keyRows, kindKeyRow, id, k[5:])
+	if err != nil {
+		return nil, err
 	}
-	if kd == nil {
+	if md.dec == nil {
 		return d.buf[:0], nil
 	}
-	row, err := kd.Row(d.buf[:0], k[5:])
+	row, err := md.dec.Row(d.buf[:0], body)
 	if err != nil {
 		return d.buf[:0], nil
 	}

@@ -34,6 +34,10 @@ type Registry interface {
 
 var _ Registry = (*sr.Client)(nil)
 
+// firstMessage is the message index of a Protobuf file's first message
+// type.
+var firstMessage = []int{0}
+
 // RegistryError is returned by Discover and Read when the registry could
 // not be asked for a schema (it is down, slow, or refuses the client's
 // credentials) after the retries: the sync fails, nothing is read past
@@ -91,21 +95,43 @@ const (
 )
 
 // schemaEntry is one schema ID's compiled schema, or why its messages
-// can't be decoded (the registry doesn't have it, it is not Avro, or it
-// does not parse): a permanent answer, so the ID is asked for once. A
-// schema is compiled as a plain value's (for keys, and values of
-// DecodeRegistry) and, for DecodeDebeziumRegistry, as an envelope's.
+// can't be decoded (the registry doesn't have it, or it does not parse):
+// a permanent answer, so the ID is asked for once. A schema is compiled
+// as a plain value's (for keys, and values of DecodeRegistry) and, for
+// DecodeDebeziumRegistry, as an envelope's (Avro only). A Protobuf
+// schema is a file of message types; a message's header names its.
 type schemaEntry struct {
-	plain, env       *avrorow.Schema
+	plain            avrorow.RowSchema // Avro or JSON Schema
+	proto            *avrorow.ProtoFile
+	env              *avrorow.Schema
 	plainBad, envBad string
 }
 
-// value returns the schema for decoding values, or why there is none.
-func (e *schemaEntry) value(debezium bool) (*avrorow.Schema, string) {
+// value returns the schema for decoding values (of message type idx, for
+// Protobuf), or why there is none.
+func (e *schemaEntry) value(debezium bool, idx []int) (avrorow.RowSchema, string) {
 	if debezium {
-		return e.env, e.envBad
+		if e.env == nil {
+			return nil, e.envBad
+		}
+		return e.env, ""
 	}
-	return e.plain, e.plainBad
+	return e.plainValue(idx)
+}
+
+// plainValue is value for a plain value (or key).
+func (e *schemaEntry) plainValue(idx []int) (avrorow.RowSchema, string) {
+	if e.proto != nil {
+		m, err := e.proto.Message(idx)
+		if err != nil {
+			return nil, err.Error()
+		}
+		return m, ""
+	}
+	if e.plain == nil {
+		return nil, e.plainBad
+	}
+	return e.plain, ""
 }
 
 // schemas caches compiled writer schemas by ID for a Source, and the
@@ -120,14 +146,21 @@ type schemas struct {
 	// flight holds a channel per ID being fetched: one fetch per ID at a
 	// time, however many splits ask.
 	flight map[int]chan struct{}
-	seen   map[string][]int         // topic → value schema IDs, first-seen order
+	seen   map[string][]seenSchema  // topic → value schemas, first-seen order
 	cols   map[string][]avrorow.Col // topic → declared columns as of the last Discover
 	fetchN int                      // registry calls made, for tests
 }
 
 func newSchemas(reg Registry, debezium bool) *schemas {
 	return &schemas{reg: reg, debezium: debezium, ids: map[int]*schemaEntry{},
-		flight: map[int]chan struct{}{}, seen: map[string][]int{}, cols: map[string][]avrorow.Col{}}
+		flight: map[int]chan struct{}{}, seen: map[string][]seenSchema{}, cols: map[string][]avrorow.Col{}}
+}
+
+// seenSchema is a schema a topic's messages were seen with: its ID and,
+// for Protobuf, the message index's bytes.
+type seenSchema struct {
+	id  int
+	idx string
 }
 
 // retry calls f until it succeeds, fails permanently, or the tries are
@@ -236,10 +269,6 @@ func (s *schemas) fetch(ctx context.Context, id int) (*schemaEntry, error) {
 }
 
 func (s *schemas) compile(ctx context.Context, sch sr.Schema) (*schemaEntry, error) {
-	if sch.Type != sr.TypeAvro {
-		bad := fmt.Sprintf("schema type %s is not supported (Avro only, so far)", sch.Type)
-		return &schemaEntry{plainBad: bad, envBad: bad}, nil
-	}
 	refs, bad, err := s.references(ctx, sch.References, 0, nil)
 	if err != nil {
 		return nil, err
@@ -249,20 +278,45 @@ func (s *schemas) compile(ctx context.Context, sch sr.Schema) (*schemaEntry, err
 	}
 	e := &schemaEntry{}
 	var perr error
-	if e.plain, perr = avrorow.Parse(sch.Schema, refs, false); perr != nil {
-		e.plainBad = perr.Error()
-	}
-	if s.debezium {
-		if e.env, perr = avrorow.Parse(sch.Schema, refs, true); perr != nil {
-			e.envBad = perr.Error()
+	switch sch.Type {
+	case sr.TypeAvro:
+		texts := make([]string, len(refs))
+		for i, r := range refs {
+			texts[i] = r.Text
 		}
+		var plain *avrorow.Schema
+		if plain, perr = avrorow.Parse(sch.Schema, texts, false); perr != nil {
+			e.plainBad = perr.Error()
+		} else {
+			e.plain = plain
+		}
+		if s.debezium {
+			if e.env, perr = avrorow.Parse(sch.Schema, texts, true); perr != nil {
+				e.envBad = perr.Error()
+			}
+		}
+		return e, nil
+	case sr.TypeProtobuf:
+		if e.proto, perr = avrorow.ParseProto(sch.Schema, refs); perr != nil {
+			e.plainBad = perr.Error()
+		}
+	case sr.TypeJSON:
+		var js *avrorow.JSONSchema
+		if js, perr = avrorow.ParseJSONSchema(sch.Schema, refs); perr != nil {
+			e.plainBad = perr.Error()
+		} else {
+			e.plain = js
+		}
+	default:
+		e.plainBad = fmt.Sprintf("schema type %s is not supported", sch.Type)
 	}
+	e.envBad = fmt.Sprintf("schema type %s: DecodeDebeziumRegistry reads Avro change events only", sch.Type)
 	return e, nil
 }
 
-// references returns the texts of refs and of what they reference, in
-// dependency order (depth first).
-func (s *schemas) references(ctx context.Context, refs []sr.SchemaReference, depth int, out []string) ([]string, string, error) {
+// references returns the names and texts of refs and of what they
+// reference, in dependency order (depth first).
+func (s *schemas) references(ctx context.Context, refs []sr.SchemaReference, depth int, out []avrorow.Ref) ([]avrorow.Ref, string, error) {
 	if depth > 16 {
 		return nil, "schema references nested more than 16 deep", nil
 	}
@@ -280,22 +334,24 @@ func (s *schemas) references(ctx context.Context, refs []sr.SchemaReference, dep
 		if out, bad, err = s.references(ctx, ss.References, depth+1, out); err != nil || bad != "" {
 			return nil, bad, err
 		}
-		if !slices.Contains(out, ss.Schema.Schema) {
-			out = append(out, ss.Schema.Schema)
+		if !slices.ContainsFunc(out, func(o avrorow.Ref) bool { return o.Name == r.Name && o.Text == ss.Schema.Schema }) {
+			out = append(out, avrorow.Ref{Name: r.Name, Text: ss.Schema.Schema})
 		}
 	}
 	return out, "", nil
 }
 
-// saw records that topic's messages carry value schema id; it reports
-// whether the ID is new for the topic.
-func (s *schemas) saw(topic string, id int) bool {
+// saw records that topic's messages carry value schema id (with
+// Protobuf message index idx); it reports whether that is new for the
+// topic.
+func (s *schemas) saw(topic string, id int, idx string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if slices.Contains(s.seen[topic], id) {
+	k := seenSchema{id, idx}
+	if slices.Contains(s.seen[topic], k) {
 		return false
 	}
-	s.seen[topic] = append(s.seen[topic], id)
+	s.seen[topic] = append(s.seen[topic], k)
 	return true
 }
 
@@ -325,19 +381,21 @@ func (s *schemas) discover(ctx context.Context, topic string) ([]avrorow.Col, er
 			}
 			s.mu.Unlock()
 		}
-		if v, _ := e.value(s.debezium); v != nil {
+		// A Protobuf subject's columns are its first message type's.
+		if v, _ := e.value(s.debezium, firstMessage); v != nil {
 			cols = avrorow.Join(cols, v.Cols())
 		}
 	}
 	s.mu.Lock()
 	seen := slices.Clone(s.seen[topic])
 	s.mu.Unlock()
-	for _, id := range seen {
-		e, err := s.byID(ctx, topic, id)
+	for _, k := range seen {
+		e, err := s.byID(ctx, topic, k.id)
 		if err != nil {
 			return nil, err
 		}
-		if v, _ := e.value(s.debezium); v != nil {
+		idx, _ := avrorow.MessageIndex([]byte(k.idx), nil)
+		if v, _ := e.value(s.debezium, idx); v != nil {
 			cols = avrorow.Join(cols, v.Cols())
 		}
 	}

@@ -382,6 +382,20 @@ func TestRegistryPipeline(t *testing.T) {
 	}
 }
 
+// realRegistry returns the URL of scripts/servers.sh's registry; without
+// one the test fails, or is skipped with OPENETL_SKIP_SERVERS=1.
+func realRegistry(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv("OPENETL_TEST_REGISTRY")
+	if url == "" {
+		if os.Getenv("OPENETL_SKIP_SERVERS") == "1" {
+			t.Skip("OPENETL_TEST_REGISTRY is not set (skipping: OPENETL_SKIP_SERVERS=1)")
+		}
+		t.Fatal("OPENETL_TEST_REGISTRY is not set: start a registry with scripts/servers.sh start registry, or set OPENETL_SKIP_SERVERS=1")
+	}
+	return url
+}
+
 // parquetRows reads, with pyarrow, columns cols of every row of stream's
 // sink/parquet table under dir (following its newest manifest) as
 // strings ("<nil>" for a null, and for a column a file lacks).
@@ -425,13 +439,7 @@ json.dump(rows, sys.stdout)
 // them unless OPENETL_SKIP_SERVERS=1.
 func TestRegistryRealServers(t *testing.T) {
 	brokers := realBrokers(t)
-	url := os.Getenv("OPENETL_TEST_REGISTRY")
-	if url == "" {
-		if os.Getenv("OPENETL_SKIP_SERVERS") == "1" {
-			t.Skip("OPENETL_TEST_REGISTRY is not set (skipping: OPENETL_SKIP_SERVERS=1)")
-		}
-		t.Fatal("OPENETL_TEST_REGISTRY is not set: start a registry with scripts/servers.sh start registry, or set OPENETL_SKIP_SERVERS=1")
-	}
+	url := realRegistry(t)
 	py := testutil.Python(t)
 	script, err := filepath.Abs("testdata/registry_e2e.py")
 	if err != nil {
