@@ -3,9 +3,10 @@
 # written (pyarrow for Parquet, pyiceberg with its SQL catalog for
 # Iceberg), dbt with its Postgres adapter (examples/dbt) and an
 # independent Kafka producer (confluent-kafka with its Avro, Protobuf and
-# JSON Schema serializers), into a virtualenv under the cache directory.
-# Idempotent: a second run installs nothing. Concurrent runs wait for
-# each other. Prints the virtualenv's python; dbt is beside it.
+# JSON Schema serializers) and DuckDB with its iceberg extension, into a
+# virtualenv under the cache directory. Idempotent: a second run installs
+# nothing. Concurrent runs wait for each other. Prints the virtualenv's
+# python; dbt is beside it.
 set -euo pipefail
 cache="${OPENETL_CACHE:-$HOME/.cache/openetl}"
 venv="$cache/venv"
@@ -58,5 +59,15 @@ if [ "$have" != "$want_confluent" ]; then
     "dbt-core==$want_dbt_core" "dbt-postgres==$want_dbt_postgres" \
     "dbt-adapters==$want_dbt_adapters" "dbt-common==$want_dbt_common" \
     "pyiceberg[sql-sqlite,pyarrow]==$want_pyiceberg" "pyarrow==$want_pyarrow"
+fi
+# DuckDB with its iceberg extension (and avro, which it reads manifests
+# with) from PyPI packages that ship the extension files, signed by
+# DuckDB (they load with signature checks on): DuckDB would otherwise
+# download them from its own site, which the tests can't reach. One of
+# the independent readers of sink/iceberg's merge tables.
+want_duckdb=1.5.5
+have=$("$venv/bin/python" -c 'from importlib.metadata import version as v; print(v("duckdb"), v("duckdb-extension-iceberg"), v("duckdb-extension-avro"))' 2>/dev/null || true)
+if [ "$have" != "$want_duckdb $want_duckdb $want_duckdb" ]; then
+  pip_install "duckdb==$want_duckdb" "duckdb-extension-iceberg==$want_duckdb" "duckdb-extension-avro==$want_duckdb"
 fi
 echo "$venv/bin/python"

@@ -32,6 +32,11 @@ type IcebergTable struct {
 	// booleans as JSON gives them; other types in their Python str()
 	// form; null as nil).
 	Data []map[string]any `json:"-"`
+	// DuckDB holds every row as DuckDB's iceberg extension reads the
+	// table's current metadata file, the same way, when the reader was
+	// asked for it (ReadIcebergTablesWithDuckDB); DuckDBRows counts them.
+	DuckDB     []map[string]any `json:"-"`
+	DuckDBRows *int64           `json:"duckdb_rows"`
 }
 
 // ReadIcebergTables reads every table of namespace in the SQL catalog
@@ -40,10 +45,29 @@ type IcebergTable struct {
 // that wrote them.
 func ReadIcebergTables(t testing.TB, catalogName, dbPath, warehouse, namespace string) map[string]*IcebergTable {
 	t.Helper()
+	return readIcebergTables(t, catalogName, dbPath, warehouse, namespace, false)
+}
+
+// ReadIcebergTablesWithDuckDB is ReadIcebergTables, and in the same
+// Python process DuckDB's iceberg extension reads every table too
+// (IcebergTable.DuckDB). The extension comes from PyPI's
+// duckdb-extension-iceberg package, which scripts/test-tools.sh
+// installs beside DuckDB; the reader fails when it can't load it.
+func ReadIcebergTablesWithDuckDB(t testing.TB, catalogName, dbPath, warehouse, namespace string) map[string]*IcebergTable {
+	t.Helper()
+	return readIcebergTables(t, catalogName, dbPath, warehouse, namespace, true)
+}
+
+func readIcebergTables(t testing.TB, catalogName, dbPath, warehouse, namespace string, duck bool) map[string]*IcebergTable {
+	t.Helper()
 	py := Python(t)
 	script := filepath.Join(Root(t), "internal", "testutil", "py", "iceberg_read.py")
 	out := t.TempDir()
-	cmd := exec.Command(py, script, catalogName, dbPath, warehouse, namespace, out)
+	args := []string{script, catalogName, dbPath, warehouse, namespace, out}
+	if duck {
+		args = append(args, "--duckdb")
+	}
+	cmd := exec.Command(py, args...)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.Output()
 	if err != nil {
@@ -54,24 +78,35 @@ func ReadIcebergTables(t testing.TB, catalogName, dbPath, warehouse, namespace s
 		t.Fatalf("pyiceberg reader output %q: %v", stdout, err)
 	}
 	for name, tbl := range res {
-		b, err := os.ReadFile(filepath.Join(out, name+".jsonl"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		sc.Buffer(nil, 1<<26)
-		for sc.Scan() {
-			var row map[string]any
-			d := json.NewDecoder(bytes.NewReader(sc.Bytes()))
-			d.UseNumber()
-			if err := d.Decode(&row); err != nil {
-				t.Fatalf("pyiceberg row of %s: %v", name, err)
-			}
-			tbl.Data = append(tbl.Data, row)
-		}
-		if err := sc.Err(); err != nil {
-			t.Fatal(err)
+		tbl.Data = readRows(t, filepath.Join(out, name+".jsonl"))
+		if duck {
+			tbl.DuckDB = readRows(t, filepath.Join(out, name+".duckdb.jsonl"))
 		}
 	}
 	return res
+}
+
+// readRows reads a file of JSON objects, one per line.
+func readRows(t testing.TB, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 1<<26)
+	for sc.Scan() {
+		var row map[string]any
+		d := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		d.UseNumber()
+		if err := d.Decode(&row); err != nil {
+			t.Fatalf("row of %s: %v", path, err)
+		}
+		rows = append(rows, row)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rows
 }
