@@ -12,6 +12,7 @@ import (
 
 	ice "github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
+	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/openetl/etl/checkpoint"
@@ -23,7 +24,8 @@ import (
 // of earlier epochs Grouping left waiting), when the table's group is due
 // (see Grouping; Overwrite tables wait for Finish), one Iceberg commit
 // adds the files (an append snapshot; for Merge tables a row-delta
-// snapshot per epoch with its equality deletes, in epoch order) and sets
+// snapshot per epoch with its deletes, in epoch order; position deletes
+// are found and written here, see the package doc) and sets
 // the pipeline's markers in the table's properties: the epoch (every
 // file of that epoch and before is in the table), the generation, and
 // the fence raised to this generation. The commit requires, checked by
@@ -138,7 +140,7 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 	req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: uint64(gen)}
 	var lastErr error
 	for try := 0; try < w.d.maxTries; try++ {
-		req.Epoch = 0
+		req.Epoch, req.Pin = 0, nil
 		tbl, err := w.d.fenced(ctx, ident, req)
 		if err != nil {
 			return fmt.Errorf("iceberg: load table %v: %w", ident, err)
@@ -177,8 +179,15 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 			return fmt.Errorf("iceberg: table %v: epoch %d: data file %s is gone: not committing it", ident, epoch, missing)
 		}
 		tx := tbl.NewTransaction()
-		if err := w.stage(ctx, tbl, tx, mode, epoch, uint64(gen), p); err != nil {
+		st, err := w.stage(ctx, name, tbl, tx, mode, epoch, uint64(gen), p)
+		if err != nil {
+			st.abort(ctx, w, name, tbl, true)
 			return fmt.Errorf("iceberg: table %v: stage epoch %d: %w", ident, epoch, err)
+		}
+		if st != nil && st.idx != nil {
+			// The positions hold for this snapshot only.
+			pin := currentSnapshot(tbl)
+			req.Pin = &pin
 		}
 		props := ice.Properties{
 			epochKey(w.pipeline): strconv.FormatUint(epoch, 10),
@@ -191,11 +200,20 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 			props[fenceKey(w.pipeline)] = strconv.FormatUint(uint64(max(gen, m.fence)), 10)
 		}
 		if err := tx.SetProperties(props); err != nil {
+			st.abort(ctx, w, name, tbl, true)
 			return fmt.Errorf("iceberg: table %v: set markers: %w", ident, err)
 		}
-		_, err = tx.Commit(ctx)
+		next, err := tx.Commit(ctx)
+		if err != nil {
+			// The position-delete files are removed only when the commit
+			// surely did not happen; after another error the catalog may
+			// have taken it, and they would then be the table's.
+			clean := isConflict(err) || errors.Is(err, errMoved) || errors.Is(err, errApplied) || errors.Is(err, sink.ErrFenced)
+			st.abort(ctx, w, name, tbl, clean)
+		}
 		switch {
 		case err == nil:
+			st.done(ctx, w, name, next, p)
 			w.d.noteApplied(w.pipeline, name, epoch)
 			delete(w.waitSince, name)
 			w.d.log.Debug("iceberg: table committed", "pipeline", w.pipeline, "table", name, "epoch", epoch,
@@ -204,6 +222,11 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		case errors.Is(err, errApplied):
 			lastErr = err
 			continue // another committer added some of the files: recompute
+		case errors.Is(err, errMoved):
+			lastErr = err
+			w.d.log.Info("iceberg: table moved while its position deletes were found; finding them again",
+				"pipeline", w.pipeline, "table", name, "epoch", epoch)
+			continue
 		case errors.Is(err, sink.ErrFenced):
 			return err
 		case isConflict(err):
@@ -218,47 +241,140 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 	return fmt.Errorf("iceberg: table %v: commit of epoch %d lost the race %d times: %w", ident, epoch, w.d.maxTries, lastErr)
 }
 
+// staged is what stage did besides adding to the transaction: the key
+// index it staged changes in and the position-delete files it wrote.
+type staged struct {
+	idx   *keyIndex
+	files []ice.DataFile
+}
+
+// abort drops the key index it changed, which the next commit rebuilds,
+// and, when remove, the position-delete files (best effort; Collect
+// removes those left).
+func (st *staged) abort(ctx context.Context, w *writer, name string, tbl *table.Table, remove bool) {
+	if st == nil {
+		return
+	}
+	if st.idx != nil && w.indexes[name] == st.idx {
+		delete(w.indexes, name)
+	}
+	if !remove || len(st.files) == 0 {
+		return
+	}
+	if fsys, err := tbl.FS(ctx); err == nil {
+		for _, f := range st.files {
+			_ = fsys.Remove(f.FilePath())
+		}
+	}
+}
+
+// done applies the staged index changes once next is committed, and
+// removes the files of keys deleted for good, which no snapshot refers
+// to and which the table's epoch marker now says are applied (best
+// effort; Collect and Maintain remove those left).
+func (st *staged) done(ctx context.Context, w *writer, name string, next *table.Table, p pending) {
+	if st == nil || st.idx == nil {
+		return
+	}
+	st.idx.snapshot = currentSnapshot(next)
+	fsys, err := next.FS(ctx)
+	if err != nil {
+		return
+	}
+	for _, fd := range p.deletes {
+		if len(fd.Locate) > 0 {
+			_ = fsys.Remove(fd.Path)
+		}
+	}
+}
+
+// locates reports whether some of p's files remove older rows by
+// position, and the key's field IDs.
+func (p pending) locates() ([]int, bool) {
+	for _, fd := range append(slices.Clone(p.data), p.deletes...) {
+		if len(fd.Locate) > 0 {
+			return fd.Locate, true
+		}
+	}
+	return nil, false
+}
+
 // stage adds p's files to tx: one append snapshot, one row-delta
-// snapshot per epoch when there are equality deletes (the deletes of an
-// epoch must apply to rows of earlier epochs, i.e. lower data sequence
+// snapshot per epoch when there are deletes (the deletes of an epoch
+// must apply to rows of earlier epochs, i.e. lower data sequence
 // numbers), or for Overwrite one snapshot replacing every data file of
-// the table.
-func (w *writer) stage(ctx context.Context, tbl *table.Table, tx *table.Transaction, mode sink.Mode, epoch, gen uint64, p pending) error {
+// the table. An epoch whose files are marked Locate gets position
+// deletes, found in table name's key index and written here.
+func (w *writer) stage(ctx context.Context, name string, tbl *table.Table, tx *table.Transaction, mode sink.Mode, epoch, gen uint64, p pending) (*staged, error) {
 	spec, sc := tbl.Spec(), tbl.Schema()
 	props := w.snapshotProps(epoch, gen)
 	if mode == sink.Overwrite {
 		data, err := dataFiles(p.data, spec, sc)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		old, err := currentDataFiles(ctx, tbl)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		props["openetl.overwrite"] = "true"
-		return tx.ReplaceDataFilesWithDataFiles(ctx, old, data, props)
+		return nil, tx.ReplaceDataFilesWithDataFiles(ctx, old, data, props)
 	}
-	if len(p.deletes) == 0 {
+	ids, locating := p.locates()
+	if len(p.deletes) == 0 && !locating {
 		data, err := dataFiles(p.data, spec, sc)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return tx.AddDataFiles(ctx, data, props)
+		return nil, tx.AddDataFiles(ctx, data, props)
+	}
+	st := &staged{}
+	var fsys iceio.IO
+	if locating {
+		if tbl.Metadata().Version() >= 3 {
+			return nil, fmt.Errorf("position deletes are written for format v2 tables only; this one is v%d", tbl.Metadata().Version())
+		}
+		x, err := w.keyIndex(ctx, name, tbl, ids)
+		if err != nil {
+			return nil, err
+		}
+		if fsys, err = tbl.FS(ctx); err != nil {
+			return nil, err
+		}
+		st.idx = x
 	}
 	for _, e := range p.byEpoch() {
 		data, err := dataFiles(e.data, spec, sc)
 		if err != nil {
-			return err
+			return st, err
 		}
-		deletes, err := dataFiles(e.deletes, spec, sc)
-		if err != nil {
-			return err
+		_, byPos := e.locates()
+		var deletes []ice.DataFile
+		if !byPos {
+			if deletes, err = dataFiles(e.deletes, spec, sc); err != nil {
+				return st, err
+			}
 		}
-		if err := tx.NewRowDelta(w.snapshotProps(e.minEpoch, gen)).AddRows(data...).AddDeletes(deletes...).Commit(ctx); err != nil {
-			return err
+		if st.idx != nil {
+			dels, err := locate(ctx, fsys, st.idx, e, data, !byPos)
+			if err != nil {
+				return st, err
+			}
+			if byPos {
+				pos, err := w.writePositionDeletes(ctx, tbl, st.idx, dels)
+				st.files = append(st.files, pos...)
+				if err != nil {
+					return st, err
+				}
+				deletes = pos
+			}
+		}
+		rd := tx.NewRowDelta(w.snapshotProps(e.minEpoch, gen)).AddRows(data...).AddDeletes(deletes...)
+		if err := rd.Commit(ctx); err != nil {
+			return st, err
 		}
 	}
-	return nil
+	return st, nil
 }
 
 // currentDataFiles lists the data files of tbl's current snapshot.
@@ -540,7 +656,7 @@ func firstMissing(ctx context.Context, tbl *table.Table, p pending) (string, err
 
 // takeBack rolls table name back to the snapshot before the ones that
 // applied epoch (a commit adds one snapshot, or one per epoch with
-// equality deletes, all marked with its epoch), and its epoch marker to
+// deletes, all marked with its epoch), and its epoch marker to
 // the epoch of the newest snapshot of the pipeline before them, fenced
 // like a commit. A table whose first snapshots applied epoch is emptied
 // instead. Nothing happens when the table's marker is below epoch.

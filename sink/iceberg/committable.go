@@ -27,7 +27,7 @@ type tableFiles struct {
 	Table   string     `json:"table"`
 	Rows    int64      `json:"rows"`
 	Data    []fileDesc `json:"data,omitempty"`
-	Deletes []fileDesc `json:"deletes,omitempty"` // equality deletes
+	Deletes []fileDesc `json:"deletes,omitempty"` // equality deletes, or Locate keys
 }
 
 // fileDesc describes a data or equality-delete file (an iceberg.DataFile).
@@ -48,15 +48,24 @@ type fileDesc struct {
 	Upper        map[int][]byte `json:"upper,omitempty"`
 	SplitOffsets []int64        `json:"split_offsets,omitempty"`
 	EqualityIDs  []int          `json:"equality_ids,omitempty"`
-	SortOrderID  *int           `json:"sort_order_id,omitempty"`
+	// Locate holds the field IDs of a Merge table's key when the epoch
+	// removes its keys' older rows by position: Commit reads the keys of
+	// the file (a data file, or a file of keys deleted for good that is
+	// listed among the deletes but never added) and writes position
+	// deletes for the rows earlier epochs wrote for them (format 3).
+	Locate      []int `json:"locate,omitempty"`
+	SortOrderID *int  `json:"sort_order_id,omitempty"`
 	// Partition holds the partition values by partition field ID, as
 	// JSON; their Go types come back from the spec's result types.
 	Partition map[int]json.RawMessage `json:"partition,omitempty"`
 }
 
-// committableFormat 2 added carried files (fileDesc.Epoch); format 1
-// committables still decode.
-const committableFormat = 2
+// committableFormat 2 added carried files (fileDesc.Epoch), 3 position
+// deletes found at Commit (fileDesc.Locate); formats 1 and 2 still
+// decode. A version that knows only 2 refuses format 3 instead of
+// adding a Locate keys file as equality deletes and leaving older rows
+// of updated keys visible.
+const committableFormat = 3
 
 func describe(df ice.DataFile) (fileDesc, error) {
 	var part map[int]json.RawMessage
@@ -128,7 +137,7 @@ func decodeCommittable(c sink.Committable) (*committable, error) {
 	if err := json.Unmarshal(c, &out); err != nil {
 		return nil, fmt.Errorf("iceberg: decode committable: %w", err)
 	}
-	if out.Format != committableFormat && out.Format != 1 {
+	if out.Format < 1 || out.Format > committableFormat {
 		return nil, fmt.Errorf("iceberg: committable format %d, want %d: written by another version?", out.Format, committableFormat)
 	}
 	return &out, nil

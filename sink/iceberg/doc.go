@@ -86,21 +86,49 @@
 // named there), asks the runner whether the attempt's generation still
 // holds the checkpoint log's HEAD, and only then deletes them. Nothing
 // else is touched: compaction's and other writers' files, metadata of
-// commits that lost a race, and a Merge table's equality-delete files
-// (iceberg-go names those itself) are Maintain's (OrphansOlderThan).
+// commits that lost a race, and a Merge table's equality-delete files and
+// files of hard-deleted keys (iceberg-go names those itself) are
+// Maintain's (OrphansOlderThan). Position-delete files of a commit that
+// never happened carry the pipeline's write UUID and are Collect's.
 //
 // # Merge
 //
 // A stream the pipeline merges (etl.Builder.Mode with delivery.Merge) is
-// upserted by its primary key: PreCommit keeps,
-// of each key's rows in the epoch, the one with the highest _openetl_seq,
-// writes those as data files and writes an equality-delete file with
-// every key of the epoch; Commit adds both in one row-delta snapshot. The
-// deletes remove older rows of the keys (lower data sequence numbers) and
-// not the new ones. With soft deletes (the default) a deleted key keeps a
-// row with _openetl_deleted = true (the live view is "WHERE NOT
+// upserted by its primary key: PreCommit keeps, of each key's rows in the
+// epoch, the one with the highest _openetl_seq, and writes those as data
+// files. With soft deletes (the default) a deleted key keeps a row with
+// _openetl_deleted = true (the live view is "WHERE NOT
 // _openetl_deleted"); with hard deletes (etl.Builder.Deletes) it has no
-// row. A
+// row. How the epoch removes the keys' older rows is Config.MergeDeletes
+// (per table: TableConfig.MergeDeletes):
+//
+//   - PositionDeletes (the default): Iceberg v2 position deletes, which
+//     pyiceberg's scan and DuckDB's iceberg_scan read (both tested), and
+//     every reader of v2 tables should (Spark, Trino: not tested here). PreCommit writes no delete file, only, with hard
+//     deletes, a small file of the keys deleted for good; both are named in
+//     the committable. Commit, on lane 0, reads the keys back from the
+//     epoch's files, looks their older rows up in a key index it keeps in
+//     memory (key → data file and row of the live row, updated by each
+//     commit; a single integer key is held by value, about 40 bytes a key,
+//     others by their encoding, about 80), writes a position-delete file
+//     with those rows (its name carries the pipeline's write UUID, like
+//     the data files) and adds it with the epoch's data files in one
+//     row-delta snapshot. The index describes one snapshot of the table:
+//     when the table is at another (the process is new, compaction
+//     rewrote files, another writer or attempt committed, Recover took an
+//     epoch back), Commit first rebuilds it from the live data files' key
+//     columns and their position deletes, and the commit requires the
+//     table still to be at the snapshot the rows were found in (a commit
+//     that lost that race finds them again on the new head). The files of
+//     keys deleted for good are removed once their epoch is in the table.
+//   - EqualityDeletes: an Iceberg v2 equality-delete file with every key
+//     of the epoch, written at PreCommit; the deletes remove older rows of
+//     the keys (lower data sequence numbers) and not the new ones. Nothing
+//     is looked up, but pyiceberg 0.12 can't scan such a table, Snowflake
+//     refuses it, and DuckDB 1.5 reads it slowly (see BENCHMARKS.md).
+//
+// The mode is recorded per file in the committable, so a table whose mode
+// changes while epochs wait is committed as each epoch was written. A
 // replayed epoch of a superset source is not compared with the table's
 // current _openetl_seq: an older version can replace a newer one if a
 // source replays it after the newer one was committed.
@@ -108,7 +136,10 @@
 // # Reading
 //
 // Any Iceberg reader over the same catalog: pyiceberg's SqlCatalog on the
-// SQLite file (with the same catalog name), Spark, Trino or DuckDB.
+// SQLite file (with the same catalog name), DuckDB's iceberg_scan on the
+// table's current metadata file, Spark or Trino. The tests read every
+// mode back with pyiceberg 0.12 and the position-delete merge tables with
+// DuckDB 1.5.5 too.
 //
 // # Grouping epochs into commits
 //
@@ -128,7 +159,8 @@
 // in the HEAD record (Recoverable) and lane 0 carries them on. A Merge
 // group gets one row-delta snapshot per epoch, in epoch order, in one
 // catalog commit: an epoch's equality deletes must have a higher data
-// sequence number than the rows of earlier epochs they replace.
+// sequence number than the rows of earlier epochs they replace, and its
+// position deletes may name rows an earlier epoch of the group added.
 //
 // Grouping saves snapshots, manifests and metadata files; it does not
 // merge data files, which are written per epoch, table and lane before
@@ -165,7 +197,15 @@
 //     then (about 0.7 KB per file of an 8-column table, more with more
 //     columns: their statistics travel along).
 //   - A Merge table's rows of an epoch are held in memory until
-//     PreCommit.
+//     PreCommit; with position deletes, lane 0 also holds the key index
+//     of each Merge table it commits (about 40 bytes a key for one
+//     integer key column, 80 for others), and rebuilds it, reading every
+//     live data file's key columns, after another writer moved the table
+//     (compaction included) and in every new process (about 0.3 s per
+//     million keys here, see BENCHMARKS.md).
+//   - Position deletes are written for format v2 tables: a v3 table (not
+//     one this destination creates) would need deletion vectors, which
+//     it does not write yet; its Merge commits fail.
 //   - A schema change Iceberg can't make (e.g. long → string, or long →
 //     double, which the engine does when a JSON field turns fractional)
 //     is reported by Destination.CheckSchema (sink.SchemaChecker), which
@@ -189,14 +229,16 @@
 //     writer closes, best effort; the next attempt applies what is left.
 //   - A Commit of an epoch that has no files does not check the fence (it
 //     changes no data; the checkpoint log fences the zombie).
-//   - A Merge table's equality-delete files of epochs never recorded are
-//     not collected by the next attempt (their names don't carry the
-//     pipeline); Maintain with OrphansOlderThan removes them.
+//   - A Merge table's equality-delete files and files of hard-deleted
+//     keys of epochs never recorded are not collected by the next attempt
+//     (their names don't carry the pipeline); Maintain with
+//     OrphansOlderThan removes them.
 //   - Collect's scan reads the manifests of every snapshot of each of
 //     the pipeline's tables, once per attempt: on a local warehouse
 //     about 2 ms per snapshot (24 ms at 10 snapshots, 420 ms at 200, one
 //     table). Expire old snapshots (Maintain with ExpireOlderThan) to
 //     keep it short, above all on object storage.
-//   - pyiceberg 0.12 can't scan tables with equality deletes (Merge
-//     tables); iceberg-go, Spark, Trino and Flink can.
+//   - pyiceberg 0.12 can't scan a Merge table written with
+//     EqualityDeletes (iceberg-go, Spark, Trino and Flink can; DuckDB 1.5
+//     can, slowly); the default PositionDeletes has no such limit.
 package iceberg

@@ -71,6 +71,11 @@ type fenceRequirement struct {
 	// Unmarked requires the table to have no fence of the pipeline yet
 	// (marking a table must never lower a fence).
 	Unmarked bool `json:"unmarked,omitempty"`
+	// Pin, when set, requires the table's current snapshot to be this
+	// one (-1: none), for a commit of position deletes found in it;
+	// otherwise the commit fails with errMoved, which iceberg-go does
+	// not replay on the new head (it would delete the wrong rows).
+	Pin *int64 `json:"pin,omitempty"`
 }
 
 var _ table.Requirement = (*fenceRequirement)(nil)
@@ -94,6 +99,15 @@ func (r *fenceRequirement) Validate(meta table.Metadata) error {
 	}
 	if r.Epoch > 0 && m.epoch >= r.Epoch {
 		return fmt.Errorf("%w: table records epoch %d of generation %d", errApplied, m.epoch, m.gen)
+	}
+	if r.Pin != nil {
+		cur := int64(-1)
+		if s := meta.CurrentSnapshot(); s != nil {
+			cur = s.SnapshotID
+		}
+		if cur != *r.Pin {
+			return fmt.Errorf("%w: snapshot %d, not %d", errMoved, cur, *r.Pin)
+		}
 	}
 	return nil
 }
@@ -138,7 +152,7 @@ func (c *fencedCatalog) CommitTable(ctx context.Context, ident table.Identifier,
 		all = reqs
 	}
 	meta, loc, err := c.inner.CommitTable(ctx, ident, all, updates)
-	if err == nil || errors.Is(err, table.ErrCommitFailed) || errors.Is(err, sink.ErrFenced) || errors.Is(err, errApplied) || errors.Is(err, errMarked) {
+	if err == nil || errors.Is(err, table.ErrCommitFailed) || errors.Is(err, sink.ErrFenced) || errors.Is(err, errApplied) || errors.Is(err, errMarked) || errors.Is(err, errMoved) {
 		return meta, loc, err
 	}
 	// Did a requirement other than ours fail because another writer

@@ -30,10 +30,49 @@ type TableConfig struct {
 	// order, each a column and an Iceberg transform: "identity", "year",
 	// "month", "day", "hour", "bucket[N]" or "truncate[W]". A merged
 	// table may only be partitioned by its key columns (Build fails
-	// otherwise): an equality delete applies within its partition, so a
+	// otherwise): a delete file applies within its partition, so a
 	// row whose partition value changed would otherwise keep its old
 	// version. Default unpartitioned.
 	Partition []PartitionField
+
+	// MergeDeletes is how a merged table's updates and deletes remove
+	// the older rows of their keys; MergeDeletesDefault takes
+	// Config.MergeDeletes. It applies to the epochs written from then on
+	// (each committable records how its files are to be committed).
+	MergeDeletes MergeDeletes
+}
+
+// MergeDeletes says how a Merge table's epoch removes the rows of its
+// keys that earlier epochs wrote.
+type MergeDeletes int
+
+const (
+	// MergeDeletesDefault is PositionDeletes in Config, and
+	// Config.MergeDeletes in TableConfig.
+	MergeDeletesDefault MergeDeletes = iota
+	// PositionDeletes (the default) writes Iceberg v2 position-delete
+	// files: Commit finds the rows of the epoch's keys in the table's
+	// data files (an index of key → file and row the commit side keeps,
+	// rebuilt from the data files when another writer moved the table)
+	// and deletes them by file and position. pyiceberg's scan and DuckDB
+	// read them (tested); see the package doc.
+	PositionDeletes
+	// EqualityDeletes writes an Iceberg v2 equality-delete file with the
+	// epoch's keys, and finds nothing: the cheapest to write, but
+	// pyiceberg 0.12 can't scan the table and Snowflake refuses it.
+	EqualityDeletes
+)
+
+func (m MergeDeletes) String() string {
+	switch m {
+	case MergeDeletesDefault:
+		return "default"
+	case PositionDeletes:
+		return "position"
+	case EqualityDeletes:
+		return "equality"
+	}
+	return fmt.Sprintf("MergeDeletes(%d)", int(m))
 }
 
 // PartitionField is one field of a partition spec: Transform applied to
@@ -81,6 +120,11 @@ type Config struct {
 	// See Grouping.
 	Grouping *Grouping
 
+	// MergeDeletes is how merged tables' updates and deletes remove
+	// older rows, for tables whose TableConfig does not say. Default
+	// PositionDeletes.
+	MergeDeletes MergeDeletes
+
 	// MaxCommitTries bounds how often Commit reloads a table and redoes
 	// its transaction after losing a race (another writer committed
 	// first: maintenance, or another attempt about to be fenced).
@@ -102,6 +146,7 @@ type Destination struct {
 	targetBytes int64
 	maxTries    int
 	group       Grouping
+	deletes     MergeDeletes
 	log         *slog.Logger
 
 	// applied holds, by pipeline and table, the last epoch a Commit in
@@ -141,6 +186,12 @@ func New(cfg Config) (*Destination, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.MergeDeletes < MergeDeletesDefault || cfg.MergeDeletes > EqualityDeletes {
+		return nil, fmt.Errorf("iceberg: Config.MergeDeletes is %v", cfg.MergeDeletes)
+	}
+	if cfg.MergeDeletes == MergeDeletesDefault {
+		cfg.MergeDeletes = PositionDeletes
+	}
 	group := DefaultGrouping
 	if cfg.Grouping != nil {
 		group = *cfg.Grouping
@@ -158,6 +209,9 @@ func New(cfg Config) (*Destination, error) {
 				return nil, fmt.Errorf("iceberg: Config.Tables[%q].Partition: column %q: %w", name, pf.Column, err)
 			}
 		}
+		if tc.MergeDeletes < MergeDeletesDefault || tc.MergeDeletes > EqualityDeletes {
+			return nil, fmt.Errorf("iceberg: Config.Tables[%q].MergeDeletes is %v", name, tc.MergeDeletes)
+		}
 		tc.Partition = slices.Clone(tc.Partition)
 		tables[name] = tc
 	}
@@ -174,6 +228,7 @@ func New(cfg Config) (*Destination, error) {
 		targetBytes: cfg.TargetFileBytes,
 		maxTries:    cfg.MaxCommitTries,
 		group:       group,
+		deletes:     cfg.MergeDeletes,
 		log:         cfg.Logger,
 		applied:     make(map[string]uint64),
 	}, nil
@@ -187,7 +242,7 @@ var (
 
 // CheckStream fails for a merged stream without a key, and for one
 // whose table Config.Tables partitions by a column that is not part of
-// the stream's key (an equality delete applies within its partition).
+// the stream's key (a delete file applies within its partition).
 // Every mode and delete handling is supported (Capabilities).
 func (d *Destination) CheckStream(spec sink.StreamSpec) error {
 	if spec.Mode != sink.Merge {
@@ -249,7 +304,16 @@ func (d *Destination) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.W
 		pending:   make(map[string]*pendingTable),
 		carry:     make(map[string]*carried),
 		waitSince: make(map[string]time.Time),
+		indexes:   make(map[string]*keyIndex),
 	}, nil
+}
+
+// mergeDeletes is how merged table name's epochs remove older rows.
+func (d *Destination) mergeDeletes(name string) MergeDeletes {
+	if m := d.tables[name].MergeDeletes; m != MergeDeletesDefault {
+		return m
+	}
+	return d.deletes
 }
 
 // ident returns the identifier of table name.

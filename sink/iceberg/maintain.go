@@ -30,7 +30,7 @@ type MaintainOptions struct {
 	// down, whichever is longest, or files of a recoverable epoch are
 	// lost. 0 skips it.
 	OrphansOlderThan time.Duration
-	// Compact rewrites small data files (and the equality deletes that
+	// Compact rewrites small data files (and the deletes that
 	// apply to them) into files of about TargetFileBytes (default the
 	// Destination's Config.TargetFileBytes) with iceberg-go's compaction.
 	Compact         bool

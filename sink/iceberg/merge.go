@@ -32,8 +32,10 @@ type winner struct {
 // version of each key (highest _openetl_seq; on a tie the one written
 // last) and returns them, with _openetl_deleted added (soft deletes) or
 // the deleted keys left out (hard deletes), plus the key columns of every
-// key the epoch touched, for the equality deletes. It releases recs.
-func mergeRows(ctx context.Context, recs []arrow.RecordBatch, spec sink.StreamSpec) (data, keys []arrow.RecordBatch, err error) {
+// key the epoch touched, for the equality deletes (allKeys), or of the
+// keys left out, which have no row in data (position deletes find the
+// others' older rows from data's keys). It releases recs.
+func mergeRows(ctx context.Context, recs []arrow.RecordBatch, spec sink.StreamSpec, allKeys bool) (data, keys []arrow.RecordBatch, err error) {
 	defer func() {
 		for _, r := range recs {
 			r.Release()
@@ -45,7 +47,20 @@ func mergeRows(ctx context.Context, recs []arrow.RecordBatch, spec sink.StreamSp
 			data, keys = nil, nil
 		}
 	}()
-	wins := make(map[string]winner)
+	var total int
+	for _, r := range recs {
+		total += int(r.NumRows())
+	}
+	// A key of one integer column (the usual id) is looked up by value;
+	// any other, and a null, by its appendKey encoding.
+	var wins map[string]winner
+	var winsInt map[int64]winner
+	if len(spec.Key) == 1 {
+		winsInt = make(map[int64]winner, total)
+		wins = make(map[string]winner)
+	} else {
+		wins = make(map[string]winner, total)
+	}
 	var buf []byte
 	for ri, r := range recs {
 		kcols, err := keyColumns(r, spec.Key)
@@ -56,7 +71,24 @@ func mergeRows(ctx context.Context, recs []arrow.RecordBatch, spec sink.StreamSp
 		if !ok {
 			return nil, nil, fmt.Errorf("iceberg: merge needs an int64 %s column", colSeq)
 		}
+		var intVal func(int) int64
+		if winsInt != nil {
+			switch a := kcols[0].(type) {
+			case *array.Int64:
+				intVal = a.Value
+			case *array.Int32:
+				intVal = func(i int) int64 { return int64(a.Value(i)) }
+			}
+		}
 		for i := 0; i < int(r.NumRows()); i++ {
+			if intVal != nil && kcols[0].IsValid(i) {
+				k, s := intVal(i), seqs.Value(i)
+				if w, ok := winsInt[k]; ok && w.seq > s {
+					continue
+				}
+				winsInt[k] = winner{rec: ri, row: i, seq: s}
+				continue
+			}
 			buf = buf[:0]
 			for _, c := range kcols {
 				if buf, err = appendKey(buf, c, i); err != nil {
@@ -79,6 +111,9 @@ func mergeRows(ctx context.Context, recs []arrow.RecordBatch, spec sink.StreamSp
 	for _, w := range wins {
 		keep[w.rec][w.row] = true
 	}
+	for _, w := range winsInt {
+		keep[w.rec][w.row] = true
+	}
 	for i, r := range recs {
 		if r.NumRows() == 0 {
 			masks[i].Release()
@@ -92,13 +127,30 @@ func mergeRows(ctx context.Context, recs []arrow.RecordBatch, spec sink.StreamSp
 		if err != nil {
 			return nil, nil, fmt.Errorf("iceberg: merge: filter: %w", err)
 		}
-		k, err := project(latest, spec.Key)
-		if err != nil {
-			latest.Release()
-			return nil, nil, err
+		hard := spec.Deletes == sink.HardDeletes
+		if allKeys || hard {
+			src := latest
+			if !allKeys {
+				if src, err = onlyDeletes(ctx, latest); err != nil {
+					latest.Release()
+					return nil, nil, err
+				}
+			}
+			k, err := project(src, spec.Key)
+			if src != latest {
+				src.Release()
+			}
+			if err != nil {
+				latest.Release()
+				return nil, nil, err
+			}
+			if k.NumRows() > 0 {
+				keys = append(keys, k)
+			} else {
+				k.Release()
+			}
 		}
-		keys = append(keys, k)
-		d, err := withDeleted(ctx, latest, spec.Deletes == sink.HardDeletes)
+		d, err := withDeleted(ctx, latest, hard)
 		latest.Release()
 		if err != nil {
 			return nil, nil, err
@@ -188,6 +240,23 @@ func project(r arrow.RecordBatch, cols []string) (arrow.RecordBatch, error) {
 	return array.NewRecordBatch(arrow.NewSchema(fields, nil), arrs, r.NumRows()), nil
 }
 
+// onlyDeletes returns r's rows whose _openetl_op is "delete".
+func onlyDeletes(ctx context.Context, r arrow.RecordBatch) (arrow.RecordBatch, error) {
+	ops, ok := column(r, colOp).(*array.String)
+	if !ok {
+		return nil, fmt.Errorf("iceberg: merge needs a utf8 %s column", colOp)
+	}
+	b := array.NewBooleanBuilder(memory.DefaultAllocator)
+	defer b.Release()
+	b.Reserve(ops.Len())
+	for i := 0; i < ops.Len(); i++ {
+		b.UnsafeAppend(ops.IsValid(i) && ops.Value(i) == sink.OpDelete)
+	}
+	flags := b.NewBooleanArray()
+	defer flags.Release()
+	return compute.FilterRecordBatch(ctx, r, flags, compute.DefaultFilterOptions())
+}
+
 // withDeleted returns r with the column _openetl_deleted (true where
 // _openetl_op is "delete") appended, or, for hard deletes, r without its
 // deleted rows.
@@ -227,8 +296,15 @@ func withDeleted(ctx context.Context, r arrow.RecordBatch, hard bool) (arrow.Rec
 // touched. Committed in one row-delta snapshot, the deletes remove the
 // keys' older rows (data sequence numbers below the snapshot's) and not
 // the new ones (same sequence number).
+//
+// With position deletes (the default) the epoch writes no delete file:
+// its data files, and a file with the keys it deleted for good (hard
+// deletes; written like an equality-delete file but never added to the
+// table), are marked Locate, and Commit finds and deletes the keys'
+// older rows by position (posdelete.go).
 func (w *writer) writeMerge(ctx context.Context, name string, spec sink.StreamSpec, tf tableFiles, recs []arrow.RecordBatch) (tableFiles, error) {
-	data, keys, err := mergeRows(ctx, recs, spec)
+	locate := w.d.mergeDeletes(name) == PositionDeletes
+	data, keys, err := mergeRows(ctx, recs, spec, !locate)
 	if err != nil {
 		return tf, err
 	}
@@ -251,6 +327,9 @@ func (w *writer) writeMerge(ctx context.Context, name string, spec sink.StreamSp
 		schemas = append(schemas, d.Schema())
 	}
 	if len(data) == 0 {
+		if len(keys) == 0 {
+			return tf, nil
+		}
 		// Only hard deletes: the table must exist to hold the deletes.
 		schemas = append(schemas, keys[0].Schema())
 	}
@@ -284,6 +363,14 @@ func (w *writer) writeMerge(ctx context.Context, name string, spec sink.StreamSp
 		}
 		ids[i] = f.ID
 	}
+	if locate {
+		for i := range tf.Data {
+			tf.Data[i].Locate = ids
+		}
+		if len(keys) == 0 {
+			return tf, nil
+		}
+	}
 	seq := func(yield func(arrow.RecordBatch, error) bool) {
 		for _, k := range keys { // retained by iceberg-go as needed; released here
 			if !yield(k, nil) {
@@ -297,6 +384,9 @@ func (w *writer) writeMerge(ctx context.Context, name string, spec sink.StreamSp
 		if derr != nil {
 			err = derr
 			break
+		}
+		if locate {
+			fd.Locate = ids
 		}
 		tf.Deletes = append(tf.Deletes, fd)
 	}

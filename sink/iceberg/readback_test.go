@@ -2,6 +2,7 @@ package iceberg_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -128,25 +129,30 @@ func genOps(rng *rand.Rand, live map[int64]bool, seq *int64, n, keys int, wide b
 func TestReadBackWithPyiceberg(t *testing.T) {
 	never := &iceberg.Grouping{Bytes: 1 << 50, Interval: 1000 * time.Hour}
 	for _, tc := range []struct {
-		name  string
-		group *iceberg.Grouping
-		crash bool
+		name    string
+		group   *iceberg.Grouping
+		crash   bool
+		deletes iceberg.MergeDeletes
 	}{
-		{"every-epoch", &iceberg.Grouping{}, false},
-		{"grouped", never, false},
-		{"grouped-crash", never, true},
+		{"every-epoch", &iceberg.Grouping{}, false, iceberg.MergeDeletesDefault},
+		{"grouped", never, false, iceberg.MergeDeletesDefault},
+		{"grouped-crash", never, true, iceberg.MergeDeletesDefault},
+		{"grouped-crash-equality", never, true, iceberg.EqualityDeletes},
 	} {
-		t.Run(tc.name, func(t *testing.T) { readBack(t, tc.group, tc.crash) })
+		t.Run(tc.name, func(t *testing.T) { readBack(t, tc.group, tc.crash, tc.deletes) })
 	}
 }
 
-func readBack(t *testing.T, group *iceberg.Grouping, crash bool) {
+// readBack writes the tables and reads them with pyiceberg; the default
+// position deletes with DuckDB too (which reads equality deletes of this
+// kind with its own rules, not tested here).
+func readBack(t *testing.T, group *iceberg.Grouping, crash bool, deletes iceberg.MergeDeletes) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
 	hard := merged("orders_hard", "id")
 	hard.Deletes = sink.HardDeletes
 	specs := []sink.StreamSpec{merged("orders_soft", "id"), hard, appended("events")}
-	d := newDest(t, wh.cat, iceberg.Config{Grouping: group})
+	d := newDest(t, wh.cat, iceberg.Config{Grouping: group, MergeDeletes: deletes})
 	const lanes = 2
 	ws := make([]sink.Writer, lanes)
 	for i := range ws {
@@ -208,7 +214,7 @@ func readBack(t *testing.T, group *iceberg.Grouping, crash bool) {
 	}
 	gen := 1
 	if crash {
-		d2 := newDest(t, wh.cat, iceberg.Config{Grouping: group})
+		d2 := newDest(t, wh.cat, iceberg.Config{Grouping: group, MergeDeletes: deletes})
 		w, err := d2.Writer(ctx, writerConfig("readback", 0, specs...))
 		if err != nil {
 			t.Fatal(err)
@@ -241,13 +247,22 @@ func readBack(t *testing.T, group *iceberg.Grouping, crash bool) {
 		}
 	}
 
-	got := testutil.ReadIcebergTables(t, "openetl", wh.dbPath, "file://"+filepath.Join(wh.dir, "warehouse"), iceberg.DefaultNamespace)
+	read, wantReader := testutil.ReadIcebergTablesWithDuckDB, "pyiceberg-scan"
+	if deletes == iceberg.EqualityDeletes {
+		read, wantReader = testutil.ReadIcebergTables, "pyiceberg-metadata+spec-equality-deletes"
+	}
+	got := read(t, "openetl", wh.dbPath, "file://"+filepath.Join(wh.dir, "warehouse"), iceberg.DefaultNamespace)
 	checkAppend(t, got["events"], all)
 	checkMerge(t, "orders_soft", got["orders_soft"], all, false)
 	checkMerge(t, "orders_hard", got["orders_hard"], all, true)
 	for _, name := range []string{"orders_soft", "orders_hard"} {
-		if tb := got[name]; tb.DeleteFiles == 0 || tb.Reader != "pyiceberg-metadata+spec-equality-deletes" {
-			t.Errorf("%s: %d delete files, read by %s: want equality deletes", name, tb.DeleteFiles, tb.Reader)
+		if tb := got[name]; tb.DeleteFiles == 0 || tb.Reader != wantReader {
+			t.Errorf("%s: %d delete files, read by %s: want %s", name, tb.DeleteFiles, tb.Reader, wantReader)
+		}
+	}
+	if deletes != iceberg.EqualityDeletes {
+		for _, name := range []string{"orders_soft", "orders_hard", "events"} {
+			sameRows(t, name+" (DuckDB)", got[name].DuckDB, got[name].Data)
 		}
 	}
 	for name, tb := range got {
@@ -373,5 +388,40 @@ func checkMerge(t *testing.T, name string, tb *testutil.IcebergTable, all []op, 
 	}
 	if tb.Rows != int64(len(want)) {
 		t.Errorf("%s: %d rows, want %d", name, tb.Rows, len(want))
+	}
+}
+
+// sameRows fails unless got and want hold the same rows, as multisets.
+func sameRows(t *testing.T, what string, got, want []map[string]any) {
+	t.Helper()
+	count := func(rows []map[string]any) map[string]int {
+		m := map[string]int{}
+		for _, r := range rows {
+			b, err := json.Marshal(r) // keys sorted
+			if err != nil {
+				t.Fatal(err)
+			}
+			m[string(b)]++
+		}
+		return m
+	}
+	g, w := count(got), count(want)
+	bad := 0
+	for r, n := range w {
+		if g[r] != n {
+			if bad++; bad <= 3 {
+				t.Errorf("%s: row %s: %d times, want %d", what, r, g[r], n)
+			}
+		}
+	}
+	for r, n := range g {
+		if _, ok := w[r]; !ok {
+			if bad++; bad <= 3 {
+				t.Errorf("%s: row %s: %d times, want none", what, r, n)
+			}
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%s: %d rows, want %d", what, len(got), len(want))
 	}
 }

@@ -48,6 +48,7 @@ type writer struct {
 	inherit   map[string]pending
 
 	waitSince map[string]time.Time // table → when Commit first left files waiting
+	indexes   map[string]*keyIndex // table → its keys' rows, for position deletes
 	last      *lastCommit          // the last Commit's files, for Close
 }
 
