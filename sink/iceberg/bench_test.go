@@ -37,6 +37,12 @@ func benchRows() int {
 // orders: 10 columns (4 int64, 2 float64, 3 strings, a timestamp, some
 // nulls) and the metadata columns, in batches of 8192. Keys are unique.
 func benchBatches(rows int) []arrow.RecordBatch {
+	return benchBatchesOf(rows, func(i int) int64 { return int64(i) }, "insert", 1)
+}
+
+// benchBatchesOf makes rows rows like benchBatches, the i-th with key
+// id(i), operation op and _openetl_seq seq0+i.
+func benchBatchesOf(rows int, key func(int) int64, op string, seq0 int64) []arrow.RecordBatch {
 	sc := arrow.NewSchema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "customer_id", Type: arrow.PrimitiveTypes.Int64},
@@ -61,7 +67,7 @@ func benchBatches(rows int) []arrow.RecordBatch {
 	const per = 8192
 	for id := 0; id < rows; {
 		for i := 0; i < per && id < rows; i, id = i+1, id+1 {
-			bld.Field(0).(*array.Int64Builder).Append(int64(id))
+			bld.Field(0).(*array.Int64Builder).Append(key(id))
 			bld.Field(1).(*array.Int64Builder).Append(rng.Int64N(100_000))
 			if id%10 == 0 {
 				bld.Field(2).AppendNull()
@@ -83,9 +89,9 @@ func benchBatches(rows int) []arrow.RecordBatch {
 				bld.Field(8).AppendNull()
 			}
 			bld.Field(9).(*array.TimestampBuilder).Append(arrow.Timestamp(1_740_000_000_000_000 + int64(id)*1_000_000))
-			bld.Field(10).(*array.StringBuilder).Append(fmt.Sprintf("%032x", id))
-			bld.Field(11).(*array.StringBuilder).Append("insert")
-			bld.Field(12).(*array.Int64Builder).Append(int64(id) + 1)
+			bld.Field(10).(*array.StringBuilder).Append(fmt.Sprintf("%032x", seq0+int64(id)))
+			bld.Field(11).(*array.StringBuilder).Append(op)
+			bld.Field(12).(*array.Int64Builder).Append(seq0 + int64(id))
 			bld.Field(13).(*array.TimestampBuilder).Append(arrow.Timestamp(1_750_000_000_000_000))
 		}
 		recs = append(recs, bld.NewRecordBatch())
