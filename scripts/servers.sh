@@ -629,11 +629,29 @@ cmd_stop() {
   [ -n "$DIR" ] || die "stop: no directory: set OPENETL_SERVERS_DIR or pass it"
   [ -d "$DIR" ] || return 0
   [ -f "$DIR/env" ] || ls "$DIR"/*.pid >/dev/null 2>&1 || die "stop: $DIR is not a servers directory"
-  local f
+  # TERM every server first, then wait for them together (5 s in all,
+  # then KILL): one at a time, the slow ones (Kafka, ClickHouse, the JVMs)
+  # added up to half a minute of every make test.
+  local f pid pids=() i
   for f in "$DIR"/*.pid; do
     [ -e "$f" ] || continue
-    stop_one "$(basename "$f" .pid)"
+    pid=$(cat "$f" 2>/dev/null) || continue
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || continue
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    pids+=("$pid")
   done
+  for ((i = 0; i < 50; i++)); do
+    local left=0
+    for pid in "${pids[@]}"; do
+      if kill -0 "$pid" 2>/dev/null; then left=1; break; fi
+    done
+    ((left)) || break
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do
+    kill -KILL -- "-$pid" 2>/dev/null || true
+  done
+  rm -f "$DIR"/*.pid
   rm -rf "$DIR"
   log "stopped"
 }
