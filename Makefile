@@ -6,6 +6,9 @@ CACHE ?= $(HOME)/.cache/openetl
 export OPENETL_CACHE := $(CACHE)
 export CARGO_TARGET_DIR ?= $(CACHE)/cargo-target
 GO ?= go
+# Builds independent of the clone's path, so a fresh clone of a warm
+# machine finds the module's own packages in the build cache too.
+export GOFLAGS ?= -trimpath
 RUST_DIR := engine/rust
 
 .PHONY: all engine engine-check tools lint test test-rust test-go fresh-clone sim bench bench-compare quickstart clean-data
@@ -35,8 +38,17 @@ lint:
 	cd $(RUST_DIR) && cargo fmt --check
 	cd $(RUST_DIR) && cargo clippy --release --all-targets -- -D warnings
 
+# The tests at release speed without the release profile's fat LTO and
+# single codegen unit, which made each of the five test binaries link for
+# about 15 s (72 s in all against 21 s). A profile of its own (given here,
+# not in Cargo.toml, whose hash stamps the library) keeps the library's
+# release build untouched in the shared target directory.
+CARGO_TEST_PROFILE := --config 'profile.ci-test.inherits="release"' \
+	--config 'profile.ci-test.lto=false' --config 'profile.ci-test.codegen-units=16' \
+	--profile ci-test
+
 test-rust:
-	cd $(RUST_DIR) && cargo test --release
+	cd $(RUST_DIR) && cargo test $(CARGO_TEST_PROFILE)
 
 # The race pass leaves out the tests that SIGKILL pipeline processes: they
 # ran in the plain pass just before, and under -race each takes minutes
