@@ -7,7 +7,8 @@ produce FORMAT BROKERS REGISTRY TOPIC PHASE
     FORMAT "pb": Protobuf messages written with confluent-kafka's
     ProtobufSerializer (message classes built at run time from a
     FileDescriptorProto), which registers the file in the registry
-    (subject TOPIC-value) and frames each value with the message index.
+    (subject TOPIC-value) and frames each value with the message index;
+    keys are the same file's second message type (subject TOPIC-key).
     FORMAT "js": JSON values written with its JSONSerializer (subject
     TOPIC-value, keys framed too, subject TOPIC-key). PHASE "v1" is every
     type the source maps; "v2" is schema version 2, a field added.
@@ -204,14 +205,17 @@ def pb_produce(brokers, registry, topic, phase):
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
-    cls, _ = pb_classes(2 if phase == "v2" else 1)
+    cls, kcls = pb_classes(2 if phase == "v2" else 1)
     sr = SchemaRegistryClient({"url": registry})
     ser = ProtobufSerializer(cls, sr, {})
+    # The key is the file's second message type: message index [1].
+    kser = ProtobufSerializer(kcls, sr, {})
     p = Producer({"bootstrap.servers": brokers, "linger.ms": 0})
     vctx = SerializationContext(topic, MessageField.VALUE)
+    kctx = SerializationContext(topic, MessageField.KEY)
     rows = pb_rows(phase)
     for r in rows:
-        p.produce(topic, key=str(r["id"]).encode(), value=ser(pb_message(cls, r), vctx), partition=r["id"] % 2)
+        p.produce(topic, key=kser(kcls(id=r["id"]), kctx), value=ser(pb_message(cls, r), vctx), partition=r["id"] % 2)
     if p.flush(30) != 0:
         raise RuntimeError("messages not delivered")
     return "%d messages" % len(rows)
@@ -327,7 +331,9 @@ def check(fmt, tables, topic, phases, perturb):
                 bad.append("id %d %s: got %r, want %r" % (i, k, gv, v))
         if fmt == "pb":
             d = r["dur"]
-            gd = g.get("dur") if "dur" in g else held.get(str(i))
+            # Held cells name their record by its key: the framed key
+            # message as JSON.
+            gd = g.get("dur") if "dur" in g else held.get('{"id":%d}' % i)
             if hasattr(gd, "months"):
                 gd = (gd.months, gd.days, gd.nanoseconds)
             wd = None if d is None else (0, 0, (d.days * 86400 + d.seconds) * 10 ** 9 + d.microseconds * 1000)
