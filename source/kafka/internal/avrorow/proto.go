@@ -285,6 +285,7 @@ type pfield struct {
 	presence bool
 	group    bool
 	packable bool     // a scalar numeric kind: may come packed
+	direct   bool     // a singular scalar: Row writes its text at once
 	enum     []string // enum value names by number (dense), and
 	enumMap  map[int32]string
 	enum0    string // the name of the enum's value 0 (its default)
@@ -403,6 +404,7 @@ func (c *pcompiler) msg(md protoreflect.MessageDescriptor) *pmsg {
 			f.msg = c.msg(md)
 		}
 		f.col = pcol(&f, fd)
+		f.direct = !f.list && !f.isMap && !f.group && f.kind != protoreflect.MessageKind
 		if m.numMap != nil {
 			m.numMap[f.num] = len(m.fields)
 		} else {

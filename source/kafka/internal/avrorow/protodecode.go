@@ -1,6 +1,7 @@
 package avrorow
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"strconv"
@@ -38,56 +39,54 @@ func (w *wire) fail(what string) error {
 	return fmt.Errorf("%w: protobuf: %s at byte %d", ErrData, what, w.off+w.i)
 }
 
-// next reads the next field: its number, wire type and value (a group's
-// value is skipped: raw nil); ok is false at the end.
-func (w *wire) next() (num int32, p pval, ok bool, err error) {
+// next reads the next field into p: its wire type and value (a group's
+// value is skipped: raw nil), returning its number; ok is false at the
+// end.
+func (w *wire) next(p *pval) (num int32, ok bool, err error) {
 	if w.i >= len(w.b) {
-		return 0, p, false, nil
+		return 0, false, nil
 	}
 	tag, n := uvarint(w.b[w.i:])
 	if n == 0 || tag>>3 == 0 || tag>>3 > math.MaxInt32 {
-		return 0, p, false, w.fail("bad field tag")
+		return 0, false, w.fail("bad field tag")
 	}
 	w.i += n
-	num, p.wt = int32(tag>>3), uint8(tag&7)
+	num, p.wt, p.v, p.raw = int32(tag>>3), uint8(tag&7), 0, nil
 	switch p.wt {
 	case wtVarint:
 		v, n := uvarint(w.b[w.i:])
 		if n == 0 {
-			return 0, p, false, w.fail("truncated varint")
+			return 0, false, w.fail("truncated varint")
 		}
 		p.v, w.i = v, w.i+n
 	case wtI64:
 		if len(w.b)-w.i < 8 {
-			return 0, p, false, w.fail("truncated fixed64")
+			return 0, false, w.fail("truncated fixed64")
 		}
-		b := w.b[w.i:]
-		p.v = uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+		p.v = binary.LittleEndian.Uint64(w.b[w.i:])
 		w.i += 8
 	case wtI32:
 		if len(w.b)-w.i < 4 {
-			return 0, p, false, w.fail("truncated fixed32")
+			return 0, false, w.fail("truncated fixed32")
 		}
-		b := w.b[w.i:]
-		p.v = uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24
+		p.v = uint64(binary.LittleEndian.Uint32(w.b[w.i:]))
 		w.i += 4
 	case wtLen:
 		l, n := uvarint(w.b[w.i:])
 		if n == 0 || l > uint64(len(w.b)-w.i-n) {
-			return 0, p, false, w.fail("length past the end")
+			return 0, false, w.fail("length past the end")
 		}
 		w.i += n
 		p.raw = w.b[w.i : w.i+int(l) : w.i+int(l)]
 		w.i += int(l)
 	case wtSGroup:
 		if err := w.skipGroup(num, 0); err != nil {
-			return 0, p, false, err
+			return 0, false, err
 		}
 	default:
-		return 0, p, false, w.fail(fmt.Sprintf("wire type %d", p.wt))
+		return 0, false, w.fail(fmt.Sprintf("wire type %d", p.wt))
 	}
-	return num, p, true, nil
+	return num, true, nil
 }
 
 // skipGroup reads past a group's fields and its end tag.
@@ -117,7 +116,8 @@ func (w *wire) skipGroup(num int32, depth int) error {
 			}
 			continue
 		}
-		if _, _, _, err := w.next(); err != nil {
+		var p pval
+		if _, _, err := w.next(&p); err != nil {
 			return err
 		}
 	}
@@ -129,8 +129,9 @@ const wtNone = 0xff
 // nextOf returns the next value of field num with wire type wt, skipping
 // the others; ok is false at the end.
 func (w *wire) nextOf(num int32, wt uint8) (pval, bool, error) {
+	var p pval
 	for {
-		n, p, ok, err := w.next()
+		n, ok, err := w.next(&p)
 		if err != nil || !ok {
 			return p, false, err
 		}
@@ -144,8 +145,9 @@ func (w *wire) nextOf(num int32, wt uint8) (pval, bool, error) {
 // wt2) of message b, the fields of a well-known type or map entry.
 func pair(b []byte, wt1, wt2 uint8) (f1, f2 pval, has1, has2 bool, err error) {
 	w := wire{b: b}
+	var p pval
 	for {
-		n, p, ok, err := w.next()
+		n, ok, err := w.next(&p)
 		if err != nil || !ok {
 			return f1, f2, has1, has2, err
 		}
@@ -222,8 +224,9 @@ func (d *ProtoDecoder) Row(dst, payload []byte) ([]byte, error) {
 	clear(d.cnt)
 	clear(d.spans)
 	w := wire{b: payload}
+	var p pval
 	for {
-		num, p, ok, err := w.next()
+		num, ok, err := w.next(&p)
 		if err != nil {
 			return dst, err
 		}
@@ -240,12 +243,22 @@ func (d *ProtoDecoder) Row(dst, payload []byte) ([]byte, error) {
 		}
 		p.f = int32(fi)
 		d.cnt[fi]++
+		if f.direct {
+			// A scalar: its text now (a later value of the field
+			// overwrites the span: the last one wins).
+			mark := len(d.buf)
+			if d.buf, err = d.scalar(d.buf, f, p.v, p.raw, d.tgt[fi], false); err != nil {
+				return dst, err
+			}
+			d.spans[d.slot[fi]] = span{int32(mark), int32(len(d.buf)), true}
+			continue
+		}
 		d.last[fi] = int32(len(d.vals))
 		d.vals = append(d.vals, p)
 	}
 	for fi := range m.fields {
 		slot := d.slot[fi]
-		if slot < 0 {
+		if slot < 0 || m.fields[fi].direct && d.cnt[fi] > 0 {
 			continue
 		}
 		mark := len(d.buf)
@@ -641,8 +654,9 @@ func (d *ProtoDecoder) jsonMessage(dst []byte, m *pmsg, b []byte, depth int) ([]
 		var err error
 		first := true
 		w := wire{b: b}
+		var p pval
 		for {
-			num, p, ok, werr := w.next()
+			num, ok, werr := w.next(&p)
 			if werr != nil {
 				return dst, werr
 			}
@@ -754,10 +768,10 @@ func (d *ProtoDecoder) jsonValue(dst []byte, b []byte, depth int) ([]byte, error
 		return dst, fmt.Errorf("%w: protobuf: value nested too deep", ErrData)
 	}
 	var kind int32
-	var last pval
+	var last, p pval
 	w := wire{b: b}
 	for {
-		num, p, ok, err := w.next()
+		num, ok, err := w.next(&p)
 		if err != nil {
 			return dst, err
 		}
