@@ -1,8 +1,11 @@
 package avrorow
 
 import (
+	"errors"
 	"math"
 	"math/big"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -406,5 +409,81 @@ func TestNullableRecordRoot(t *testing.T) {
 	}
 	if got := strings.Join(row(t, d, encode(t, sch, nil)), "|"); got != "<null>|<null>" {
 		t.Fatal(got)
+	}
+}
+
+// TestRowDirect: a row written in place (fields in column order) is the
+// row the spans path writes, for values around the one-byte length
+// header's limit, nulls, skipped fields and columns the schema lacks.
+func TestRowDirect(t *testing.T) {
+	const schema = `{"type":"record","name":"R","fields":[{"name":"a","type":"string"},
+	 {"name":"_openetl_x","type":"long"},{"name":"b","type":["null","string"]},{"name":"c","type":{"type":"array","items":"string"}}]}`
+	s := mustParse(t, schema, false)
+	cols := Join([]Col{{Name: "z", t: ctype{b: tInt8}}}, s.Cols()) // a column before, which this schema lacks
+	cols = Join(cols, []Col{{Name: "y", t: ctype{b: tText}}})      // and one after
+	direct, err := NewDecoder(s, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans, _ := NewDecoder(s, cols)
+	spans.ordered = false
+	if !direct.ordered {
+		t.Fatal("a decoder of fields in column order is not ordered")
+	}
+	for _, n := range []int{0, 1, 124, 125, 126, 127, 200, 16383, 16384, 70000} {
+		v := strings.Repeat("é", n/2) + strings.Repeat("x", n%2)
+		for _, b := range []any{nil, v} {
+			payload := encode(t, schema, map[string]any{"a": v, "_openetl_x": int64(n), "b": b, "c": []any{v, "q"}})
+			want, err := spans.Row([]byte("prefix"), payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := direct.Row([]byte("prefix"), payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Fatalf("n %d, b %v: direct row differs", n, b != nil)
+			}
+			if e := entries(t, got[len("prefix"):]); len(e) != 5 || e[0] != "<null>" || e[1] != v || e[4] != "<null>" {
+				t.Fatalf("n %d: entries %.40q", n, e)
+			}
+		}
+	}
+	if _, err := direct.Row(nil, []byte{0x06, 'a'}); !errors.Is(err, ErrData) {
+		t.Errorf("truncated: %v", err)
+	}
+}
+
+// TestAppendFloat: every double's text parses back to it, the short
+// decimal form and strconv's alike.
+func TestAppendFloat(t *testing.T) {
+	check := func(f float64) {
+		t.Helper()
+		if math.IsNaN(f) {
+			return // "NaN", as before
+		}
+		s := string(appendFloat(nil, f, 64))
+		g, err := strconv.ParseFloat(s, 64)
+		if err != nil || g != f || math.Signbit(g) != math.Signbit(f) {
+			t.Fatalf("appendFloat(%v) = %q, parses as %v, %v", f, s, g, err)
+		}
+	}
+	for _, f := range []float64{0, math.Copysign(0, -1), 1, -1, 0.1, 0.25, -12.5, 1e-7, 123.456, 999999999999999.9,
+		1e15, -1e15, 1e21, 0.000001, 0.0000015, 1.0 / 3, 2.675, 9007199254740993, math.MaxFloat64, math.SmallestNonzeroFloat64} {
+		check(f)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 200_000 {
+		check(math.Float64frombits(r.Uint64()))
+		check(float64(r.Int64N(2_000_000_000)-1_000_000_000) / float64([]int{1, 10, 100, 1000, 10000, 1000000, 3, 7}[r.IntN(8)]))
+		check((r.Float64() - 0.5) * 2e15) // up to the fast form's bound, where f·10^6 passes 2^63
+		check(math.Round(r.Float64()*1e17) / 100)
+	}
+	if got := string(appendFloat(nil, 1234.5, 64)); got != "1234.5" {
+		t.Errorf("1234.5 is %s", got)
+	}
+	if got := string(appendFloat(nil, -0.05, 64)); got != "-0.05" {
+		t.Errorf("-0.05 is %s", got)
 	}
 }

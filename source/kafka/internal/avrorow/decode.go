@@ -121,15 +121,18 @@ type span struct {
 // (the schema's own or a join of it with others'), reusing its buffers.
 // It is not safe for concurrent use.
 type Decoder struct {
-	s      *Schema
-	ncols  int
-	fields []field // the fields whose values are columns
-	slot   []int   // fields[i]'s column, or -1 to skip it
-	tgt    []ctype // fields[i]'s column type
-	spans  [2][]span
-	buf    []byte
-	esc    []byte
-	big    bigScratch
+	s     *Schema
+	ncols int
+	// ordered: the fields' columns (those not skipped) come in field
+	// order, so Row writes each value's text where it goes.
+	ordered bool
+	fields  []field // the fields whose values are columns
+	slot    []int   // fields[i]'s column, or -1 to skip it
+	tgt     []ctype // fields[i]'s column type
+	spans   [2][]span
+	buf     []byte
+	esc     []byte
+	big     bigScratch
 }
 
 // NewDecoder returns a decoder of s's values into rows of cols, which
@@ -156,6 +159,14 @@ func NewDecoder(s *Schema, cols []Col) (*Decoder, error) {
 		}
 		d.slot = append(d.slot, slot)
 		d.tgt = append(d.tgt, t)
+	}
+	d.ordered = s.env == nil
+	last := -1
+	for _, slot := range d.slot {
+		if slot >= 0 {
+			d.ordered = d.ordered && slot > last
+			last = slot
+		}
 	}
 	d.spans[0] = make([]span, len(cols))
 	d.spans[1] = make([]span, len(cols))
@@ -184,6 +195,9 @@ func (d *Decoder) Row(dst, payload []byte) ([]byte, error) {
 			return d.AppendRow(dst, 0), nil
 		}
 	}
+	if d.ordered {
+		return d.rowDirect(dst, &r)
+	}
 	if err := d.record(&r, 0); err != nil {
 		return dst, err
 	}
@@ -191,6 +205,54 @@ func (d *Decoder) Row(dst, payload []byte) ([]byte, error) {
 		return dst, r.fail("bytes after the value")
 	}
 	return d.AppendRow(dst, 0), nil
+}
+
+// rowDirect is Row for fields whose columns come in the fields' order:
+// each value's text is written into dst at once, after a one-byte
+// length header that is widened when the text is 126 bytes or longer.
+func (d *Decoder) rowDirect(dst []byte, r *reader) ([]byte, error) {
+	start, col := len(dst), 0
+	for i, f := range d.fields {
+		slot := d.slot[i]
+		if slot < 0 {
+			if err := d.skip(f.t, r, 1); err != nil {
+				return dst[:start], err
+			}
+			continue
+		}
+		for ; col < slot; col++ {
+			dst = source.AppendRowNull(dst)
+		}
+		col++
+		h := len(dst)
+		dst = append(dst, 0)
+		var null bool
+		var err error
+		if dst, null, err = d.text(dst, f.t, r, d.tgt[i], 1); err != nil {
+			return dst[:start], err
+		}
+		if null {
+			dst = source.AppendRowNull(dst[:h])
+			continue
+		}
+		n := uint64(len(dst)-h-1) + 2 // AppendRowValue's header
+		if n < 0x80 {
+			dst[h] = byte(n)
+			continue
+		}
+		var hdr [binary.MaxVarintLen64]byte
+		m := len(binary.AppendUvarint(hdr[:0], n))
+		dst = append(dst, hdr[:m-1]...)
+		copy(dst[h+m:], dst[h+1:len(dst)-(m-1)])
+		copy(dst[h:], hdr[:m])
+	}
+	for ; col < d.ncols; col++ {
+		dst = source.AppendRowNull(dst)
+	}
+	if r.i != len(r.b) {
+		return dst[:start], r.fail("bytes after the value")
+	}
+	return dst, nil
 }
 
 // record decodes d.fields into spans[which].

@@ -188,7 +188,49 @@ func appendFloat(dst []byte, f float64, size int) []byte {
 	case math.IsInf(f, -1):
 		return append(dst, "-Infinity"...)
 	}
+	if size == 64 && f != 0 && f > -1e15 && f < 1e15 {
+		// Most doubles in events are short decimals (12.25): the
+		// integer f·10^k for the least k that gives one whose quotient
+		// is f again is such a decimal, written as it is. Both divisions
+		// are exact-then-rounded, so its text parses back to f, as
+		// strconv's shortest form does; strconv's search costs more.
+		for k, p := range pow10 {
+			m := f * p
+			if m == math.Trunc(m) && m > -1<<62 && m < 1<<62 && m/p == f {
+				return appendScaled(dst, int64(m), k)
+			}
+		}
+	}
 	return strconv.AppendFloat(dst, f, 'g', -1, size)
+}
+
+var pow10 = [...]float64{1, 10, 100, 1000, 10000, 1e5, 1e6}
+
+// appendScaled writes m·10^-k in plain decimal, without trailing zeros
+// after the point.
+func appendScaled(dst []byte, m int64, k int) []byte {
+	if m < 0 {
+		dst = append(dst, '-')
+		m = -m
+	}
+	var tmp [24]byte
+	ds := strconv.AppendUint(tmp[:0], uint64(m), 10)
+	for k > 0 && ds[len(ds)-1] == '0' {
+		ds, k = ds[:len(ds)-1], k-1
+	}
+	if k == 0 {
+		return append(dst, ds...)
+	}
+	if len(ds) <= k {
+		dst = append(dst, '0', '.')
+		for range k - len(ds) {
+			dst = append(dst, '0')
+		}
+		return append(dst, ds...)
+	}
+	dst = append(dst, ds[:len(ds)-k]...)
+	dst = append(dst, '.')
+	return append(dst, ds[len(ds)-k:]...)
 }
 
 // appendDecimal writes the decimal whose unscaled value is b (big-endian
