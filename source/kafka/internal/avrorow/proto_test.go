@@ -253,3 +253,54 @@ func TestProtoNoAlloc(t *testing.T) {
 		t.Errorf("%v allocations a row", n)
 	}
 }
+
+// TestProtoWellKnown: the well-known types' values, as columns and as
+// JSON inside a message.
+func TestProtoWellKnown(t *testing.T) {
+	f := mustProto(t, `syntax = "proto3";
+import "google/protobuf/any.proto";
+import "google/protobuf/empty.proto";
+import "google/protobuf/field_mask.proto";
+import "google/protobuf/struct.proto";
+import "google/protobuf/wrappers.proto";
+import "google/protobuf/duration.proto";
+message W {
+  google.protobuf.Any any = 1;
+  google.protobuf.Empty empty = 2;
+  google.protobuf.FieldMask mask = 3;
+  google.protobuf.ListValue list = 4;
+  google.protobuf.BytesValue bv = 5;
+  google.protobuf.UInt64Value u64 = 6;
+  google.protobuf.FloatValue fv = 7;
+  google.protobuf.Int32Value i32 = 8;
+  google.protobuf.UInt32Value u32 = 9;
+  repeated google.protobuf.Int64Value ivs = 10;
+  Inner inner = 11;
+  message Inner { google.protobuf.Duration d = 1; google.protobuf.BoolValue b = 2; map<int32, string> m = 3; bytes raw = 4; }
+}`)
+	s, err := f.Message([]int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "any jsonb, empty jsonb, mask jsonb, list jsonb, bv bytea, u64 numeric(20,0), fv float4, i32 int4, u32 int8, ivs _int8, inner jsonb"
+	if got := strings.Join(colTypes(s.Cols()), ", "); got != want {
+		t.Fatalf("columns %s", got)
+	}
+	d, _ := s.NewDecoder(s.Cols())
+	md := f.fd.Messages().Get(0)
+	b := protoEncode(t, md, `{"any":{"@type":"type.googleapis.com/google.protobuf.Int32Value","value":5},"empty":{},
+	 "mask":"a.b,cD","list":[1,"x",null,true,{"k":[]}],"bv":"AP8=","u64":"18446744073709551615","fv":0.5,"i32":0,
+	 "ivs":["1","-2"],"inner":{"d":"-1.000000500s","b":false,"m":{"7":"seven"},"raw":"AQ=="}}`)
+	got := protoRow(t, d, b)
+	wantRow := []string{`{"@type":"type.googleapis.com/google.protobuf.Int32Value","value":"CAU="}`, `{}`, `"a.b,c_d"`,
+		`[1,"x",null,true,{"k":[]}]`, `\x00ff`, "18446744073709551615", "0.5", "0", "<null>", "{1,-2}",
+		`{"d":"-1.000000500s","b":false,"m":{"7":"seven"},"raw":"AQ=="}`}
+	if strings.Join(got, "|") != strings.Join(wantRow, "|") {
+		t.Errorf("row\n%s\nwant\n%s", strings.Join(got, "|"), strings.Join(wantRow, "|"))
+	}
+	for i, v := range got {
+		if strings.HasSuffix(s.Cols()[i].Type(), "jsonb") && !json.Valid([]byte(v)) {
+			t.Errorf("column %d: not JSON: %s", i, v)
+		}
+	}
+}
