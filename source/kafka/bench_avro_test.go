@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/avro"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/openetl/etl"
@@ -184,22 +185,25 @@ func BenchmarkDecodeAvroVsJSON(b *testing.B) {
 	b.ReportMetric(cj/cp, "proto-vs-json")
 }
 
-// BenchmarkPipelineAvroVsJSON: the same events in two topics of kfake
-// (in memory: it flatters both), one JSON and one Avro in a registry's
-// wire format, each read to its end by a Sync into a null destination.
-// Reports each pipeline's messages per CPU-second of this process (kfake
-// included) and their ratio.
+// BenchmarkPipelineAvroVsJSON: the same events in three topics of kfake
+// (in memory: it flatters all), one JSON, one Avro and one Protobuf in a
+// registry's wire format, each read to its end by a Sync into a null
+// destination. Reports each pipeline's messages per CPU-second of this
+// process (kfake included) and their ratios to JSON.
 func BenchmarkPipelineAvroVsJSON(b *testing.B) {
 	const n = 300_000
-	brokers := newCluster(b, 4, "ev-json", "ev-avro")
+	brokers := newCluster(b, 4, "ev-json", "ev-avro", "ev-proto")
 	reg, rcl := newRegistry(b)
 	if id := register(b, reg, "ev-avro-value", benchSchema); id != 1 {
 		b.Fatalf("schema id %d, want 1", id)
 	}
+	if id := registerTyped(b, reg, "ev-proto-value", benchProto, sr.TypeProtobuf); id != 2 {
+		b.Fatalf("schema id %d, want 2", id)
+	}
 	docs, avros := benchEvents(b, n)
 	cl := newClient(b, brokers)
 	recs := make([]*kgo.Record, 0, 10_000)
-	for topic, vals := range map[string][][]byte{"ev-json": docs, "ev-avro": avros} {
+	for topic, vals := range map[string][][]byte{"ev-json": docs, "ev-avro": avros, "ev-proto": benchProtos(n)} {
 		for i, v := range vals {
 			recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(i % 4), Key: fmt.Appendf(nil, "%d", i), Value: v})
 			if len(recs) == cap(recs) {
@@ -234,20 +238,25 @@ func BenchmarkPipelineAvroVsJSON(b *testing.B) {
 			b.Fatalf("%s: %+v, want %d read and written", topic, c, n)
 		}
 	}
-	avroCfg := kafka.Config{Decoder: kafka.DecodeRegistry, Registry: rcl}
-	run("ev-json", kafka.Config{}) // warm up both
-	run("ev-avro", avroCfg)
-	var cj, ca float64
+	regCfg := kafka.Config{Decoder: kafka.DecodeRegistry, Registry: rcl}
+	run("ev-json", kafka.Config{}) // warm up all
+	run("ev-avro", regCfg)
+	run("ev-proto", regCfg)
+	var cj, ca, cp float64
 	b.ResetTimer()
 	for range b.N {
 		c0 := cpuSeconds()
 		run("ev-json", kafka.Config{})
 		c1 := cpuSeconds()
-		run("ev-avro", avroCfg)
-		cj, ca = cj+c1-c0, ca+cpuSeconds()-c1
+		run("ev-avro", regCfg)
+		c2 := cpuSeconds()
+		run("ev-proto", regCfg)
+		cj, ca, cp = cj+c1-c0, ca+c2-c1, cp+cpuSeconds()-c2
 	}
 	msgs := float64(n * b.N)
 	b.ReportMetric(msgs/cj, "json-msgs/cpu-s")
 	b.ReportMetric(msgs/ca, "avro-msgs/cpu-s")
+	b.ReportMetric(msgs/cp, "proto-msgs/cpu-s")
 	b.ReportMetric(cj/ca, "avro-vs-json")
+	b.ReportMetric(cj/cp, "proto-vs-json")
 }

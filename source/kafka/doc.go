@@ -114,8 +114,9 @@
 // not match its schema. Properties the schema does not list are not kept
 // (DecodeJSON keeps every field, inferring the columns).
 //
-// Keys framed in the wire format are decoded with their own schema (the
-// subject "<topic>-key") as compact JSON text: {"id":42}.
+// Keys framed in the wire format are decoded, with the schema their ID
+// names (registered under "<topic>-key", usually), as compact JSON text:
+// {"id":42}.
 //
 // A topic's columns are the join of its writer schemas' columns: every
 // version of the subject "<topic>-value" and every schema a message was
