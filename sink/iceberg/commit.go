@@ -304,7 +304,8 @@ func (p pending) locates() ([]int, bool) {
 // must apply to rows of earlier epochs, i.e. lower data sequence
 // numbers), or for Overwrite one snapshot replacing every data file of
 // the table. An epoch whose files are marked Locate gets position
-// deletes, found in table name's key index and written here.
+// deletes (deletion vectors on a v3 table), found in table name's key
+// index and written here. On a v3 table appends are row deltas too.
 func (w *writer) stage(ctx context.Context, name string, tbl *table.Table, tx *table.Transaction, mode sink.Mode, epoch, gen uint64, p pending) (*staged, error) {
 	spec, sc := tbl.Spec(), tbl.Schema()
 	props := w.snapshotProps(epoch, gen)
@@ -321,19 +322,22 @@ func (w *writer) stage(ctx context.Context, name string, tbl *table.Table, tx *t
 		return nil, tx.ReplaceDataFilesWithDataFiles(ctx, old, data, props)
 	}
 	ids, locating := p.locates()
+	v3 := tbl.Metadata().Version() >= 3
 	if len(p.deletes) == 0 && !locating {
 		data, err := dataFiles(p.data, spec, sc)
 		if err != nil {
 			return nil, err
+		}
+		if v3 {
+			// iceberg-go's AddDataFiles wants v3 files to carry
+			// first_row_id; a row delta assigns the snapshot's.
+			return nil, tx.NewRowDelta(props).AddRows(data...).Commit(ctx)
 		}
 		return nil, tx.AddDataFiles(ctx, data, props)
 	}
 	st := &staged{}
 	var fsys iceio.IO
 	if locating {
-		if tbl.Metadata().Version() >= 3 {
-			return nil, fmt.Errorf("position deletes are written for format v2 tables only; this one is v%d", tbl.Metadata().Version())
-		}
 		x, err := w.keyIndex(ctx, name, tbl, ids)
 		if err != nil {
 			return nil, err
@@ -349,7 +353,7 @@ func (w *writer) stage(ctx context.Context, name string, tbl *table.Table, tx *t
 			return st, err
 		}
 		_, byPos := e.locates()
-		var deletes []ice.DataFile
+		var deletes, replaced []ice.DataFile
 		if !byPos {
 			if deletes, err = dataFiles(e.deletes, spec, sc); err != nil {
 				return st, err
@@ -360,7 +364,16 @@ func (w *writer) stage(ctx context.Context, name string, tbl *table.Table, tx *t
 			if err != nil {
 				return st, err
 			}
-			if byPos {
+			switch {
+			case byPos && v3:
+				// Format v3: deletion vectors, one per data file.
+				added, old, err := w.writeDeletionVectors(ctx, tbl, st.idx, dels)
+				st.files = append(st.files, added...)
+				if err != nil {
+					return st, err
+				}
+				deletes, replaced = added, old
+			case byPos:
 				pos, err := w.writePositionDeletes(ctx, tbl, st.idx, dels)
 				st.files = append(st.files, pos...)
 				if err != nil {
@@ -370,6 +383,9 @@ func (w *writer) stage(ctx context.Context, name string, tbl *table.Table, tx *t
 			}
 		}
 		rd := tx.NewRowDelta(w.snapshotProps(e.minEpoch, gen)).AddRows(data...).AddDeletes(deletes...)
+		if len(replaced) > 0 {
+			rd.RemoveDeletes(replaced...)
+		}
 		if err := rd.Commit(ctx); err != nil {
 			return st, err
 		}

@@ -1,8 +1,9 @@
 // Package iceberg is a stage-and-apply destination that writes each
-// stream into an Apache Iceberg table (format v2) through an iceberg-go
-// catalog, exactly once: a SQL catalog on SQLite or Postgres, or a REST
-// catalog, with the warehouse on a local directory (file://) or any
-// bucket iceberg-go's gocloud.dev IO reaches (s3://, gs://, azblob).
+// stream into an Apache Iceberg table (format v2, or v3 by option)
+// through an iceberg-go catalog, exactly once: a SQL catalog on SQLite
+// or Postgres, or a REST catalog, with the warehouse on a local
+// directory (file://) or any bucket iceberg-go's gocloud.dev IO reaches
+// (s3://, gs://, azblob).
 //
 //	db, _ := sql.Open(sqliteshim.ShimName, "file:lake/catalog.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 //	cat, _ := sqlcat.NewCatalog("lake", db, sqlcat.SQLite, iceberg.Properties{"warehouse": "file:///abs/lake/warehouse"})
@@ -117,10 +118,15 @@
 //     when the table is at another (the process is new, compaction
 //     rewrote files, another writer or attempt committed, Recover took an
 //     epoch back), Commit first rebuilds it from the live data files' key
-//     columns and their position deletes, and the commit requires the
+//     columns and their deletes, and the commit requires the
 //     table still to be at the snapshot the rows were found in (a commit
 //     that lost that race finds them again on the new head). The files of
 //     keys deleted for good are removed once their epoch is in the table.
+//     On a format v3 table (Config.Properties "format-version": "3") the
+//     deletes are deletion vectors instead: one per data file, in a Puffin
+//     file named like the position-delete files, each holding the rows
+//     the file's previous vector held, which it replaces in the same
+//     snapshot; pyiceberg and DuckDB read those too (tested).
 //   - EqualityDeletes: an Iceberg v2 equality-delete file with every key
 //     of the epoch, written at PreCommit; the deletes remove older rows of
 //     the keys (lower data sequence numbers) and not the new ones. Nothing
@@ -203,9 +209,10 @@
 //     live data file's key columns, after another writer moved the table
 //     (compaction included) and in every new process (about 0.3 s per
 //     million keys here, see BENCHMARKS.md).
-//   - Position deletes are written for format v2 tables: a v3 table (not
-//     one this destination creates) would need deletion vectors, which
-//     it does not write yet; its Merge commits fail.
+//   - Format v3 tables (Config.Properties "format-version": "3") can't
+//     be overwritten (CheckStream refuses it): iceberg-go v0.7.0 wants a
+//     first_row_id on every file that replaces a table's contents. Their
+//     appends are committed as row deltas, which assign them.
 //   - A schema change Iceberg can't make (e.g. long → string, or long →
 //     double, which the engine does when a JSON field turns fractional)
 //     is reported by Destination.CheckSchema (sink.SchemaChecker), which

@@ -104,7 +104,8 @@ type Config struct {
 
 	// Properties are added to the properties of every table the
 	// destination creates (e.g. "write.parquet.compression-codec").
-	// format-version is always 2.
+	// format-version is 2 unless Properties sets "3" (then Merge tables'
+	// position deletes are deletion vectors).
 	Properties map[string]string
 
 	// Tables holds tables' physical options by table name (the
@@ -219,7 +220,9 @@ func New(cfg Config) (*Destination, error) {
 	for k, v := range cfg.Properties {
 		props[k] = v
 	}
-	props[table.PropertyFormatVersion] = "2"
+	if props[table.PropertyFormatVersion] != "3" {
+		props[table.PropertyFormatVersion] = "2"
+	}
 	return &Destination{
 		cat:         cfg.Catalog,
 		ns:          slices.Clone(table.Identifier(cfg.Namespace)),
@@ -240,11 +243,15 @@ var (
 	_ sink.SchemaChecker = (*Destination)(nil)
 )
 
-// CheckStream fails for a merged stream without a key, and for one
-// whose table Config.Tables partitions by a column that is not part of
-// the stream's key (a delete file applies within its partition).
+// CheckStream fails for a merged stream without a key, for one whose
+// table Config.Tables partitions by a column that is not part of the
+// stream's key (a delete file applies within its partition), and for an
+// overwritten stream when Config.Properties makes tables format v3.
 // Every mode and delete handling is supported (Capabilities).
 func (d *Destination) CheckStream(spec sink.StreamSpec) error {
+	if spec.Mode == sink.Overwrite && d.props[table.PropertyFormatVersion] == "3" {
+		return errors.New("iceberg: overwrite is not supported on format v3 tables (iceberg-go v0.7.0 wants a first_row_id on every file it replaces a table's with): leave Config.Properties' format-version at 2")
+	}
 	if spec.Mode != sink.Merge {
 		return nil
 	}

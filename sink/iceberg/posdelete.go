@@ -24,6 +24,7 @@ import (
 	ice "github.com/apache/iceberg-go"
 	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/table/dv"
 )
 
 // Position deletes of a Merge table are found at Commit, on the commit
@@ -92,10 +93,14 @@ type keyIndex struct {
 	// written with equality deletes has rows those deletes hide, which
 	// are deleted again by position (harmlessly) when the key changes.
 	extra map[string][]loc
+	// dvs holds each data file's deletion vector (format v3 tables),
+	// which a new one for the file must include and replace.
+	dvs map[uint32]ice.DataFile
 }
 
 func newKeyIndex(ids []int, ints bool, snapshot int64, size int) *keyIndex {
-	x := &keyIndex{ids: slices.Clone(ids), ints: ints, snapshot: snapshot, m: make(map[string]loc), extra: make(map[string][]loc)}
+	x := &keyIndex{ids: slices.Clone(ids), ints: ints, snapshot: snapshot, m: make(map[string]loc), extra: make(map[string][]loc),
+		dvs: make(map[uint32]ice.DataFile)}
 	if ints {
 		x.mi = make(map[int64]loc, size)
 	} else {
@@ -234,9 +239,19 @@ func buildKeyIndex(ctx context.Context, tbl *table.Table, ids []int) (*keyIndex,
 	deleted := map[string]map[int64]bool{} // data file → deleted positions
 	readDeletes := map[string]bool{}
 	seen := map[string]bool{}
+	dvOf := map[string]ice.DataFile{}
+	bitmaps := map[string]*dv.RoaringPositionBitmap{}
 	for _, t := range tasks {
-		if len(t.DeletionVectorFiles) > 0 {
-			return nil, fmt.Errorf("data file %s has deletion vectors: position deletes are written for format v2 tables only", t.File.FilePath())
+		for _, df := range t.DeletionVectorFiles {
+			path := t.File.FilePath()
+			if _, ok := dvOf[path]; ok {
+				continue
+			}
+			bm, err := dv.ReadDV(fsys, df)
+			if err != nil {
+				return nil, fmt.Errorf("read the deletion vector of %s: %w", path, err)
+			}
+			dvOf[path], bitmaps[path] = df, bm
 		}
 		for _, df := range t.DeleteFiles {
 			if readDeletes[df.FilePath()] {
@@ -265,9 +280,12 @@ func buildKeyIndex(ctx context.Context, tbl *table.Table, ids []int) (*keyIndex,
 		if err != nil {
 			return nil, err
 		}
-		dels := deleted[path]
+		dels, bm := deleted[path], bitmaps[path]
+		if df, ok := dvOf[path]; ok {
+			x.dvs[fi] = df
+		}
 		if err := readKeys(ctx, fsys, path, ids, ints, func(pos int, k key) {
-			if !dels[int64(pos)] {
+			if !dels[int64(pos)] && (bm == nil || !bm.Contains(uint64(pos))) {
 				x.put(k, loc{file: fi, pos: uint32(pos)})
 			}
 		}); err != nil {
@@ -588,6 +606,64 @@ func (w *writer) writePositionFile(tbl *table.Table, wfs iceio.WriteFileIO, x *k
 		LowerBoundValues(map[int][]byte{posFileID: []byte(first), posPosID: le(minPos)}).
 		UpperBoundValues(map[int][]byte{posFileID: []byte(last), posPosID: le(maxPos)})
 	return db.Build(), nil
+}
+
+// writeDeletionVectors writes dels (rows by file of x) as deletion
+// vectors of tbl (format v3), one per data file in one Puffin file, each
+// holding the file's earlier deletion vector's rows too, and returns them
+// with the vectors they replace; x then names the new ones. The Puffin
+// file's name carries the pipeline's write UUID, like a position-delete
+// file's.
+func (w *writer) writeDeletionVectors(ctx context.Context, tbl *table.Table, x *keyIndex, dels map[uint32][]uint32) (added, replaced []ice.DataFile, err error) {
+	if len(dels) == 0 {
+		return nil, nil, nil
+	}
+	fsys, err := tbl.FS(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	wfs, ok := fsys.(iceio.WriteFileIO)
+	if !ok {
+		return nil, nil, fmt.Errorf("the table's file IO can't write files")
+	}
+	meta := tbl.Metadata()
+	dw := dv.NewDVWriter(wfs, func(id int32) *ice.PartitionSpec { return meta.PartitionSpecByID(int(id)) })
+	spec := tbl.Spec()
+	specID := int32(spec.ID())
+	files := slices.Sorted(maps.Keys(dels))
+	byPath := make(map[string]uint32, len(files))
+	for _, fi := range files {
+		f := x.files[fi]
+		byPath[f.path] = fi
+		if old, ok := x.dvs[fi]; ok {
+			bm, err := dv.ReadDV(fsys, old)
+			if err != nil {
+				return nil, nil, fmt.Errorf("read the deletion vector of %s: %w", f.path, err)
+			}
+			dw.Load(f.path, bm, specID, f.part)
+			replaced = append(replaced, old)
+		}
+		ps := make([]int64, len(dels[fi]))
+		for i, p := range dels[fi] {
+			ps[i] = int64(p)
+		}
+		if err := dw.Add(f.path, ps, specID, f.part); err != nil {
+			return nil, nil, err
+		}
+	}
+	path := strings.TrimSuffix(tbl.Location(), "/") + "/data/" + fmt.Sprintf("00000-0-%s-dv.puffin", writeUUID(w.pipeline))
+	if added, err = dw.Flush(ctx, path); err != nil {
+		_ = fsys.Remove(path)
+		return nil, nil, fmt.Errorf("write deletion vectors %s: %w", path, err)
+	}
+	for _, df := range added {
+		ref := df.ReferencedDataFile()
+		if ref == nil {
+			return nil, nil, fmt.Errorf("deletion vector in %s names no data file", path)
+		}
+		x.dvs[byPath[*ref]] = df
+	}
+	return added, replaced, nil
 }
 
 type countingWriter struct {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/apache/iceberg-go/table"
+
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/iceberg"
@@ -22,11 +24,18 @@ import (
 // compaction runs between two epochs, and the next epoch's positions must
 // be found in the new files.
 func TestPositionDeletesAfterCompaction(t *testing.T) {
+	for _, format := range []string{"2", "3"} { // 3: deletion vectors
+		t.Run("v"+format, func(t *testing.T) { positionDeletesAfterCompaction(t, format) })
+	}
+}
+
+func positionDeletesAfterCompaction(t *testing.T, format string) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
 	spec := merged("m", "id")
 	spec.Deletes = sink.HardDeletes
-	maint := newDest(t, wh.cat, iceberg.Config{})
+	props := map[string]string{"format-version": format}
+	maint := newDest(t, wh.cat, iceberg.Config{Properties: props})
 	var rewritten int
 	rc := &racingCatalog{Catalog: wh.cat}
 	rc.before = func() {
@@ -38,7 +47,7 @@ func TestPositionDeletesAfterCompaction(t *testing.T) {
 			rewritten += r.FilesRewritten
 		}
 	}
-	d := newDest(t, rc, iceberg.Config{})
+	d := newDest(t, rc, iceberg.Config{Properties: props})
 	w, err := d.Writer(ctx, writerConfig("pos", 0, spec))
 	if err != nil {
 		t.Fatal(err)
@@ -104,11 +113,41 @@ func TestPositionDeletesAfterCompaction(t *testing.T) {
 		ops = append(ops, mk(k, "update"))
 	}
 	epoch(6, append(ops, mk(200, "delete"), mk(5, "delete")))
+	checkFormat(t, wh, "m", format)
 	rows, err := scan(ctx, wh.cat, iceberg.DefaultNamespace, "m")
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkRows(t, rows, all)
+}
+
+// checkFormat fails unless table name is of format version format and has
+// delete files of the kind it takes: position deletes (v2) or deletion
+// vectors (v3).
+func checkFormat(t *testing.T, wh *warehouse, name, format string) {
+	t.Helper()
+	tbl, err := wh.cat.LoadTable(context.Background(), table.Identifier{iceberg.DefaultNamespace, name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := fmt.Sprint(tbl.Metadata().Version()); v != format {
+		t.Fatalf("table %s is format v%s, want v%s", name, v, format)
+	}
+	tasks, err := tbl.Scan().PlanFiles(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pos, dvs int
+	for _, tk := range tasks {
+		pos += len(tk.DeleteFiles)
+		dvs += len(tk.DeletionVectorFiles)
+		if len(tk.EqualityDeleteFiles) > 0 {
+			t.Errorf("%s has equality deletes", tk.File.FilePath())
+		}
+	}
+	if format == "3" && (dvs == 0 || pos > 0) || format == "2" && (pos == 0 || dvs > 0) {
+		t.Errorf("table %s (v%s): %d position-delete files and %d deletion vectors on its data files", name, format, pos, dvs)
+	}
 }
 
 // checkRows compares a hard-deleting Merge table's rows with the last
@@ -150,6 +189,12 @@ func checkRows(t *testing.T, rows []sinktest.Row, all []op) {
 // the position deletes already there, and the rows a key had before and
 // the ones earlier deletes removed must not come back or stay.
 func TestPositionDeletesNewProcess(t *testing.T) {
+	for _, format := range []string{"2", "3"} { // 3: deletion vectors
+		t.Run("v"+format, func(t *testing.T) { positionDeletesNewProcess(t, format) })
+	}
+}
+
+func positionDeletesNewProcess(t *testing.T, format string) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
 	spec := merged("m", "id")
@@ -161,7 +206,7 @@ func TestPositionDeletesNewProcess(t *testing.T) {
 	}
 	var head *checkpoint.Record
 	for e := uint64(1); e <= 4; e++ {
-		w, err := newDest(t, wh.cat, iceberg.Config{}).Writer(ctx, writerConfig("pos", 0, spec))
+		w, err := newDest(t, wh.cat, iceberg.Config{Properties: map[string]string{"format-version": format}}).Writer(ctx, writerConfig("pos", 0, spec))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,6 +242,7 @@ func TestPositionDeletesNewProcess(t *testing.T) {
 		}
 		head = &checkpoint.Record{Pipeline: "pos", Epoch: e, Generation: checkpoint.Generation(e), Committables: [][]byte{c}}
 	}
+	checkFormat(t, wh, "m", format)
 	rows, err := scan(ctx, wh.cat, iceberg.DefaultNamespace, "m")
 	if err != nil {
 		t.Fatal(err)
@@ -219,5 +265,22 @@ func TestPositionDeletesNewProcess(t *testing.T) {
 		if o := last[k]; r.Seq != o.seq || r.Values["_openetl_deleted"] != (o.kind == "delete") {
 			t.Errorf("key %d: seq %d deleted %v, want seq %d (%s)", k, r.Seq, r.Values["_openetl_deleted"], o.seq, o.kind)
 		}
+	}
+}
+
+// TestFormatV3RefusesOverwrite: a destination making v3 tables refuses
+// overwritten streams up front (iceberg-go can't replace a v3 table's
+// files with ours), and takes merged ones.
+func TestFormatV3RefusesOverwrite(t *testing.T) {
+	wh := newWarehouse(t)
+	d := newDest(t, wh.cat, iceberg.Config{Properties: map[string]string{"format-version": "3"}})
+	if err := d.CheckStream(sink.StreamSpec{Stream: "o", Table: "o", Mode: sink.Overwrite}); err == nil {
+		t.Error("CheckStream took an overwritten stream on format v3")
+	}
+	if err := d.CheckStream(merged("m", "id")); err != nil {
+		t.Errorf("CheckStream of a merged stream on format v3: %v", err)
+	}
+	if err := newDest(t, wh.cat, iceberg.Config{}).CheckStream(sink.StreamSpec{Stream: "o", Table: "o", Mode: sink.Overwrite}); err != nil {
+		t.Errorf("CheckStream of an overwritten stream on format v2: %v", err)
 	}
 }

@@ -139,20 +139,23 @@ func TestReadBackWithPyiceberg(t *testing.T) {
 		{"grouped-crash", never, true, iceberg.MergeDeletesDefault},
 		{"grouped-crash-equality", never, true, iceberg.EqualityDeletes},
 	} {
-		t.Run(tc.name, func(t *testing.T) { readBack(t, tc.group, tc.crash, tc.deletes) })
+		t.Run(tc.name, func(t *testing.T) { readBack(t, tc.group, tc.crash, tc.deletes, 2) })
 	}
+	// Format v3: position deletes are deletion vectors.
+	t.Run("grouped-crash-v3", func(t *testing.T) { readBack(t, never, true, iceberg.MergeDeletesDefault, 3) })
 }
 
 // readBack writes the tables and reads them with pyiceberg; the default
 // position deletes with DuckDB too (which reads equality deletes of this
 // kind with its own rules, not tested here).
-func readBack(t *testing.T, group *iceberg.Grouping, crash bool, deletes iceberg.MergeDeletes) {
+func readBack(t *testing.T, group *iceberg.Grouping, crash bool, deletes iceberg.MergeDeletes, format int) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
 	hard := merged("orders_hard", "id")
 	hard.Deletes = sink.HardDeletes
 	specs := []sink.StreamSpec{merged("orders_soft", "id"), hard, appended("events")}
-	d := newDest(t, wh.cat, iceberg.Config{Grouping: group, MergeDeletes: deletes})
+	props := map[string]string{"format-version": fmt.Sprint(format)}
+	d := newDest(t, wh.cat, iceberg.Config{Grouping: group, MergeDeletes: deletes, Properties: props})
 	const lanes = 2
 	ws := make([]sink.Writer, lanes)
 	for i := range ws {
@@ -214,7 +217,7 @@ func readBack(t *testing.T, group *iceberg.Grouping, crash bool, deletes iceberg
 	}
 	gen := 1
 	if crash {
-		d2 := newDest(t, wh.cat, iceberg.Config{Grouping: group, MergeDeletes: deletes})
+		d2 := newDest(t, wh.cat, iceberg.Config{Grouping: group, MergeDeletes: deletes, Properties: props})
 		w, err := d2.Writer(ctx, writerConfig("readback", 0, specs...))
 		if err != nil {
 			t.Fatal(err)
@@ -266,8 +269,8 @@ func readBack(t *testing.T, group *iceberg.Grouping, crash bool, deletes iceberg
 		}
 	}
 	for name, tb := range got {
-		if tb.FormatVersion != 2 {
-			t.Errorf("%s: format version %d, want 2", name, tb.FormatVersion)
+		if tb.FormatVersion != format {
+			t.Errorf("%s: format version %d, want %d", name, tb.FormatVersion, format)
 		}
 		if tb.Properties["openetl.readback.epoch"] != "6" || tb.Properties["openetl.readback.generation"] != fmt.Sprint(gen) {
 			t.Errorf("%s: markers %v, want epoch 6 of generation %d", name, tb.Properties, gen)
