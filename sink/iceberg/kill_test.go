@@ -166,17 +166,28 @@ func verifyFaker(t *testing.T, dir string) { t.Helper(); verifyFakerRows(t, dir,
 
 // verifyFakerRows compares what pyiceberg reads in the warehouse under
 // dir (the SQLite catalog) with the first rows records of each fake
-// stream (seed 42): see verifyFakerTables.
+// stream (seed 42): see verifyFakerTables; and what DuckDB reads with
+// what pyiceberg read.
 func verifyFakerRows(t *testing.T, dir string, rows int64) {
 	t.Helper()
-	verifyFakerTables(t, testutil.ReadIcebergTables(t, "openetl", filepath.Join(dir, "catalog.db"), "file://"+filepath.Join(dir, "warehouse"), iceberg.DefaultNamespace), rows)
+	verifyFakerTables(t, testutil.ReadIcebergTablesWithDuckDB(t, "openetl", filepath.Join(dir, "catalog.db"), "file://"+filepath.Join(dir, "warehouse"), iceberg.DefaultNamespace), rows)
 }
 
 // verifyFakerTables compares what pyiceberg read with what the faker
 // generates for rows records per stream: every order version exactly
-// once, each customer's latest version once (deleted ones flagged).
+// once, each customer's latest version once (deleted ones flagged), the
+// customers (merged) read by pyiceberg's own scan (position deletes); and
+// what DuckDB read, when it was asked, with what pyiceberg read.
 func verifyFakerTables(t *testing.T, got map[string]*testutil.IcebergTable, rows int64) {
 	t.Helper()
+	for name, tb := range got {
+		if tb.DuckDBRows != nil {
+			sameRows(t, name+" (DuckDB)", tb.DuckDB, tb.Data)
+		}
+	}
+	if c := got[faker.Customers]; c != nil && c.Reader != "pyiceberg-scan" {
+		t.Errorf("customers read by %s, want pyiceberg's scan", c.Reader)
+	}
 	src, err := faker.New(faker.Config{Seed: 42, Rows: rows})
 	if err != nil {
 		t.Fatal(err)
