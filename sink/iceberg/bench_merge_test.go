@@ -26,7 +26,8 @@ import (
 // merge with position deletes (warm: the writer that committed the first
 // epoch, its key index current; cold: a new writer, as after a restart,
 // which builds the index from the table first) and as merge with equality
-// deletes. It reports rows/s and CPU-seconds per million rows of the
+// deletes, and as merge into a format v3 table (deletion vectors). It
+// reports rows/s and CPU-seconds per million rows of the
 // timed epoch (user+sys of the process) and, with OPENETL_PYTHON set
 // (scripts/test-tools.sh), how long pyiceberg's scan and DuckDB's
 // iceberg_scan take to read the result (read-s, duckdb-s; -1 where the
@@ -53,11 +54,13 @@ func BenchmarkMergeDeletes(b *testing.B) {
 		mode    sink.Mode
 		deletes iceberg.MergeDeletes
 		cold    bool
+		format  string
 	}{
-		{"append", sink.Append, 0, false},
-		{"position", sink.Merge, iceberg.PositionDeletes, false},
-		{"position-cold", sink.Merge, iceberg.PositionDeletes, true},
-		{"equality", sink.Merge, iceberg.EqualityDeletes, false},
+		{"append", sink.Append, 0, false, ""},
+		{"position", sink.Merge, iceberg.PositionDeletes, false, ""},
+		{"position-cold", sink.Merge, iceberg.PositionDeletes, true, ""},
+		{"equality", sink.Merge, iceberg.EqualityDeletes, false, ""},
+		{"dv-v3", sink.Merge, iceberg.PositionDeletes, false, "3"},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			var secs, cpu, readS, duckS, indexS float64
@@ -68,6 +71,9 @@ func BenchmarkMergeDeletes(b *testing.B) {
 				spec := sink.StreamSpec{Stream: name, Table: name, Mode: v.mode, Key: []string{"id"}}
 				ih := &indexTook{}
 				cfg := iceberg.Config{MergeDeletes: v.deletes, Logger: slog.New(ih)}
+				if v.format != "" {
+					cfg.Properties = map[string]string{"format-version": v.format}
+				}
 				var head *checkpoint.Record
 				epoch := func(w sink.Writer, e uint64, recs []arrow.RecordBatch) {
 					for _, r := range recs {

@@ -206,12 +206,18 @@ func positionDeletesNewProcess(t *testing.T, format string) {
 	}
 	var head *checkpoint.Record
 	for e := uint64(1); e <= 4; e++ {
-		w, err := newDest(t, wh.cat, iceberg.Config{Properties: map[string]string{"format-version": format}}).Writer(ctx, writerConfig("pos", 0, spec))
+		d := newDest(t, wh.cat, iceberg.Config{Properties: map[string]string{"format-version": format}})
+		w, err := d.Writer(ctx, writerConfig("pos", 0, spec))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := w.Recover(ctx, checkpoint.Generation(e), head); err != nil {
 			t.Fatal(err)
+		}
+		// As the runner does: the committed delete files (named like the
+		// pipeline's data files) must not look unreferenced to it.
+		if got, err := d.Collect(ctx, sink.CollectRequest{Pipeline: "pos", Generation: checkpoint.Generation(e), Head: head}); err != nil || got.Removed != 0 {
+			t.Fatalf("Collect before epoch %d: %+v, %v; want nothing removed", e, got, err)
 		}
 		var ops []op
 		for k := int64(0); k < 40; k++ {
