@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,8 @@ type replayRig struct {
 	t             *testing.T
 	src           *docs
 	tables, ckpts string
+	retry         *etl.Retry      // when set, build's pipelines retry with it
+	onEvent       func(etl.Event) // when set, build's pipelines send it their events
 }
 
 func newReplayRig(t *testing.T, docs0 ...string) *replayRig {
@@ -58,6 +61,12 @@ func (g *replayRig) build(policy etl.Policy, wrap func(sink.Destination) sink.De
 	b := etl.NewPipeline("rp").From(g.src).To(dst).Checkpoints(store).CommitRetries(1, time.Millisecond)
 	if policy != "" {
 		b = b.SchemaPolicy(policy, "docs")
+	}
+	if g.retry != nil {
+		b = b.Retry(*g.retry)
+	}
+	if g.onEvent != nil {
+		b = b.OnEvent(g.onEvent, 64)
 	}
 	p, err := b.Build()
 	if err != nil {
@@ -233,6 +242,74 @@ func TestReplayCrash(t *testing.T) {
 				t.Errorf("seqs %v, want 1 2 3 once each", seqs)
 			}
 		})
+	}
+}
+
+// TestReplayRetriedAttempt: a retrying Replay whose first attempt's
+// destination Commit failed past its commit point selects, over its
+// attempts, each line once: the retry's recovery applies the epoch, and
+// the line the record that failed again left in that epoch's quarantine
+// file is not replayed by the retry (it is a later Replay's).
+func TestReplayRetriedAttempt(t *testing.T) {
+	ctx := context.Background()
+	g := newReplayRig(t, `{"id":1,"a":1}`)
+	g.sync(g.build("", nil))
+	frozen := g.build(etl.PolicyFreeze, nil)
+	g.sync(frozen, `{"id":2,"a":2,"b":"x"}`, `not json`)
+	head, err := frozen.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.retry = &etl.Retry{Sync: true, Backoff: time.Millisecond, MaxBackoff: time.Millisecond}
+	var retried atomic.Int32
+	g.onEvent = func(e etl.Event) {
+		if e.Kind == etl.EventSyncRetrying {
+			retried.Add(1)
+		}
+	}
+	// The first three Commits fail after taking effect: more than the
+	// attempt's own commit retries (CommitRetries(1, ...)), so the
+	// attempt fails and the Replay retries it.
+	var failed atomic.Int32
+	p := g.build("", func(d sink.Destination) sink.Destination {
+		return sinktest.WithFaults(d, sinktest.FaultConfig{Control: func(_ context.Context, c sinktest.FakeDestCall) error {
+			if c.Op == sinktest.FakeCommit && c.Epoch > head.Epoch && failed.Add(1) <= 3 {
+				return &sinktest.FakeFault{After: true}
+			}
+			return nil
+		}})
+	})
+	if _, err := p.Replay(ctx, etl.Replay{Stream: "docs"}); err != nil {
+		t.Fatal(err)
+	}
+	p.Close(ctx) // delivers the events queued
+	if retried.Load() == 0 {
+		t.Fatalf("the replay was not retried (%d Commits failed): the test proves nothing", failed.Load())
+	}
+	// The Result leaves out the epoch whose Commit failed (the retry's
+	// recovery applied it); the checkpoint's totals count it.
+	ck, err := p.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot := ck.Totals["docs"]; tot.Replayed != 2 || tot.Read+tot.Replayed != tot.Written+tot.Quarantined {
+		t.Errorf("totals %+v: want 2 replayed once each, read + replayed = written + quarantined", tot)
+	}
+	lines := 0
+	for e := head.Epoch + 1; e <= ck.Epoch; e++ {
+		b, err := checkpointFile(t, g.ckpts, etl.QuarantineName("docs", e))
+		if err == nil {
+			lines += strings.Count(b, `"payload":"not json"`)
+		}
+	}
+	if lines != 1 {
+		t.Errorf("the record that failed again has %d quarantine lines from the replay, want 1", lines)
+	}
+	g.retry, g.onEvent = nil, nil
+	res, err := g.build("", nil).Replay(ctx, etl.Replay{Stream: "docs"})
+	wantReplay(t, "a later replay", res, err, 1, 0, 1)
+	if seqs, _ := g.seqs(); !slices.Equal(seqs, []int64{1, 2}) {
+		t.Errorf("seqs %v, want 1 2 once each", seqs)
 	}
 }
 

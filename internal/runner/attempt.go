@@ -275,7 +275,13 @@ func (r *runner) run(ctx context.Context) (res Result, err error) {
 		if r.head != nil {
 			st = r.head.Replay
 		}
-		rs := &replaySplit{store: cfg.Store, pipeline: cfg.Name, sel: *sel, upTo: headEpoch(r.head)}
+		// Attempts run one after another: the first fixes the bound
+		// its retries keep. A rewind since lowers it: later files
+		// belong to epochs it undid.
+		if !sel.fixed || headEpoch(r.head) < sel.upTo {
+			sel.upTo, sel.fixed = headEpoch(r.head), true
+		}
+		rs := &replaySplit{store: cfg.Store, pipeline: cfg.Name, sel: *sel, upTo: sel.upTo}
 		if rs.state, err = parseReplayState(st); err != nil {
 			return Result{}, err
 		}

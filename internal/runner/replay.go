@@ -39,6 +39,12 @@ type ReplaySelection struct {
 	// FromEpoch and ToEpoch bound the epochs whose quarantine files are
 	// read, inclusive; 0: unbounded.
 	FromEpoch, ToEpoch uint64
+
+	// upTo is HEAD's epoch when the Replay's first attempt began, fixed
+	// for its retries: the files of the Replay's own epochs hold lines
+	// it quarantined again, which are a later Replay's to select.
+	upTo  uint64
+	fixed bool
 }
 
 // ReplaySplitID is the ID of a replay attempt's split, in its status and
