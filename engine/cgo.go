@@ -12,8 +12,10 @@ import "C"
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -153,6 +155,7 @@ func New(cfg Config) (Engine, error) {
 		Nested  bool   `json:"nested_text,omitempty"`
 		Times   bool   `json:"timestamps,omitempty"`
 		Keyed   bool   `json:"keyed,omitempty"`
+		Pol     *pols  `json:"policies,omitempty"`
 	}
 	specs := make([]spec, 0, len(cfg.Streams))
 	for _, s := range cfg.Streams {
@@ -163,6 +166,13 @@ func New(cfg Config) (Engine, error) {
 			for _, c := range s.Columns {
 				sp.Columns = append(sp.Columns, col{c.Name, c.Type, c.Nullable, slices.Contains(s.Key, c.Name)})
 			}
+		}
+		if len(s.Rules) > 0 || s.Filter != nil {
+			p, err := policiesJSON(s)
+			if err != nil {
+				return nil, fmt.Errorf("%w: stream %q: %v", ErrInvalidInput, s.Name, err)
+			}
+			sp.Pol = p
 		}
 		specs = append(specs, sp)
 	}
@@ -210,6 +220,114 @@ func New(cfg Config) (Engine, error) {
 	e := &cEngine{h: h, lanes: lanes, offs: make([]int64, lanes+1)}
 	e.cleanup = runtime.AddCleanup(e, func(h *cHandle) { h.free() }, h)
 	return e, nil
+}
+
+// pols is a stream's policies as the engine's config takes them.
+type pols struct {
+	Rules  []rule   `json:"rules,omitempty"`
+	Filter *cond    `json:"filter,omitempty"`
+	Merge  bool     `json:"merge,omitempty"`
+	Key    []string `json:"key,omitempty"`
+}
+
+type rule struct {
+	Kind    RuleKind `json:"kind"`
+	Column  string   `json:"column,omitempty"`
+	Columns []string `json:"columns,omitempty"`
+	To      string   `json:"to,omitempty"`
+	N       *int     `json:"n,omitempty"`
+	Key     string   `json:"key,omitempty"`
+}
+
+type cond struct {
+	Op     CondOp           `json:"op"`
+	Column string           `json:"column,omitempty"`
+	Value  map[string]any   `json:"value,omitempty"`
+	Values []map[string]any `json:"values,omitempty"`
+	Args   []cond           `json:"args,omitempty"`
+}
+
+func policiesJSON(s StreamSpec) (*pols, error) {
+	p := &pols{Merge: s.Merge, Key: s.Key}
+	for _, r := range s.Rules {
+		jr := rule{Kind: r.Kind, Column: r.Column, Columns: r.Columns, To: r.To}
+		switch r.Kind {
+		case RuleMask, RuleTruncateChars, RuleTruncateBytes:
+			if r.N < 0 {
+				return nil, fmt.Errorf("%s of column %q: N is %d, want at least 0", r.Kind, r.Column, r.N)
+			}
+			n := r.N
+			jr.N = &n
+		case RuleHash:
+			jr.Key = hex.EncodeToString(r.Key)
+		}
+		p.Rules = append(p.Rules, jr)
+	}
+	if s.Filter != nil {
+		c, err := condJSON(*s.Filter)
+		if err != nil {
+			return nil, err
+		}
+		p.Filter = &c
+	}
+	return p, nil
+}
+
+func condJSON(c Cond) (cond, error) {
+	out := cond{Op: c.Op, Column: c.Column}
+	switch c.Op {
+	case OpEq, OpNe, OpLt, OpLe, OpGt, OpGe:
+		v, err := literal(c.Value)
+		if err != nil {
+			return out, fmt.Errorf("filter: %s on %q: %v", c.Op, c.Column, err)
+		}
+		out.Value = v
+	case OpIn:
+		for _, x := range c.Values {
+			v, err := literal(x)
+			if err != nil {
+				return out, fmt.Errorf("filter: in on %q: %v", c.Column, err)
+			}
+			out.Values = append(out.Values, v)
+		}
+		if out.Values == nil {
+			out.Values = []map[string]any{}
+		}
+	case OpAnd, OpOr, OpNot:
+		for _, a := range c.Args {
+			ja, err := condJSON(a)
+			if err != nil {
+				return out, err
+			}
+			out.Args = append(out.Args, ja)
+		}
+		if out.Args == nil {
+			out.Args = []cond{}
+		}
+	}
+	return out, nil
+}
+
+// literal is a filter literal in the engine's typed form.
+func literal(v any) (map[string]any, error) {
+	switch x := v.(type) {
+	case int:
+		return map[string]any{"int": int64(x)}, nil
+	case int32:
+		return map[string]any{"int": int64(x)}, nil
+	case int64:
+		return map[string]any{"int": x}, nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, fmt.Errorf("literal %v is not a finite number", x)
+		}
+		return map[string]any{"float": x}, nil
+	case string:
+		return map[string]any{"str": x}, nil
+	case bool:
+		return map[string]any{"bool": x}, nil
+	}
+	return nil, fmt.Errorf("literal of type %T: want int64, float64, string or bool", v)
 }
 
 // inputArray views b as the engine's input struct array without copying:
@@ -279,6 +397,7 @@ func (e *cEngine) Push(b *RawBatch, syncedAt time.Time) (Output, error) {
 	for i, v := range e.offs {
 		out.LaneOffsets[i] = int(v)
 	}
+	out.Filtered = b.Len() - int(outRows) - int(qRows)
 	var err error
 	if outRows > 0 {
 		out.Record, err = cdata.ImportCRecordBatch((*cdata.CArrowArray)(unsafe.Pointer(h.outArr)), (*cdata.CArrowSchema)(unsafe.Pointer(h.outSch)))

@@ -167,6 +167,50 @@
 // what a push did: added, widened, blocked, discarded. Policies, options
 // and declared schemas are part of the exported State.
 //
+// # Policies
+//
+// A stream's Rules and Filter (StreamSpec) run on every push's output,
+// before the metadata columns are added, columnar and per batch. They
+// are configuration only: nothing of them is in State (a HashKey least
+// of all), so they must be given to every New.
+//
+// The Filter is evaluated first, on the source's values under their
+// source names (before any rule), with SQL's three-valued logic: a null,
+// a missing column or a value its literal can't be compared with is
+// unknown, and only a true row passes. Numbers compare by value across
+// integer, float and decimal columns; strings by their UTF-8 bytes; bool
+// with bool. Deletes always pass. A row that fails is dropped and counted
+// in Output.Filtered, unless the stream is Merge: then an insert or
+// update that fails becomes a delete (its op "delete", every column but
+// Key null), so the destination holds exactly the rows that match.
+//
+// Then the rules, by source column name: RuleExclude and RuleInclude
+// leave columns out (a column left out and not read by the filter is not
+// even built, nor held); RuleRename names a column from its new name
+// (naming rules apply to that, and NamesFromState lists it under the new
+// name); RuleNull nulls every value; RuleHash writes the HMAC-SHA-256 of
+// each value under Key as 64 lowercase hex digits (text as its bytes,
+// binary as its bytes, an integer as its decimal text); RuleMask keeps
+// the last N characters and writes '*' for each other one;
+// RuleTruncateChars keeps the first N characters, RuleTruncateBytes at
+// most N bytes (text cut at a character boundary). Nulls stay null.
+//
+// New checks rules against a Declared stream's columns: a column it
+// doesn't have, a type its rule can't take (hash: text, binary, uuid,
+// integers; mask and truncate_chars: text; truncate_bytes: text and
+// binary), a filter literal its column can't be compared with, two rules
+// on one column, a rename to another column's name, and for Merge
+// streams a Key column excluded, nulled, masked or truncated or not
+// included: each an error wrapping ErrInvalidInput. On a JSON stream a
+// rule applies whenever its column appears; a column under a hash, mask
+// or truncation is utf8 from its first value (one already typed
+// otherwise widens to utf8), so every value takes it; a field with the
+// name a rename gives another column is left out.
+//
+// _openetl_id is computed from the record's raw key, seq and payload as
+// below, whatever the policies: it does not change when a policy is
+// added, nor when the key column is hashed.
+//
 // # Metadata columns
 //
 // After the stream's columns every row has
@@ -386,11 +430,96 @@ type StreamSpec struct {
 	// Keyed says the stream has a primary key: a record without a key is
 	// quarantined ReasonMissingKey. Default false.
 	Keyed bool
-	// Key names the primary key's columns of a Declared stream: a value
+	// Key names the primary key's columns: for a Declared stream a value
 	// of a key column that its type can't hold quarantines its row
 	// (ReasonOutOfRange) instead of being held, since a row without its
-	// key can't be applied. Default none.
+	// key can't be applied; for any stream with Rules or a Filter, the
+	// columns Merge keeps. Default none.
 	Key []string
+	// Rules are the stream's column policies (see Policies in the
+	// package doc), applied in the engine to every push's output. They
+	// are configuration only: never in State.
+	Rules []Rule
+	// Filter keeps only the rows for which it is true (see Policies);
+	// nil keeps every row.
+	Filter *Cond
+	// Merge says the stream is merged by key at the destination: an
+	// insert or update failing Filter becomes a delete of its key (its
+	// columns but Key null) instead of being dropped, and Rules may not
+	// exclude, null, mask or truncate a Key column.
+	Merge bool
+}
+
+// RuleKind is what a Rule does.
+type RuleKind string
+
+// The column policies.
+const (
+	RuleExclude       RuleKind = "exclude"        // leave Column out
+	RuleInclude       RuleKind = "include"        // keep only Columns (and what other rules name)
+	RuleRename        RuleKind = "rename"         // name Column To at the destination
+	RuleNull          RuleKind = "null"           // every value of Column null
+	RuleHash          RuleKind = "hash"           // HMAC-SHA-256 of each value under Key, as 64 hex digits
+	RuleMask          RuleKind = "mask"           // keep the last N characters, each other one '*'
+	RuleTruncateChars RuleKind = "truncate_chars" // keep the first N characters
+	RuleTruncateBytes RuleKind = "truncate_bytes" // keep at most N bytes (text cut at a character boundary)
+)
+
+// Rule is one column policy of a stream. Columns are named as at the
+// source (before any rename).
+type Rule struct {
+	Kind    RuleKind
+	Column  string   // every kind but RuleInclude
+	Columns []string // RuleInclude
+	To      string   // RuleRename
+	N       int      // RuleMask, RuleTruncateChars, RuleTruncateBytes
+	Key     HashKey  // RuleHash
+}
+
+// HashKey is the secret key of a RuleHash. It prints as
+// "HashKey(redacted)" in every fmt verb, and the engine keeps it out of
+// its State and its messages.
+type HashKey []byte
+
+// String implements fmt.Stringer without showing the key.
+func (HashKey) String() string { return "HashKey(redacted)" }
+
+// GoString implements fmt.GoStringer without showing the key.
+func (HashKey) GoString() string { return "HashKey(redacted)" }
+
+// Format implements fmt.Formatter without showing the key.
+func (HashKey) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte("HashKey(redacted)")) }
+
+// CondOp is a Cond's operator.
+type CondOp string
+
+// The operators of a row filter.
+const (
+	OpEq      CondOp = "eq"
+	OpNe      CondOp = "ne"
+	OpLt      CondOp = "lt"
+	OpLe      CondOp = "le"
+	OpGt      CondOp = "gt"
+	OpGe      CondOp = "ge"
+	OpIsNull  CondOp = "is_null"
+	OpNotNull CondOp = "not_null"
+	OpIn      CondOp = "in"
+	OpAnd     CondOp = "and"
+	OpOr      CondOp = "or"
+	OpNot     CondOp = "not"
+)
+
+// Cond is a row condition: a comparison of Column with Value (int64,
+// float64, string or bool), IS NULL, IN Values, or AND/OR/NOT of Args.
+// Its logic is SQL's: a null, a missing column or a value of a type the
+// literal can't be compared with is unknown, and a row passes only when
+// its condition is true.
+type Cond struct {
+	Op     CondOp
+	Column string
+	Value  any
+	Values []any
+	Args   []Cond
 }
 
 // Column is one declared column of a Declared stream: a source.Column
@@ -477,6 +606,9 @@ type Output struct {
 	// in Record with a null there. A row with a value that is not of its
 	// type (held column or not) is quarantined like any other.
 	Held []Held
+	// Filtered is the number of rows the stream's Filter dropped: the
+	// batch's rows are Record's, Quarantined's and these.
+	Filtered int
 	// Table is the stream's destination table name under NamingRules
 	// (also in the record schema's metadata under TableMetadataKey); the
 	// stream name when there are none.

@@ -69,8 +69,8 @@ func push(t testing.TB, e engine.Engine, b *engine.RawBatch) engine.Output {
 	if out.Record != nil {
 		taken = int(out.Record.NumRows())
 	}
-	if taken+len(out.Quarantined) != b.Len() {
-		t.Fatalf("rows in %d != out %d + quarantined %d", b.Len(), taken, len(out.Quarantined))
+	if taken+len(out.Quarantined)+out.Filtered != b.Len() {
+		t.Fatalf("rows in %d != out %d + quarantined %d + filtered %d", b.Len(), taken, len(out.Quarantined), out.Filtered)
 	}
 	return out
 }

@@ -63,7 +63,20 @@ uint32_t openetl_engine_abi_v1(void);
  *    "streams":[{"name":S,"format":"json"|"row","types":"postgres"|"mysql",
  *                "columns":[{"name":S,"type":S,"nullable":B}],
  *                "policy":"evolve"|"freeze"|"discard",
- *                "nested_text":B,"timestamps":B}],
+ *                "nested_text":B,"timestamps":B,"keyed":B,
+ *                "policies":{"rules":[{"kind":"exclude"|"null","column":S}
+ *                             | {"kind":"include","columns":[S...]}
+ *                             | {"kind":"rename","column":S,"to":S}
+ *                             | {"kind":"hash","column":S,"key":hex}
+ *                             | {"kind":"mask"|"truncate_chars"|
+ *                                "truncate_bytes","column":S,"n":N}],
+ *                            "filter":cond,"merge":B,"key":[S...]}}],
+ *    cond: {"op":"eq"|"ne"|"lt"|"le"|"gt"|"ge","column":S,"value":lit}
+ *        | {"op":"is_null"|"not_null","column":S}
+ *        | {"op":"in","column":S,"values":[lit...]}
+ *        | {"op":"and"|"or"|"not","args":[cond...]},
+ *    lit: {"int":N}|{"float":F}|{"str":S}|{"bool":B}
+ *    (see engine/rust/src/policy.rs; policies are never in the state),
  *    "naming":{"max_len":N,"case":"lower"|"upper"|"","simple":B,
  *              "reserved":[S...]},
  *    "unsupported":[type class...]}
@@ -81,7 +94,8 @@ int32_t openetl_engine_new(const uint8_t* cfg, size_t cfg_len, void** out, char*
  * *out_rows = rows taken, and when > 0 out_array/out_schema hold the record
  * batch (a struct array: the stream's columns, then _openetl_id,
  * _openetl_op, _openetl_seq, _openetl_synced_at), owned by the caller;
- * *q_rows = rows quarantined, and when > 0 q_array/q_schema hold
+ * *q_rows = rows quarantined (the rows a policy's row filter dropped are
+ * the batch's rows less these two counts), and when > 0 q_array/q_schema hold
  * {row uint32, reason utf8, detail utf8}, owned by the caller.
  * lane_offsets (lane_offsets_len = lanes + 1 entries) receives the lane
  * boundaries of the record's rows. */

@@ -24,6 +24,7 @@ use crate::input::RawRows;
 use crate::json::{self, FieldSink};
 use crate::meta::{self, OP_DELETE, RESERVED_PREFIX};
 use crate::nested::JType;
+use crate::policy::{self, Policies};
 use crate::quarantine::{Quarantined, Reason, Reject};
 use crate::route;
 use crate::rows;
@@ -89,6 +90,9 @@ pub struct StreamSpec {
     pub declared: Option<rows::DeclStream>,
     /// Inference options of a JSON stream.
     pub opts: state::JsonOpts,
+    /// Column and row policies (see [`crate::policy`]); configuration
+    /// only, never in the saved state.
+    pub policies: Policies,
 }
 
 /// A schema outcome of a push, for the runner's schema events.
@@ -114,6 +118,9 @@ pub struct PushOutput {
     pub lane_offsets: Vec<usize>,
     /// The rows set aside, in input order.
     pub quarantined: Vec<Quarantined>,
+    /// The rows a row filter dropped (neither in the record nor
+    /// quarantined).
+    pub filtered: usize,
 }
 
 /// Buffers reused across pushes.
@@ -154,6 +161,11 @@ struct Scratch {
     /// A document's column changes: (column, new type, new tree).
     proposals: Vec<(u32, ColumnType, Option<JType>)>,
     before_trees: Vec<Option<JType>>,
+    /// Policies: the output rows' input indices, ops and filter truth
+    /// values.
+    pol_rows: Vec<u32>,
+    pol_ops: Vec<u8>,
+    pol_eval: Vec<u8>,
 }
 
 /// An engine: the schemas of the streams it has seen and its scratch
@@ -170,6 +182,8 @@ pub struct Engine {
     tables: HashSet<String>,
     /// The values held back by the last push.
     held: Vec<hold::Held>,
+    /// Each stream's policies, when it has any.
+    policies: HashMap<String, Policies>,
 }
 
 impl Engine {
@@ -196,11 +210,40 @@ impl Engine {
             .values()
             .filter_map(|s| s.names.table.as_ref().map(|t| t.to_lowercase()))
             .collect();
+        let mut policies = HashMap::new();
         for spec in &cfg.streams {
             let st = streams.entry(spec.name.clone()).or_default();
             st.policy = spec.policy;
             st.declared = spec.declared.clone();
             st.opts = spec.opts;
+            if spec.policies.is_empty() {
+                continue;
+            }
+            let p = &spec.policies;
+            match &st.declared {
+                Some(d) => {
+                    let cols: Vec<(&str, arrow_schema::DataType)> = d
+                        .columns
+                        .iter()
+                        .map(|c| (c.name.as_str(), c.decl.data_type()))
+                        .collect();
+                    p.check_declared(&cols).map_err(|e| {
+                        Error::invalid_input(format!("engine config: stream {:?}: {e}", spec.name))
+                    })?;
+                }
+                None => {
+                    // A JSON column under a text policy is utf8, from
+                    // its first value or, if it has a type already, from
+                    // now on (a widening).
+                    for c in st.columns.iter_mut() {
+                        if p.wants_text(&c.name) {
+                            c.ty = ColumnType::Utf8;
+                            c.tree = None;
+                        }
+                    }
+                }
+            }
+            policies.insert(spec.name.clone(), p.clone());
         }
         for name in &cfg.tables {
             if name.is_empty() {
@@ -209,7 +252,7 @@ impl Engine {
                 ));
             }
             let st = streams.entry(name.clone()).or_default();
-            config::name_ahead(&cfg.naming, &mut tables, st, name);
+            config::name_ahead(&cfg.naming, &mut tables, st, name, policies.get(name));
         }
         Ok(Engine {
             cfg,
@@ -219,6 +262,7 @@ impl Engine {
             changes: Vec::new(),
             tables,
             held: Vec::new(),
+            policies,
         })
     }
 
@@ -407,6 +451,7 @@ impl Engine {
                     col_bytes: &mut sc.col_bytes,
                     opts,
                     classify: false,
+                    policies: self.policies.get(stream),
                 };
                 let r = json::scan_object(payload, &mut sc.key_buf, &mut sc.arena, &mut sink);
                 classify = sink.classify;
@@ -601,14 +646,23 @@ impl Engine {
                 record: None,
                 lane_offsets,
                 quarantined,
+                filtered: 0,
             });
         }
 
+        // Columns the policies leave out (and the filter doesn't read)
+        // are not built.
+        let skip: Vec<bool> = match self.policies.get(stream) {
+            Some(p) => schema.columns.iter().map(|c| p.skips(&c.name)).collect(),
+            None => Vec::new(),
+        };
+        let skipped = |i: usize| skip.get(i).copied().unwrap_or(false);
         let mut builders: Vec<ColumnBuilder> = schema
             .columns
             .iter()
             .zip(&sc.col_bytes)
-            .map(|(c, &bytes)| ColumnBuilder::new(c.ty, n, bytes))
+            .enumerate()
+            .map(|(i, (c, &bytes))| ColumnBuilder::new(c.ty, n, if skipped(i) { 0 } else { bytes }))
             .collect();
         // Nested columns: one tape node (or none) per output row.
         let mut slots: Vec<Vec<u32>> = schema
@@ -643,20 +697,28 @@ impl Engine {
             .columns
             .iter()
             .zip(&pruned)
-            .map(|(c, p)| match p {
-                Some(w) => w.is_none(),
-                None => Self::is_held(unsupported, &c.data_type()),
+            .enumerate()
+            .map(|(i, (c, p))| {
+                !skipped(i)
+                    && match p {
+                        Some(w) => w.is_none(),
+                        None => Self::is_held(unsupported, &c.data_type()),
+                    }
             })
             .collect();
         // Per column, where its cells go: a builder, the held values or
         // the nested slots (one test per cell in the loop below).
         const TO_BUILDER: u8 = 0;
         const TO_HELD: u8 = 1;
+        const TO_SKIP: u8 = 3;
         let dest: Vec<u8> = held_cols
             .iter()
             .zip(&slots)
-            .map(|(&h, s)| {
-                if h {
+            .enumerate()
+            .map(|(i, (&h, s))| {
+                if skipped(i) {
+                    TO_SKIP
+                } else if h {
                     TO_HELD
                 } else if !s.is_empty() {
                     2
@@ -673,6 +735,9 @@ impl Engine {
                 let to = dest[col];
                 if to == TO_BUILDER {
                     builders[col].push(row, cell, payload_buf, &sc.arena)?;
+                    continue;
+                }
+                if to == TO_SKIP {
                     continue;
                 }
                 if to == TO_HELD {
@@ -732,13 +797,19 @@ impl Engine {
                 Field::new(c.name.as_str(), dt, true)
             })
             .collect();
+        let pol = self.policies.get(stream);
         let table = apply_names(
             &self.cfg.naming,
             &mut self.tables,
             &mut schema.names,
             stream,
             &mut fields,
+            pol,
         );
+        let mut srcs: Vec<String> = Vec::new();
+        if pol.is_some() {
+            srcs.extend(schema.columns.iter().map(|c| c.name.clone()));
+        }
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(fields.len() + 4);
         for (i, ((b, c), slot)) in builders
             .into_iter()
@@ -748,7 +819,9 @@ impl Engine {
         {
             match (&c.tree, c.ty) {
                 // Left out below.
-                _ if held_cols[i] => cols.push(Arc::new(arrow_array::NullArray::new(n))),
+                _ if held_cols[i] || skipped(i) => {
+                    cols.push(Arc::new(arrow_array::NullArray::new(n)))
+                }
                 (Some(t), ColumnType::Nested) => {
                     let t = partial[i].unwrap_or(t);
                     cols.push(tape::build(t, &mut sc.tape, payload_buf, slot)?);
@@ -771,22 +844,88 @@ impl Engine {
             fields.retain(|_| (!held_cols[i], i += 1).0);
             let mut i = 0;
             cols.retain(|_| (!held_cols[i], i += 1).0);
+            if pol.is_some() {
+                let mut i = 0;
+                srcs.retain(|_| (!held_cols[i], i += 1).0);
+            }
         }
-        fields.extend(meta::fields());
-        cols.extend(meta::columns(
-            stream.as_bytes(),
+        let mut lane_offsets = lane_offsets;
+        let (out_rows, applied) = match pol {
+            None => (out_rows, None),
+            Some(p) => {
+                sc.pol_rows.clear();
+                sc.pol_rows.extend_from_slice(out_rows);
+                sc.pol_ops.clear();
+                sc.pol_ops
+                    .extend(out_rows.iter().map(|&r| rows.op(r as usize)));
+                let a = policy::apply(
+                    p,
+                    &mut srcs,
+                    &mut fields,
+                    &mut cols,
+                    &sc.pol_ops,
+                    &mut sc.pol_rows,
+                    &mut lane_offsets,
+                    &mut sc.pol_eval,
+                )?;
+                (&sc.pol_rows[..], Some(a))
+            }
+        };
+        finish(
+            stream,
             rows,
             out_rows,
             synced_at_micros,
             &mut sc.id_buf,
-        )?);
-        let record = RecordBatch::try_new(Arc::new(out_schema(fields, table)), cols)?;
-        Ok(PushOutput {
-            record: Some(record),
+            fields,
+            cols,
+            table,
             lane_offsets,
             quarantined,
-        })
+            applied,
+        )
     }
+}
+
+/// Adds the metadata columns to a push's output and makes its record.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    stream: &str,
+    rows: &RawRows<'_>,
+    out_rows: &[u32],
+    synced_at_micros: i64,
+    id_buf: &mut Vec<u8>,
+    mut fields: Vec<Field>,
+    mut cols: Vec<ArrayRef>,
+    table: Option<String>,
+    lane_offsets: Vec<usize>,
+    quarantined: Vec<Quarantined>,
+    applied: Option<policy::Applied>,
+) -> Result<PushOutput, Error> {
+    let filtered = applied.as_ref().map_or(0, |a| a.dropped);
+    if out_rows.is_empty() {
+        return Ok(PushOutput {
+            record: None,
+            lane_offsets,
+            quarantined,
+            filtered,
+        });
+    }
+    fields.extend(meta::fields());
+    let mut m = meta::columns(stream.as_bytes(), rows, out_rows, synced_at_micros, id_buf)?;
+    if let Some(a) = &applied
+        && !a.to_delete.is_empty()
+    {
+        m[1] = policy::deletes(&m[1], &a.to_delete);
+    }
+    cols.extend(m);
+    let record = RecordBatch::try_new(Arc::new(out_schema(fields, table)), cols)?;
+    Ok(PushOutput {
+        record: Some(record),
+        lane_offsets,
+        quarantined,
+        filtered,
+    })
 }
 
 /// The rejection of a document with a field name holding a NUL byte: no
@@ -836,6 +975,8 @@ struct RowSink<'a> {
     /// Set when some value may not fit its column as it is (or may be a
     /// timestamp): the document's cells then need classifying.
     classify: bool,
+    /// The stream's policies: a new column under a text policy is utf8.
+    policies: Option<&'a Policies>,
 }
 
 impl FieldSink for RowSink<'_> {
@@ -889,7 +1030,11 @@ impl FieldSink for RowSink<'_> {
                     self.seen.push(0);
                     self.plain.push(json::plain_key(key));
                     self.col_bytes.push(0);
-                    self.schema.add(key, ColumnType::Null)
+                    let ty = match self.policies {
+                        Some(p) if p.wants_text(key) => ColumnType::Utf8,
+                        _ => ColumnType::Null,
+                    };
+                    self.schema.add(key, ty)
                 }
             },
         };

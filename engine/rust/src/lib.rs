@@ -40,6 +40,7 @@ pub mod json;
 pub mod meta;
 pub mod names;
 pub mod nested;
+pub mod policy;
 pub mod quarantine;
 pub mod route;
 pub mod rows;
@@ -148,7 +149,8 @@ pub unsafe extern "C" fn openetl_engine_free(eng: *mut c_void) {
 /// * `*out_rows` = rows taken; when > 0, `out_array`/`out_schema` receive
 ///   the record batch (a struct array), moved to the caller, who releases
 ///   it. When 0 they are left untouched.
-/// * `*q_rows` = rows quarantined; when > 0, `q_array`/`q_schema` receive
+/// * `*q_rows` = rows quarantined (rows a row filter dropped are the rest:
+///   the batch less rows taken and quarantined); when > 0, `q_array`/`q_schema` receive
 ///   the quarantine batch `row uint32, reason utf8, detail utf8`, likewise.
 /// * `lane_offsets[0..=lanes]`: lane i's rows are `[lane_offsets[i],
 ///   lane_offsets[i+1])`; `lane_offsets_len` must be lanes + 1.

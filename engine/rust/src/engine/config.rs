@@ -10,6 +10,7 @@ use super::{Config, Engine, StreamSpec};
 use crate::decl::Types;
 use crate::error::Error;
 use crate::hold;
+use crate::policy::Policies;
 use crate::state::{self, Policy};
 use crate::{meta, names};
 
@@ -45,7 +46,12 @@ fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
         other => return Err(format!("stream {name:?}: unknown format {other:?}")),
     };
     let flag = |k: &str| m.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let policies = match m.get("policies") {
+        None | Some(Value::Null) => Policies::default(),
+        Some(p) => Policies::from_json(p).map_err(|e| format!("stream {name:?}: policies: {e}"))?,
+    };
     Ok(StreamSpec {
+        policies,
         name: name.to_string(),
         policy,
         declared,
@@ -71,13 +77,19 @@ pub(super) fn apply_names(
     stream_names: &mut names::StreamNames,
     stream: &str,
     fields: &mut [Field],
+    pol: Option<&Policies>,
 ) -> Option<String> {
     // Column names are unique ignoring case under any rules, none
-    // included: readers of Parquet and Iceberg fold case.
+    // included: readers of Parquet and Iceberg fold case. A renamed
+    // column is named from its new name; a column shadowed by a rename
+    // is left out by the policies, unnamed.
     for f in fields.iter_mut() {
-        let d = stream_names
-            .column(rules, f.name(), &meta::NAMES)
-            .to_string();
+        let key = match pol {
+            None => f.name().as_str(),
+            Some(p) if p.shadowed(f.name()) => continue,
+            Some(p) => p.naming_key(f.name()),
+        };
+        let d = stream_names.column(rules, key, &meta::NAMES).to_string();
         if d != *f.name() {
             *f = f.clone().with_name(d);
         }
@@ -106,10 +118,12 @@ pub(super) fn name_ahead(
     tables: &mut HashSet<String>,
     st: &mut state::StreamSchema,
     stream: &str,
+    pol: Option<&Policies>,
 ) {
     if let Some(d) = &st.declared {
         for c in &d.columns {
-            st.names.column(rules, &c.name, &meta::NAMES);
+            let key = pol.map_or(c.name.as_str(), |p| p.naming_key(&c.name));
+            st.names.column(rules, key, &meta::NAMES);
         }
     }
     if rules.active() && st.names.table.is_none() {

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::ArrayRef;
 use arrow_schema::Field;
 
 use super::{Engine, PushOutput};
@@ -37,10 +37,17 @@ impl Engine {
             .as_ref()
             .ok_or_else(|| Error::internal("declared stream vanished"))?;
         let ncols = decl.columns.len();
+        // Columns the policies leave out (and the filter doesn't read)
+        // are neither built nor held.
+        let skip: Vec<bool> = match self.policies.get(stream) {
+            Some(p) => decl.columns.iter().map(|c| p.skips(&c.name)).collect(),
+            None => vec![false; ncols],
+        };
         let held_cols: Vec<bool> = decl
             .columns
             .iter()
-            .map(|c| Self::is_held(&self.cfg.unsupported, &c.decl.data_type()))
+            .zip(&skip)
+            .map(|(c, &s)| !s && Self::is_held(&self.cfg.unsupported, &c.decl.data_type()))
             .collect();
         let sc = &mut self.scratch;
         sc.vals.clear();
@@ -201,6 +208,7 @@ impl Engine {
                 record: None,
                 lane_offsets,
                 quarantined,
+                filtered: 0,
             });
         }
         sc.out_rows.clear();
@@ -212,6 +220,10 @@ impl Engine {
         let mut held: Vec<(u32, usize, Vec<u8>, Option<Reject>)> = Vec::new();
         for (c, col) in decl.columns.iter().enumerate() {
             fields.push(col.decl.field(&col.name));
+            if skip[c] {
+                cols.push(Arc::new(arrow_array::NullArray::new(n)));
+                continue;
+            }
             if held_cols[c] {
                 for (&k, &r) in sc.order.iter().zip(&sc.out_rows) {
                     if let Val::Text { start, end, .. } = sc.vals[k as usize * ncols + c] {
@@ -235,14 +247,23 @@ impl Engine {
                 &sc.elems,
             )?);
         }
+        let pol = self.policies.get(stream);
         let table = super::config::apply_names(
             &self.cfg.naming,
             &mut self.tables,
             names,
             stream,
             &mut fields,
+            pol,
         );
+        let mut srcs: Vec<String> = Vec::new();
+        if pol.is_some() {
+            srcs.extend(decl.columns.iter().map(|c| c.name.clone()));
+        }
         for (row, col, start, end, detail) in cells {
+            if skip[col] {
+                continue;
+            }
             let v = payload_buf
                 .get(start..end)
                 .ok_or_else(|| Error::internal("a held cell outside the payload"))?;
@@ -270,21 +291,40 @@ impl Engine {
             fields.retain(|_| (!held_cols[i], i += 1).0);
             let mut i = 0;
             cols.retain(|_| (!held_cols[i], i += 1).0);
+            let mut i = 0;
+            srcs.retain(|_| (!held_cols[i] || pol.is_none(), i += 1).0);
         }
-        fields.extend(meta::fields());
-        cols.extend(meta::columns(
-            stream.as_bytes(),
+        let mut lane_offsets = lane_offsets;
+        let applied = match pol {
+            None => None,
+            Some(p) => {
+                sc.pol_ops.clear();
+                sc.pol_ops
+                    .extend(sc.out_rows.iter().map(|&r| rows.op(r as usize)));
+                Some(crate::policy::apply(
+                    p,
+                    &mut srcs,
+                    &mut fields,
+                    &mut cols,
+                    &sc.pol_ops,
+                    &mut sc.out_rows,
+                    &mut lane_offsets,
+                    &mut sc.pol_eval,
+                )?)
+            }
+        };
+        super::finish(
+            stream,
             rows,
             &sc.out_rows,
             synced_at_micros,
             &mut sc.id_buf,
-        )?);
-        let record =
-            RecordBatch::try_new(Arc::new(super::config::out_schema(fields, table)), cols)?;
-        Ok(PushOutput {
-            record: Some(record),
+            fields,
+            cols,
+            table,
             lane_offsets,
             quarantined,
-        })
+            applied,
+        )
     }
 }

@@ -1,0 +1,197 @@
+package engine_test
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/openetl/etl/engine"
+	"github.com/openetl/etl/source"
+)
+
+var testKey = engine.HashKey("k3y-for-tests")
+
+func goHMAC(v string) string {
+	m := hmac.New(sha256.New, testKey)
+	m.Write([]byte(v))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// TestPolicyRules runs each column rule through the binding, on a
+// declared and on a JSON stream.
+func TestPolicyRules(t *testing.T) {
+	cases := []struct {
+		rule      engine.Rule
+		column    string   // the output column to look at ("" none)
+		want      []string // its cells
+		wantNames []string // the stream's output columns
+	}{
+		{engine.Rule{Kind: engine.RuleExclude, Column: "ssn"}, "", nil, []string{"id", "email", "card"}},
+		{engine.Rule{Kind: engine.RuleInclude, Columns: []string{"id", "card"}}, "", nil, []string{"id", "card"}},
+		{engine.Rule{Kind: engine.RuleRename, Column: "email", To: "contact"}, "contact", []string{"ann@example.com", "<nil>"}, []string{"id", "contact", "ssn", "card"}},
+		{engine.Rule{Kind: engine.RuleNull, Column: "ssn"}, "ssn", []string{"<nil>", "<nil>"}, nil},
+		{engine.Rule{Kind: engine.RuleHash, Column: "email", Key: testKey}, "email", []string{goHMAC("ann@example.com"), "<nil>"}, nil},
+		{engine.Rule{Kind: engine.RuleMask, Column: "card", N: 4}, "card", []string{"************4242", "42"}, nil},
+		{engine.Rule{Kind: engine.RuleTruncateChars, Column: "ssn", N: 3}, "ssn", []string{"123", "98é"}, nil},
+		{engine.Rule{Kind: engine.RuleTruncateBytes, Column: "ssn", N: 3}, "ssn", []string{"123", "98"}, nil},
+	}
+	decl := rowSpec("t", source.TypesPostgres, "id", "int8", "email", "text", "ssn", "text", "card", "text")
+	declRows := batch("t",
+		rec{source.OpInsert, 1, "1", string(row("1", "ann@example.com", "123-45-6789", "4242424242424242"))},
+		rec{source.OpInsert, 2, "2", string(row("2", null, "98é-x", "42"))})
+	jsonRows := batch("t",
+		rec{source.OpInsert, 1, "1", `{"id":1,"email":"ann@example.com","ssn":"123-45-6789","card":"4242424242424242"}`},
+		rec{source.OpInsert, 2, "2", `{"id":2,"email":null,"ssn":"98é-x","card":"42"}`})
+	for _, c := range cases {
+		for _, declared := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/declared=%v", c.rule.Kind, declared), func(t *testing.T) {
+				spec, b := engine.StreamSpec{Name: "t"}, jsonRows
+				if declared {
+					spec, b = decl, declRows
+				}
+				spec.Rules = []engine.Rule{c.rule}
+				e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
+				out := push(t, e, b)
+				if c.column != "" {
+					equal(t, c.column, cells(t, out.Record, c.column), c.want)
+				}
+				if c.wantNames != nil {
+					names := colNames(out.Record)
+					equal(t, "columns", names[:len(names)-4], c.wantNames)
+				}
+			})
+		}
+	}
+}
+
+func TestPolicyFilter(t *testing.T) {
+	and := func(cs ...engine.Cond) *engine.Cond { return &engine.Cond{Op: engine.OpAnd, Args: cs} }
+	cases := []struct {
+		filter *engine.Cond
+		seqs   string
+	}{
+		{&engine.Cond{Op: engine.OpGe, Column: "amount", Value: int64(20)}, "[2 3]"},
+		{&engine.Cond{Op: engine.OpLt, Column: "amount", Value: 20.5}, "[0 1 2]"},
+		{&engine.Cond{Op: engine.OpEq, Column: "region", Value: "eu"}, "[0 2]"},
+		{&engine.Cond{Op: engine.OpIn, Column: "region", Values: []any{"us", "apac"}}, "[1]"},
+		{&engine.Cond{Op: engine.OpIsNull, Column: "region"}, "[3]"},
+		{&engine.Cond{Op: engine.OpNot, Args: []engine.Cond{{Op: engine.OpEq, Column: "region", Value: "eu"}}}, "[1]"},
+		{and(engine.Cond{Op: engine.OpEq, Column: "region", Value: "eu"}, engine.Cond{Op: engine.OpGt, Column: "amount", Value: 10}), "[2]"},
+		{&engine.Cond{Op: engine.OpOr, Args: []engine.Cond{{Op: engine.OpEq, Column: "vip", Value: true}, {Op: engine.OpIsNull, Column: "region"}}}, "[1 3]"},
+	}
+	spec := rowSpec("t", source.TypesPostgres, "id", "int8", "amount", "numeric(10,2)", "region", "text", "vip", "bool")
+	b := batch("t",
+		rec{source.OpInsert, 0, "1", string(row("1", "10.00", "eu", "f"))},
+		rec{source.OpInsert, 1, "2", string(row("2", "15.50", "us", "t"))},
+		rec{source.OpInsert, 2, "3", string(row("3", "20.00", "eu", "f"))},
+		rec{source.OpInsert, 3, "4", string(row("4", "99.99", null, null))})
+	for _, c := range cases {
+		t.Run(fmt.Sprint(c.filter.Op), func(t *testing.T) {
+			s := spec
+			s.Filter = c.filter
+			e := newEngine(t, engine.Config{Lanes: 2, Streams: []engine.StreamSpec{s}})
+			out := push(t, e, b)
+			var got []string
+			if out.Record != nil {
+				got = cells(t, out.Record, "_openetl_seq")
+			}
+			// Lanes reorder rows: compare as a set.
+			if n := len(got); n+out.Filtered != b.Len() || !sameSet(got, c.seqs) {
+				t.Errorf("kept seqs %v (filtered %d), want %s", got, out.Filtered, c.seqs)
+			}
+			if out.LaneOffsets[len(out.LaneOffsets)-1] != len(got) {
+				t.Errorf("lane offsets %v for %d rows", out.LaneOffsets, len(got))
+			}
+		})
+	}
+}
+
+func sameSet(got []string, want string) bool {
+	w := strings.Fields(strings.Trim(want, "[]"))
+	if len(w) != len(got) {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, g := range got {
+		seen[g] = true
+	}
+	for _, x := range w {
+		if !seen[x] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestPolicyMergeFilterDeletes(t *testing.T) {
+	spec := rowSpec("t", source.TypesPostgres, "id", "int8", "region", "text")
+	spec.Keyed, spec.Key, spec.Merge = true, []string{"id"}, true
+	spec.Filter = &engine.Cond{Op: engine.OpEq, Column: "region", Value: "eu"}
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
+	out := push(t, e, batch("t",
+		rec{source.OpInsert, 1, "1", string(row("1", "eu"))},
+		rec{source.OpUpdate, 2, "1", string(row("1", "us"))},
+		rec{source.OpDelete, 3, "2", ""}))
+	equal(t, "ops", cells(t, out.Record, "_openetl_op"), []string{"insert", "delete", "delete"})
+	equal(t, "region", cells(t, out.Record, "region"), []string{"eu", "<nil>", "<nil>"})
+	equal(t, "id", cells(t, out.Record, "id"), []string{"1", "1", "<nil>"})
+	if out.Filtered != 0 {
+		t.Errorf("filtered %d, want 0", out.Filtered)
+	}
+}
+
+func TestPolicyErrors(t *testing.T) {
+	decl := rowSpec("t", source.TypesPostgres, "id", "int8", "f", "float8")
+	decl.Key, decl.Merge = []string{"id"}, true
+	cases := []struct {
+		rules  []engine.Rule
+		filter *engine.Cond
+		want   string
+	}{
+		{[]engine.Rule{{Kind: engine.RuleHash, Column: "nope", Key: testKey}}, nil, `no column "nope"`},
+		{[]engine.Rule{{Kind: engine.RuleHash, Column: "f", Key: testKey}}, nil, "can't take"},
+		{[]engine.Rule{{Kind: engine.RuleExclude, Column: "id"}}, nil, "key column"},
+		{[]engine.Rule{{Kind: engine.RuleMask, Column: "f", N: -1}}, nil, "at least 0"},
+		{nil, &engine.Cond{Op: engine.OpEq, Column: "f", Value: "x"}, "can't be compared"},
+		{nil, &engine.Cond{Op: engine.OpEq, Column: "f", Value: []int{1}}, "want int64"},
+	}
+	for _, c := range cases {
+		s := decl
+		s.Rules, s.Filter = c.rules, c.filter
+		e, err := engine.New(engine.Config{Streams: []engine.StreamSpec{s}})
+		if errors.Is(err, engine.ErrUnavailable) {
+			t.Skip(err)
+		}
+		if err == nil {
+			e.Close()
+			t.Errorf("%+v %+v: no error", c.rules, c.filter)
+			continue
+		}
+		if !errors.Is(err, engine.ErrInvalidInput) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("error %v, want ErrInvalidInput with %q", err, c.want)
+		}
+		if strings.Contains(err.Error(), hex.EncodeToString(testKey)) || strings.Contains(err.Error(), string(testKey)) {
+			t.Errorf("error shows the key: %v", err)
+		}
+	}
+}
+
+// TestPolicyKeyNeverShown: the hash key is in no state, no print.
+func TestPolicyKeyNeverShown(t *testing.T) {
+	spec := engine.StreamSpec{Name: "t", Rules: []engine.Rule{{Kind: engine.RuleHash, Column: "a", Key: testKey}}}
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
+	push(t, e, docs("t", `{"a":"x"}`))
+	st, err := e.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{string(st), fmt.Sprintf("%v %+v %#v %s", spec, spec, spec, spec.Rules[0].Key)} {
+		if strings.Contains(s, string(testKey)) || strings.Contains(s, hex.EncodeToString(testKey)) || strings.Contains(s, fmt.Sprint([]byte(testKey))) {
+			t.Errorf("the key shows in %s", s)
+		}
+	}
+}
