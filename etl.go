@@ -275,6 +275,8 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 	cfg.JSON = maps.Clone(cfg.JSON)
 	cfg.Steps = slices.Clone(cfg.Steps)
 	cfg.Transforms = maps.Clone(cfg.Transforms)
+	cfg.Rules = maps.Clone(cfg.Rules)
+	cfg.Filters = maps.Clone(cfg.Filters)
 	cfg.Retry = retryPolicy(b.retry)
 	errs := append([]error{cfg.Validate()}, b.errs...)
 	eng, engErr := engine.New(engine.Config{})
@@ -291,6 +293,9 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 		} else {
 			guarantees, err = runner.Guarantees(cfg, catalog, nil)
 			errs = append(errs, err)
+			if engErr == nil {
+				errs = append(errs, runner.CheckPolicies(cfg, catalog))
+			}
 			if err == nil && engErr == nil {
 				errs = append(errs, runner.CheckPipeline(ctx, cfg, catalog))
 			}

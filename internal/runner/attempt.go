@@ -384,29 +384,143 @@ func (r *runner) newEngine(catalog source.Catalog, streams []string, caps sink.C
 	}
 	// Declared (FormatRow) streams need their columns in the engine, and
 	// streams with a schema policy, JSON options or a key those.
-	var specs []engine.StreamSpec
-	for _, name := range streams {
-		st, ok := catalog.Stream(name)
-		switch pol := cfg.Policies[name]; {
-		case !ok:
-		case st.Format == source.FormatRow:
-			spec := declaredSpec(st)
-			spec.Policy = pol
-			specs = append(specs, spec)
-		case pol != "" || cfg.JSON[name] != JSONOptions{} || len(st.PrimaryKey) > 0:
-			// A keyed stream's record without a key is quarantined
-			// missing_key: it can't be merged or deleted by key.
-			o := cfg.JSON[name]
-			specs = append(specs, engine.StreamSpec{Name: st.Name, Policy: pol,
-				NestedAsText: o.NestedAsText, Timestamps: o.Timestamps, Keyed: len(st.PrimaryKey) > 0})
-		}
-	}
+	specs := engineSpecs(cfg, catalog, streams)
 	eng, err := cfg.NewEngine(engine.Config{Lanes: cfg.Lanes, MaxDocumentBytes: cfg.MaxDocumentBytes, State: state, Streams: specs,
 		Naming: namingRules(caps), Unsupported: caps.Unsupported, Tables: streams})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	return eng, nil
+}
+
+// engineSpecs returns the engine specs of the selected streams:
+// Declared (FormatRow) streams need their columns in the engine, and
+// streams with a schema policy, JSON options, a key, column rules or a
+// row filter those.
+func engineSpecs(cfg Config, catalog source.Catalog, streams []string) []engine.StreamSpec {
+	var specs []engine.StreamSpec
+	for _, name := range streams {
+		st, ok := catalog.Stream(name)
+		rules, filter := cfg.Rules[name], cfg.Filters[name]
+		var spec engine.StreamSpec
+		switch pol := cfg.Policies[name]; {
+		case !ok:
+			continue
+		case st.Format == source.FormatRow:
+			spec = declaredSpec(st)
+			spec.Policy = pol
+		case pol != "" || cfg.JSON[name] != JSONOptions{} || len(st.PrimaryKey) > 0 || len(rules) > 0 || filter != nil:
+			// A keyed stream's record without a key is quarantined
+			// missing_key: it can't be merged or deleted by key.
+			o := cfg.JSON[name]
+			spec = engine.StreamSpec{Name: st.Name, Policy: pol,
+				NestedAsText: o.NestedAsText, Timestamps: o.Timestamps, Keyed: len(st.PrimaryKey) > 0}
+		default:
+			continue
+		}
+		if len(rules) > 0 || filter != nil {
+			spec.Rules, spec.Filter = rules, filter
+			spec.Key = st.PrimaryKey
+			spec.Merge = cfg.Modes[name] == delivery.Merge && len(st.PrimaryKey) > 0
+		}
+		specs = append(specs, spec)
+	}
+	return specs
+}
+
+// CheckPolicies checks the streams' column rules and row filters against
+// the catalog, as the engine will take them: each names a selected
+// stream, and a declared stream's columns of types its policy takes.
+func CheckPolicies(cfg Config, catalog source.Catalog) error {
+	if len(cfg.Rules) == 0 && len(cfg.Filters) == 0 {
+		return nil
+	}
+	streams, err := selectStreams(catalog, cfg.Streams)
+	if err != nil {
+		return nil // reported by Guarantees
+	}
+	var errs []error
+	for _, m := range []map[string]bool{keysOf(cfg.Rules), keysOf(cfg.Filters)} {
+		for name := range m {
+			if !slices.Contains(streams, name) {
+				errs = append(errs, fmt.Errorf("policies: stream %q is not among the streams read", name))
+			}
+		}
+	}
+	for _, spec := range engineSpecs(cfg, catalog, streams) {
+		if len(spec.Rules) == 0 && spec.Filter == nil {
+			continue
+		}
+		eng, err := engine.New(engine.Config{Streams: []engine.StreamSpec{spec}})
+		if errors.Is(err, engine.ErrUnavailable) {
+			return nil // Build reports it
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("policies: %w", err))
+			continue
+		}
+		eng.Close()
+	}
+	return errors.Join(errs...)
+}
+
+func keysOf[V any](m map[string]V) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k := range m {
+		out[k] = true
+	}
+	return out
+}
+
+// renamed is the name column c of stream has after its rename rule.
+func renamed(cfg Config, stream, c string) string {
+	for _, r := range cfg.Rules[stream] {
+		if r.Kind == engine.RuleRename && r.Column == c {
+			return r.To
+		}
+	}
+	return c
+}
+
+// delivered says whether the column rules of stream keep column c.
+func delivered(cfg Config, stream, c string) bool {
+	rules := cfg.Rules[stream]
+	included := true
+	for _, r := range rules {
+		switch {
+		case r.Kind == engine.RuleExclude && r.Column == c:
+			return false
+		case r.Kind == engine.RuleInclude:
+			included = included && slices.Contains(r.Columns, c)
+		}
+	}
+	if !included {
+		// Several include rules: a column any of them lists is kept.
+		for _, r := range rules {
+			if r.Kind == engine.RuleInclude && slices.Contains(r.Columns, c) {
+				return true
+			}
+		}
+		return false
+	}
+	// A column with a rename's new name, itself not renamed, is left
+	// out (declared streams refuse it at Build).
+	for _, r := range rules {
+		if r.Kind == engine.RuleRename && r.To == c && r.Column != c && renamed(cfg, stream, c) == c {
+			return false
+		}
+	}
+	return true
+}
+
+// hashed says whether column c of stream is hashed.
+func hashed(cfg Config, stream, c string) bool {
+	for _, r := range cfg.Rules[stream] {
+		if r.Kind == engine.RuleHash && r.Column == c {
+			return true
+		}
+	}
+	return false
 }
 
 // givenNames returns the destination names eng has given, by stream.
@@ -565,7 +679,10 @@ func Guarantees(cfg Config, catalog source.Catalog, streams []string) ([]deliver
 func specOf(catalog source.Catalog, name string, cfg Config, caps sink.Capabilities, names map[string]engine.StreamNames) sink.StreamSpec {
 	st, _ := catalog.Stream(name)
 	given := names[name]
+	// A renamed column is named from its new name (the engine's names
+	// are keyed by it too).
 	column := func(c string) string {
+		c = renamed(cfg, name, c)
 		if d, ok := given.Columns[c]; ok {
 			return d
 		}
@@ -584,7 +701,14 @@ func specOf(catalog source.Catalog, name string, cfg Config, caps sink.Capabilit
 			spec.Types = source.TypesPostgres
 		}
 		for _, c := range st.Columns {
-			spec.Columns = append(spec.Columns, sink.Column{Name: column(c.Name), Type: c.Type, Nullable: c.Nullable})
+			if !delivered(cfg, name, c.Name) {
+				continue
+			}
+			typ := c.Type
+			if hashed(cfg, name, c.Name) {
+				typ = "text" // a hash is 64 hex digits, of any column type
+			}
+			spec.Columns = append(spec.Columns, sink.Column{Name: column(c.Name), Type: typ, Nullable: c.Nullable})
 		}
 	}
 	return spec

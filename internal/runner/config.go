@@ -69,6 +69,11 @@ type Config struct {
 	// JSON sets how JSON streams' documents are typed, by stream name
 	// (see JSONOptions); default the zero JSONOptions.
 	JSON map[string]JSONOptions
+	// Rules sets streams' column policies by name (see engine.Rule and
+	// etl.Builder.Columns); default none. Filters sets their row
+	// filters (etl.Builder.Filter). Both run in the engine.
+	Rules   map[string][]engine.Rule
+	Filters map[string]*engine.Cond
 	// Transforms sets streams' Go transforms by name (see Transform and
 	// etl.Builder.Transform); default none.
 	Transforms map[string]Transform

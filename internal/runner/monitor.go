@@ -316,7 +316,7 @@ func newInstruments(m metric.Meter) *instruments {
 	in.rowsWritten = counter("openetl.rows.written", "{row}", "Rows committed to the destination")
 	in.rowsQuarantined = counter("openetl.rows.quarantined", "{row}", "Records set aside in committed epochs (quarantine)")
 	in.rowsHeld = counter("openetl.rows.held", "{value}", "Values held back in committed epochs because the destination can't take their type yet")
-	in.rowsFiltered = counter("openetl.rows.filtered", "{row}", "Rows a stream's transform dropped (net of rows it added), in committed epochs")
+	in.rowsFiltered = counter("openetl.rows.filtered", "{row}", "Rows a stream's row filter or transform dropped (net of rows a transform added), in committed epochs")
 	in.epochs = counter("openetl.epochs.committed", "{epoch}", "Epochs committed")
 	in.attempts = counter("openetl.attempts", "{attempt}", "Attempts (Sync or Run) ended, by outcome")
 	in.retries = counter("openetl.retries", "{retry}", "New attempts started after a transient failure, by the part that failed (openetl.cause)")

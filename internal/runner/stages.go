@@ -184,16 +184,17 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 		c.Read += int64(b.Len())
 	}
 	c.Quarantined += int64(len(out.Quarantined))
+	c.Filtered += int64(out.Filtered) // a row filter's (engine.StreamSpec.Filter)
 	c.Held += int64(len(out.Held))
 	if out.Record != nil {
 		c.Written += out.Record.NumRows()
 	}
 	counts[b.Stream] = c
-	if c.Read+c.Replayed != c.Written+c.Quarantined {
+	if c.Read+c.Replayed != c.Written+c.Quarantined+c.Filtered {
 		if out.Record != nil {
 			out.Record.Release()
 		}
-		return fmt.Errorf("engine: stream %q: %d rows in, %d written + %d quarantined out", b.Stream, b.Len(), c.Written, c.Quarantined)
+		return fmt.Errorf("engine: stream %q: %d rows in, %d written + %d quarantined + %d filtered out", b.Stream, b.Len(), c.Written, c.Quarantined, c.Filtered)
 	}
 	if len(out.Quarantined) > 0 {
 		k := sideKey{kindQuarantine, b.Stream}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/sink"
 )
 
@@ -467,6 +468,9 @@ func widens(from, to arrow.DataType) bool {
 // delivers is what its transform returns.
 func noteTransforms(cfg Config, gs []delivery.Guarantee) {
 	for i := range gs {
+		if note := policyNote(cfg, gs[i].Stream); note != "" {
+			gs[i].Reason += note
+		}
 		if cfg.Transforms[gs[i].Stream] != nil {
 			gs[i].Reason += "; its rows pass through a Go transform (Builder.Transform), so it delivers what the transform returns, at this level only if the transform is deterministic"
 		}
@@ -489,4 +493,35 @@ func DerivedID(id string, n int) string {
 	b = binary.LittleEndian.AppendUint32(b, uint32(n))
 	h := xxh3.Hash128(b).Bytes()
 	return fmt.Sprintf("%x", h[:])
+}
+
+// policyNote says what a stream's column rules and row filter make of
+// what it delivers; "" when it has none.
+func policyNote(cfg Config, stream string) string {
+	rules, filter := cfg.Rules[stream], cfg.Filters[stream]
+	if len(rules) == 0 && filter == nil {
+		return ""
+	}
+	var kinds []string
+	for _, r := range rules {
+		k := string(r.Kind)
+		if r.Kind == engine.RuleHash {
+			k = "hash (HMAC-SHA-256)"
+		}
+		if !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	var parts []string
+	if len(kinds) > 0 {
+		parts = append(parts, "column policies ("+strings.Join(kinds, ", ")+") change the delivered columns' names and values")
+	}
+	if filter != nil {
+		f := "a row filter delivers only the rows it keeps (the rest counted as filtered)"
+		if cfg.Modes[stream] == delivery.Merge {
+			f = "a row filter makes an insert or update it fails a delete of the key, so the table holds the source rows it keeps"
+		}
+		parts = append(parts, f)
+	}
+	return "; in the engine, " + strings.Join(parts, "; ") + ": the level holds for the rows so made, and _openetl_id is the source row's"
 }

@@ -22,6 +22,9 @@ type TableStats struct {
 	Columns      []string `json:"columns"`
 	// Seqs are the _openetl_seq values of every row, sorted.
 	Seqs []int64 `json:"-"`
+	// Values are every column's values, by column name, in the files'
+	// order (as JSON decodes them; other types as their text).
+	Values map[string][]any `json:"-"`
 }
 
 // ReadParquetTables reads every stream under a sink/parquet directory
@@ -53,6 +56,13 @@ func ReadParquetTablesUnder(t testing.TB, bucketDir, prefix string) map[string]*
 		b, err := os.ReadFile(filepath.Join(out, stream+".seq"))
 		if err != nil {
 			t.Fatal(err)
+		}
+		vb, err := os.ReadFile(filepath.Join(out, stream+".values.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(vb, &st.Values); err != nil {
+			t.Fatalf("pyarrow reader values: %v", err)
 		}
 		for _, f := range strings.Fields(string(b)) {
 			n, err := strconv.ParseInt(f, 10, 64)

@@ -12,7 +12,9 @@ pyarrow, and checks that the files under data/ are exactly the listed
 ones. It prints one JSON object: per stream the row count, the number of
 distinct _openetl_id values, the number of distinct (_openetl_seq) values,
 the extra and missing files, the column names; and it writes each
-stream's _openetl_seq values, one per line, to OUT_DIR/{stream}.seq.
+stream's _openetl_seq values, one per line, to OUT_DIR/{stream}.seq,
+and every column's values (JSON; other than strings, numbers, booleans
+and null as their text) to OUT_DIR/{stream}.values.json.
 """
 import json
 import os
@@ -40,18 +42,22 @@ def main():
         present = sorted(
             f"{prefix}{stream}/data/{f}" for f in (os.listdir(ddir) if os.path.isdir(ddir) else []) if f.endswith(".parquet")
         )
-        rows, ids, seqs, columns = 0, set(), [], None
+        rows, ids, seqs, columns, values = 0, set(), [], None, {}
         for key in listed:
             t = pq.read_table(os.path.join(root, key))
             rows += t.num_rows
             ids.update(t.column("_openetl_id").to_pylist())
             seqs.extend(t.column("_openetl_seq").to_pylist())
             columns = t.column_names
+            for c in t.column_names:
+                values.setdefault(c, []).extend(t.column(c).to_pylist())
             synced = t.column("_openetl_synced_at")
             assert str(synced.type) == "timestamp[us, tz=UTC]", synced.type
             assert pc.all(pc.is_valid(t.column("_openetl_op"))).as_py()
         with open(os.path.join(out_dir, stream + ".seq"), "w") as f:
             f.write("\n".join(str(s) for s in sorted(seqs)))
+        with open(os.path.join(out_dir, stream + ".values.json"), "w") as f:
+            json.dump(values, f, default=str)
         result[stream] = {
             "rows": rows,
             "distinct_ids": len(ids),
