@@ -390,6 +390,17 @@ func TestKillRealBroker(t *testing.T) {
 	killTest(t, brokers, fmt.Sprintf("kill-%d", time.Now().UnixNano()), 100000, 4)
 }
 
+// TestKillAvroRealServers is the kill test with Avro messages through
+// the real servers: the Apache Kafka broker and scripts/servers.sh's
+// registry (Apicurio's Confluent-compatible API), which the children ask
+// for the writer schema. Smaller than the JSON one: each child's hold
+// still lands inside its backlog, and it adds a few seconds.
+func TestKillAvroRealServers(t *testing.T) {
+	brokers := realBrokers(t)
+	url := realRegistry(t)
+	killTest(t, brokers, fmt.Sprintf("kill-avro-%d", time.Now().UnixNano()), 24000, 3, url)
+}
+
 func realBrokers(t testing.TB) []string {
 	t.Helper()
 	v := os.Getenv("OPENETL_TEST_KAFKA_BROKERS")

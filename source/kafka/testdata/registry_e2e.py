@@ -5,14 +5,18 @@ produce BROKERS REGISTRY TOPIC PHASE
     registers each schema in the registry (subject TOPIC-value) and frames
     each value in the Confluent wire format. PHASE is "v1" (every Avro type
     the source maps, schema version 1), "v2" (version 2: a field added, an
-    int promoted to long, an enum label added) or "debezium" (Debezium-
-    shaped change events with an Avro key, Debezium's semantic types, and a
-    tombstone).
+    int promoted to long, an enum label added), "v1b" (more of version 1
+    after version 2, as an old producer still running writes them) or
+    "debezium" (Debezium-shaped change events with an Avro key, Debezium's
+    semantic types, and a tombstone).
 
 check TABLES TOPIC PHASES
     Reads the topic's sink/parquet table (following its newest manifest)
     with pyarrow and compares every value with what produce wrote for the
-    comma-separated PHASES, by id. Prints the differences; exits 1 if any.
+    comma-separated PHASES, by id. With v2 among them, the table must be
+    widened: n is int64 in the schema its files unify to, and in every file
+    holding a v2 or v1b row (v1b rows come after the widening). Prints the
+    differences; exits 1 if any.
     With REGISTRY_E2E_PERTURB set, one expected value is off by a cent, so
     a check that passes then is broken.
 
@@ -124,6 +128,19 @@ def rows_v2():
     return out
 
 
+def rows_v1b():
+    out = []
+    for r in rows_v1()[:5]:
+        r = dict(r)
+        r["id"] += 2000
+        r["n"] = 2147483647 - r["id"]
+        out.append(r)
+    return out
+
+
+ROWS = {"v1": rows_v1, "v2": rows_v2, "v1b": rows_v1b}
+
+
 # Debezium-shaped change events (what Debezium's Avro converter writes
 # for a Postgres table), with Debezium's semantic types.
 DBZ_VALUE = {
@@ -217,10 +234,10 @@ def produce(brokers, registry, topic, phase):
     p = Producer({"bootstrap.servers": brokers, "linger.ms": 0})
     vctx = SerializationContext(topic, MessageField.VALUE)
     kctx = SerializationContext(topic, MessageField.KEY)
-    if phase in ("v1", "v2"):
-        schema = SCHEMA_V1 if phase == "v1" else schema_v2()
+    if phase in ROWS:
+        schema = schema_v2() if phase == "v2" else SCHEMA_V1
         ser = AvroSerializer(sr, json.dumps(schema))
-        for r in (rows_v1() if phase == "v1" else rows_v2()):
+        for r in ROWS[phase]():
             p.produce(topic, key=str(r["id"]).encode(), value=ser(r, vctx), partition=r["id"] % 2)
     elif phase == "debezium":
         vser = AvroSerializer(sr, json.dumps(DBZ_ENVELOPE))
@@ -233,16 +250,45 @@ def produce(brokers, registry, topic, phase):
         raise SystemExit("produce: messages not delivered")
 
 
-def read_table(tables, topic):
+def read_files(tables, topic):
+    """The pyarrow tables of the topic's files, in its newest manifest."""
     import pyarrow.parquet as pq
     mdir = os.path.join(tables, topic, "_manifest")
     versions = sorted(f for f in os.listdir(mdir) if f.endswith(".json"))
     manifest = json.load(open(os.path.join(mdir, versions[-1])))
+    return [pq.read_table(os.path.join(tables, f["key"])) for f in manifest["files"]]
+
+
+def read_table(tables, topic):
     rows = []
-    for f in manifest["files"]:
-        t = pq.read_table(os.path.join(tables, f["key"]))
+    for t in read_files(tables, topic):
         rows += t.to_pylist()
     return rows
+
+
+def check_widened(tables, topic, bad):
+    """The files unify to a table with n as int64 and the added column,
+    read whole (every file cast to it) with the values exact; each file
+    with a v2 or v1b row has n as int64 itself."""
+    import pyarrow as pa
+    files = read_files(tables, topic)
+    schema = pa.unify_schemas([t.schema for t in files], promote_options="permissive")
+    if schema.field("n").type != pa.int64():
+        bad.append("unified n: %s, want int64" % schema.field("n").type)
+        return
+    if "added" not in schema.names:
+        bad.append("unified schema has no column added: %s" % schema.names)
+        return
+    late = {r["id"] for r in rows_v2() + rows_v1b()}
+    for t in files:
+        ids = set(t.column("id").to_pylist())
+        if ids & late and t.schema.field("n").type != pa.int64():
+            bad.append("a file with ids %s has n %s, want int64" % (sorted(ids & late)[:3], t.schema.field("n").type))
+    whole = pa.concat_tables(files, promote_options="permissive")
+    got = dict(zip(whole.column("id").to_pylist(), whole.column("n").to_pylist()))
+    for r in rows_v1() + rows_v2() + rows_v1b():
+        if r["id"] in got and got[r["id"]] != r["n"]:
+            bad.append("widened table: id %d n %r, want %r" % (r["id"], got[r["id"]], r["n"]))
 
 
 def expect_event(r, v2):
@@ -290,8 +336,10 @@ def check(tables, topic, phases):
     else:
         want = {}
         for phase in phases:
-            for r in (rows_v1() if phase == "v1" else rows_v2()):
+            for r in ROWS[phase]():
                 want[r["id"]] = (r, phase == "v2")
+        if "v2" in phases:
+            check_widened(tables, topic, bad)
         got = {r["id"]: r for r in rows}
         if len(rows) != len(want) or set(got) != set(want):
             bad.append("ids: got %d rows %s, want %s" % (len(rows), sorted(got), sorted(want)))
