@@ -46,7 +46,11 @@ func (g *gate) count() int {
 // partition's fetching pauses and the split reports it (Paused), the
 // other partition is read to the end, the queued bytes stay within the
 // budget's share, and once unblocked the split reads everything and no
-// longer reports a pause (while its Read goes on waiting for more).
+// longer reports a pause (while its Read goes on waiting for more). The
+// blocked split reads alone first: its queue's limit is its share of
+// the Open's two partitions, not of the one partition being read then
+// (which let it fill the whole share, and the queues go over their
+// bound once the other came).
 func TestBackpressure(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "bp"))
 	if err != nil {
@@ -85,28 +89,39 @@ func TestBackpressure(t *testing.T) {
 	r := splits[0].(*split).r
 	blocked := &gate{open: make(chan struct{})}
 	free := &gate{}
-	errs := make(chan error, 2)
+	errs := make(chan error, 1)
 	ctx, cancel := context.WithCancel(testutil.Context(t))
 	defer cancel()
+	// The queues' share is 3/4 of the budget, half of it for each of the
+	// two partitions; each may go over its share by one decoded batch
+	// (1 MiB of values, plus the per-record overhead the accounting
+	// adds).
+	const batch = (1 << 20) * 13 / 10
 	go func() { errs <- splits[0].Read(ctx, blocked, false) }()
-	go func() { errs <- splits[1].Read(ctx, free, true) }()
-	if err := <-errs; err != nil {
+	var peak, queued, held int64
+	var pauses int
+	testutil.Until(t, "the blocked split's partition to pause", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		peak, pauses, queued = r.peak, r.pauses, r.queued
+		if q := r.parts[tp{"bp", 0}]; q != nil {
+			held = q.bytes
+		}
+		return pauses > 0
+	})
+	t.Logf("blocked alone: its queue %d bytes, peak queued %d (budget %d)", held, peak, budget)
+	if limit := int64(budget*3/4/2 + batch); held > limit {
+		t.Errorf("the blocked partition, read alone, queued %d bytes, over its share's %d", held, limit)
+	}
+	if err := splits[1].Read(ctx, free, true); err != nil {
 		t.Fatalf("the free split: %v", err)
 	}
 	if n := free.count(); n != perPartition {
 		t.Fatalf("the free split read %d records, want %d", n, perPartition)
 	}
-	// The blocked split may attach late (its Read asks for offsets first;
-	// under -race on a loaded machine the free split can finish before):
-	// wait until its partition filled its queue and paused.
-	var peak, queued int64
-	var pauses int
-	testutil.Until(t, "the blocked split's partition to pause", func() bool {
-		r.mu.Lock()
-		peak, pauses, queued = r.peak, r.pauses, r.queued
-		r.mu.Unlock()
-		return pauses > 0
-	})
+	r.mu.Lock()
+	peak, pauses, queued = r.peak, r.pauses, r.queued
+	r.mu.Unlock()
 	t.Logf("while blocked: peak queued %d bytes, %d pauses, %d queued now (budget %d)", peak, pauses, queued, budget)
 	type pauser interface {
 		Paused() (bool, time.Time, bool)
@@ -117,10 +132,7 @@ func TestBackpressure(t *testing.T) {
 	if p, since, _ := splits[1].(pauser).Paused(); p || !since.IsZero() {
 		t.Errorf("the free split (done): Paused() = %v, %v; want false, zero time", p, since)
 	}
-	// The queues' share is 3/4 of the budget; each of the two partitions
-	// may go over its share by one decoded batch (1 MiB of values, plus
-	// the per-record overhead the accounting adds).
-	if limit := int64(budget*3/4 + 2*(1<<20)*13/10); peak > limit {
+	if limit := int64(budget*3/4 + 2*batch); peak > limit {
 		t.Errorf("peak queued %d bytes, over %d", peak, limit)
 	}
 	close(blocked.open)

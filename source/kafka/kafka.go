@@ -182,8 +182,10 @@ type Config struct {
 	// fetched, decompressed and queued for splits, over all partitions.
 	// A quarter goes to fetches in flight (two concurrent fetches of
 	// Budget/8 each, at most Budget/8 and 1 MiB per partition), the rest
-	// to the per-partition queues, split evenly among the partitions being
-	// read (at least 64 KiB each); a partition whose queue is full pauses its
+	// to the per-partition queues, split evenly among the partitions of the
+	// Open, read or not yet (at least 64 KiB each: a host reading a few
+	// splits of many at a time gives each less); a partition whose queue
+	// is full pauses its
 	// fetching until its split has drained it to half. Kafka returns at
 	// least one record batch per fetch however large, and a compressed
 	// batch expands when decoded, so each partition can go over its share
