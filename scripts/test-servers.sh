@@ -19,7 +19,10 @@ done
 versions() { dpkg-query -W -f='${Package} ${Version}\n' "${pkgs[@]}"; }
 before=$(versions)
 tmp=$(mktemp -d)
-trap 'kill "$holder" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+trap 'kill "${holder:-}" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+# make test runs this in the background and stops it with SIGTERM when
+# the Go tests fail first: let go of the lock then too.
+trap 'exit 143' TERM INT
 mkfifo "$tmp/locked" "$tmp/release"
 # The holder says when it has the lock, and lets go when told (or after 60 s).
 python3 - "$tmp/locked" "$tmp/release" <<'PY' &
