@@ -24,6 +24,9 @@
 #               copies it, appended and merged: 1-2 min at full size)
 #   KFAKE_MSGS  the messages on kfake (default KAFKA_MSGS), filled once
 #               into a kfake process of its own that every run reads
+#   AVRO_MSGS   the Avro messages on the broker (kafka-avro; default 2M at
+#               full size, else KAFKA_MSGS): the Kafka messages' values in
+#               Avro, through scripts/servers.sh's registry
 #   PEER_PG_ROWS, PEER_CDC_CHANGES, PEER_KAFKA_MSGS   the sizes Conduit
 #               and Benthos run at (default at full size: 200k rows,
 #               200k changes, 1M messages; never more than the sizes
@@ -32,8 +35,8 @@
 #               labelled with their size (rows/s and CPU-s per million
 #               rows stay comparable). canal runs at the full size.
 #   SCENARIOS   default "pg-snapshot pg-cdc mariadb-cdc kafka-kfake
-#               kafka-broker ndjson arrow-parquet arrow-clickhouse
-#               arrow-postgres"
+#               kafka-broker kafka-avro ndjson arrow-parquet
+#               arrow-clickhouse arrow-postgres"
 #   PEERS       default "conduit benthos canal"; "" runs OpenETL and ceilings only
 #   BUDGET_MIN  the whole run's budget in minutes (default 45). The
 #               script prints its estimate per scenario first (from the
@@ -68,7 +71,7 @@ full)
   PG_ROWS=${PG_ROWS:-5000000} KAFKA_MSGS=${KAFKA_MSGS:-10000000} ARROW_ROWS=${ARROW_ROWS:-5000000} CDC_CHANGES=${CDC_CHANGES:-2000000}
   ARROW_PG_ROWS=${ARROW_PG_ROWS:-500000}
   PEER_RUNS=${PEER_RUNS:-1} PEER_PG_ROWS=${PEER_PG_ROWS:-200000} PEER_CDC_CHANGES=${PEER_CDC_CHANGES:-200000}
-  PEER_KAFKA_MSGS=${PEER_KAFKA_MSGS:-1000000}
+  PEER_KAFKA_MSGS=${PEER_KAFKA_MSGS:-1000000} AVRO_MSGS=${AVRO_MSGS:-2000000}
   ;;
 small)
   PG_ROWS=${PG_ROWS:-100000} KAFKA_MSGS=${KAFKA_MSGS:-200000} ARROW_ROWS=${ARROW_ROWS:-200000} CDC_CHANGES=${CDC_CHANGES:-50000}
@@ -78,11 +81,12 @@ small)
 esac
 PEER_RUNS=${PEER_RUNS:-$RUNS}
 KFAKE_MSGS=${KFAKE_MSGS:-$KAFKA_MSGS}
+AVRO_MSGS=${AVRO_MSGS:-$KAFKA_MSGS}
 PEER_PG_ROWS=$((${PEER_PG_ROWS:-$PG_ROWS} < PG_ROWS ? ${PEER_PG_ROWS:-$PG_ROWS} : PG_ROWS))
 PEER_CDC_CHANGES=$((${PEER_CDC_CHANGES:-$CDC_CHANGES} < CDC_CHANGES ? ${PEER_CDC_CHANGES:-$CDC_CHANGES} : CDC_CHANGES))
 PEER_KAFKA_MSGS=$((${PEER_KAFKA_MSGS:-$KAFKA_MSGS} < KAFKA_MSGS ? ${PEER_KAFKA_MSGS:-$KAFKA_MSGS} : KAFKA_MSGS))
 BUDGET_MIN=${BUDGET_MIN:-45}
-SCENARIOS=${SCENARIOS:-pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker ndjson arrow-parquet arrow-clickhouse arrow-postgres}
+SCENARIOS=${SCENARIOS:-pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker kafka-avro ndjson arrow-parquet arrow-clickhouse arrow-postgres}
 PEERS=${PEERS-conduit benthos canal}
 BENCH_OUT=${BENCH_OUT:-$ROOT/BENCHMARKS.md}
 WORK="$BENCH_DIR/work"
@@ -123,6 +127,7 @@ declare -A EST_RATE=(
   [mariadb-cdc/changes]=8 [mariadb-cdc/ceiling]=5 [mariadb-cdc/openetl]=6 [mariadb-cdc/canal]=5
   [kafka-kfake/produce]=3 [kafka-kfake/ceiling]=1.5 [kafka-kfake/openetl]=6
   [kafka-broker/produce]=5 [kafka-broker/ceiling]=1 [kafka-broker/openetl]=4.5 [kafka-broker/conduit]=30
+  [kafka-avro/produce]=5 [kafka-avro/ceiling]=1 [kafka-avro/openetl]=4.5
   [ndjson/produce]=1 [ndjson/benthos]=60
   [arrow-parquet/ceiling]=1.5 [arrow-parquet/openetl]=1.5
   [arrow-clickhouse/ceiling]=1.2 [arrow-clickhouse/openetl]=1.2
@@ -201,6 +206,7 @@ estimate() {
     t=$(($(est kafka-broker/produce "$KAFKA_MSGS") + $(est kafka-broker/ceiling "$KAFKA_MSGS" "$RUNS") + $(est kafka-broker/openetl "$KAFKA_MSGS" "$RUNS")))
     peer conduit && t=$((t + $(est kafka-broker/produce "$PEER_KAFKA_MSGS") + $(est kafka-broker/conduit "$PEER_KAFKA_MSGS" "$PEER_RUNS")))
     ;;
+  kafka-avro) t=$(($(est kafka-avro/produce "$AVRO_MSGS") + $(est kafka-avro/ceiling "$AVRO_MSGS" "$RUNS") + $(est kafka-avro/openetl "$AVRO_MSGS" "$RUNS"))) ;;
   ndjson) peer benthos && t=$(($(est ndjson/produce "$PEER_KAFKA_MSGS") + $(est ndjson/benthos "$PEER_KAFKA_MSGS" "$PEER_RUNS"))) ;;
   arrow-parquet) t=$(($(est arrow-parquet/ceiling "$ARROW_ROWS" "$RUNS") + $(est arrow-parquet/openetl "$ARROW_ROWS" "$RUNS"))) ;;
   arrow-clickhouse)
@@ -305,7 +311,8 @@ PY=$(scripts/test-tools.sh)
 
 services=()
 { has pg-snapshot || has pg-cdc || has arrow-postgres; } && services+=(postgres)
-has kafka-broker && services+=(kafka)
+{ has kafka-broker || has kafka-avro; } && services+=(kafka)
+has kafka-avro && services+=(registry)
 has mariadb-cdc && services+=(mariadb)
 has arrow-clickhouse && services+=(clickhouse)
 SERVERS_DIR=
@@ -957,6 +964,31 @@ scenario_kafka_broker() {
   done
 }
 
+# kafka-avro: the Kafka scenario's messages with their values in Avro
+# (the same nine fields and values, ts as timestamp-micros, ~130 bytes),
+# framed for the registry that holds their schema, on the broker; read
+# with kafka.DecodeRegistry. The ceiling fetches and discards the same
+# topic.
+scenario_kafka_avro() {
+  pin kafka "$DB_CPU"
+  pin registry "$DB_CPU"
+  local topic="bench_avro_$AVRO_MSGS" r
+  log "producing $AVRO_MSGS Avro messages to the broker"
+  bounded kafka-avro/produce "$AVRO_MSGS" "producing $AVRO_MSGS Avro messages" \
+    "$BIN" kafka-produce -brokers "$OPENETL_TEST_KAFKA_BROKERS" -registry "$OPENETL_TEST_REGISTRY" \
+    -topic "$topic" -n "$AVRO_MSGS" >/dev/null
+  for ((r = 1; r <= RUNS; r++)); do
+    in_budget "kafka-avro run $r" || break
+    log "kafka-avro run $r of $RUNS"
+    driver kafka-avro ceiling "franz-go fetch → discard" "$r" "$AVRO_MSGS" "$TOOL_CPU" \
+      kafka-ceiling -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -n "$AVRO_MSGS"
+    rm -rf "$WORK/kafka-out"
+    driver kafka-avro openetl "Parquet zstd, DecodeRegistry" "$r" "$AVRO_MSGS" "$TOOL_CPU" \
+      kafka -brokers "$OPENETL_TEST_KAFKA_BROKERS" -registry "$OPENETL_TEST_REGISTRY" -topic "$topic" -out "$WORK/kafka-out"
+    rm -rf "$WORK/kafka-out"
+  done
+}
+
 # ndjson: the Kafka scenario's messages as an NDJSON file, parsed by
 # Benthos (content().parse_json()) and written back as JSON lines.
 scenario_ndjson() {
@@ -1154,7 +1186,7 @@ scenario_arrow_postgres() {
 # ------------------------------------------------------------ run
 
 T_SCEN=$SECONDS
-for sc in pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker ndjson arrow-parquet arrow-clickhouse arrow-postgres; do
+for sc in pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker kafka-avro ndjson arrow-parquet arrow-clickhouse arrow-postgres; do
   if has "$sc"; then run_scenario "$sc" "scenario_${sc//-/_}"; fi
 done
 
@@ -1172,7 +1204,8 @@ versions() {
     echo "- PostgreSQL: $(pg 'SHOW server_version') (scripts/servers.sh: fsync=off, wal_level=logical)"
   fi
   has mariadb-cdc && echo "- MariaDB: $(my 'SELECT VERSION()') (scripts/services/mariadb.sh, binlog_format=ROW, full images)"
-  has kafka-broker && echo "- Kafka: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/servers.sh) (KRaft, one broker, JVM -Xmx512m)"
+  { has kafka-broker || has kafka-avro; } && echo "- Kafka: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/servers.sh) (KRaft, one broker, JVM -Xmx512m)"
+  has kafka-avro && echo "- Registry: Apicurio Registry $(sed -n 's/^REGISTRY_VERSION=//p' scripts/services/registry.sh) (scripts/services/registry.sh, in-memory storage; the Confluent-compatible API), pinned with the broker"
   has kafka-kfake && echo "- kfake: franz-go's fake cluster, in a process of its own (openetl-bench kfake-serve) on CPU $DB_CPU, filled once for all runs"
   [ -n "$CONDUIT" ] && echo "- Conduit $CONDUIT_VERSION (built from source by bench/peers.sh, with $(go version -m "$CONDUIT" | awk '$1=="dep" && $2 ~ /conduit-connector-(postgres|file|kafka)$/ {sub(/.*\//, "", $2); printf "%s%s %s", n++ ? ", " : "", $2, $3}'); records written as JSON lines by its file destination)"
   [ -n "$BENTHOS" ] && echo "- Benthos core $BENTHOS_VERSION (built from source by bench/peers.sh)"
@@ -1187,7 +1220,7 @@ machine() {
   echo "- Machine: $model, $(nproc) CPUs, $mem, $(uname -sr)"
 }
 
-SIZES="$PG_ROWS Postgres rows, $CDC_CHANGES changes (Postgres and MariaDB), $KAFKA_MSGS Kafka messages of ~200 bytes ($KFAKE_MSGS on kfake), $ARROW_ROWS Arrow rows ($ARROW_PG_ROWS into Postgres)"
+SIZES="$PG_ROWS Postgres rows, $CDC_CHANGES changes (Postgres and MariaDB), $KAFKA_MSGS Kafka messages of ~200 bytes ($KFAKE_MSGS on kfake; $AVRO_MSGS in Avro, ~130 bytes), $ARROW_ROWS Arrow rows ($ARROW_PG_ROWS into Postgres)"
 PEER_SIZES="Conduit: $PEER_PG_ROWS rows (snapshot), $PEER_CDC_CHANGES changes, $PEER_KAFKA_MSGS messages; Benthos: $PEER_KAFKA_MSGS messages; canal: $CDC_CHANGES changes"
 {
   echo "<!-- bench-compare:start -->"
@@ -1218,6 +1251,7 @@ titles = {
     "mariadb-cdc": "MariaDB binlog catch-up (same mix) → Parquet (peer: canal, no-op handler)",
     "kafka-kfake": "Kafka JSON → Parquet, kfake",
     "kafka-broker": "Kafka JSON → Parquet, Apache Kafka broker (peer: → JSON-lines file)",
+    "kafka-avro": "Kafka Avro (schema registry's wire format) → Parquet, Apache Kafka broker, the same messages",
     "ndjson": "The same messages as NDJSON from a file, parsed (no OpenETL row: see the Kafka rows)",
     "arrow-parquet": "Arrow batches → Parquet (zstd, 10 columns, sink/parquet's default dictionary choice on both sides), local disk",
     "arrow-clickhouse": "Arrow batches → ClickHouse, Engine=Null (13 columns, 100k-row blocks; checked by the server's InsertedRows)",

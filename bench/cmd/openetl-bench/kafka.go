@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/openetl/etl/source/kafka"
 )
@@ -67,11 +68,12 @@ func createTopic(ctx context.Context, cl *kgo.Client, topic string) error {
 	return nil
 }
 
-// produceMessages writes messages 1..n round-robin over the partitions,
+// produceMessages writes messages 1..n (encoded by enc, message or
+// an avroMessage) round-robin over the partitions,
 // asynchronously (the client's MaxBufferedRecords holds it back), with the
 // values cut from shared slabs: filling kfake's 10M messages, once per
 // run, was most of the kfake scenario's time.
-func produceMessages(ctx context.Context, cl *kgo.Client, topic string, n int64) error {
+func produceMessages(ctx context.Context, cl *kgo.Client, topic string, n int64, enc func([]byte, int64) []byte) error {
 	var (
 		mu   sync.Mutex
 		perr error
@@ -91,7 +93,7 @@ func produceMessages(ctx context.Context, cl *kgo.Client, topic string, n int64)
 			slab = make([]byte, 0, 4<<20)
 		}
 		start := len(slab)
-		slab = message(slab, i)
+		slab = enc(slab, i)
 		v := slab[start:len(slab):len(slab)]
 		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(i % kafkaPartitions), Value: v}, done)
 		if i%100_000 == 0 {
@@ -117,13 +119,16 @@ func producerOpts() []kgo.Opt {
 }
 
 // kafkaProduce fills a topic of a real broker with n messages, and/or
-// writes the same messages as NDJSON to a file (Benthos' input).
+// writes the same messages as NDJSON to a file (Benthos' input). With
+// -registry, the topic's messages are Avro in the registry's wire format
+// (the schema registered under TOPIC-value) with the same values.
 func kafkaProduce(args []string) (*result, error) {
 	fs := flag.NewFlagSet("kafka-produce", flag.ExitOnError)
 	brokers := fs.String("brokers", "", "seed brokers (empty: only the NDJSON file)")
 	topic := fs.String("topic", "bench", "topic (created with 4 partitions)")
 	n := fs.Int64("n", 100_000, "messages")
 	ndjson := fs.String("ndjson", "", "also write the messages to this file, one per line")
+	registry := fs.String("registry", "", "a Confluent-compatible registry's URL: write Avro messages")
 	_ = fs.Parse(args)
 	ctx := context.Background()
 	t := startTimer()
@@ -154,7 +159,18 @@ func kafkaProduce(args []string) (*result, error) {
 		if err := createTopic(ctx, cl, *topic); err != nil {
 			return nil, err
 		}
-		if err := produceMessages(ctx, cl, *topic, *n); err != nil {
+		enc := message
+		if *registry != "" {
+			if err := checkAvroMessages(min(*n, 10_000)); err != nil {
+				return nil, err
+			}
+			id, err := registerAvro(ctx, *registry, *topic)
+			if err != nil {
+				return nil, err
+			}
+			enc = func(dst []byte, i int64) []byte { return avroMessage(dst, id, i) }
+		}
+		if err := produceMessages(ctx, cl, *topic, *n, enc); err != nil {
 			return nil, err
 		}
 	}
@@ -175,7 +191,7 @@ func fakeCluster(ctx context.Context, topic string, n int64) (*kfake.Cluster, st
 		return nil, "", err
 	}
 	defer cl.Close()
-	if err := produceMessages(ctx, cl, topic, n); err != nil {
+	if err := produceMessages(ctx, cl, topic, n, message); err != nil {
 		c.Close()
 		return nil, "", err
 	}
@@ -183,7 +199,8 @@ func fakeCluster(ctx context.Context, topic string, n int64) (*kfake.Cluster, st
 }
 
 // kafkaPipeline syncs a topic (to the high watermarks at the start) into
-// Parquet.
+// Parquet; with -registry, with DecodeRegistry (Avro through the
+// registry).
 func kafkaPipeline(args []string) (*result, error) {
 	fs := flag.NewFlagSet("kafka", flag.ExitOnError)
 	brokers := fs.String("brokers", "", "seed brokers")
@@ -192,6 +209,7 @@ func kafkaPipeline(args []string) (*result, error) {
 	topic := fs.String("topic", "bench", "topic")
 	out := fs.String("out", "", "fresh output directory")
 	lanes := fs.Int("lanes", 0, "writer lanes (0: the default)")
+	registry := fs.String("registry", "", "a Confluent-compatible registry's URL: decode with kafka.DecodeRegistry")
 	_ = fs.Parse(args)
 	ctx := context.Background()
 	if *fake {
@@ -205,7 +223,15 @@ func kafkaPipeline(args []string) (*result, error) {
 	if *brokers == "" || *out == "" {
 		return nil, fmt.Errorf("-brokers (or -kfake) and -out are required")
 	}
-	src, err := kafka.New(kafka.Config{Opts: []kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...)}, Topics: []string{*topic}})
+	cfg := kafka.Config{Opts: []kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...)}, Topics: []string{*topic}}
+	if *registry != "" {
+		rcl, err := sr.NewClient(sr.URLs(*registry))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Decoder, cfg.Registry = kafka.DecodeRegistry, rcl
+	}
+	src, err := kafka.New(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -11,8 +11,8 @@
 //	openetl-bench pg-cdc-ceiling -dsn D -slot S -pub P -to LSN # bare pglogrepl receive-and-parse loop
 //	openetl-bench mysql-cdc -dsn D -table T -out DIR       # run twice: position, then binlog catch-up → Parquet
 //	openetl-bench mysql-ceiling -dsn D -from F:P -to F:P   # bare BinlogSyncer decode loop
-//	openetl-bench kafka-produce -brokers B -topic T -n N -ndjson F
-//	openetl-bench kafka -brokers B -topic T -out DIR       # Kafka → Parquet
+//	openetl-bench kafka-produce -brokers B -topic T -n N -ndjson F [-registry URL] # -registry: Avro
+//	openetl-bench kafka -brokers B -topic T -out DIR [-registry URL] # Kafka → Parquet (-registry: Avro)
 //	openetl-bench kafka -kfake -n N -out DIR               # same, in-process kfake
 //	openetl-bench kafka-ceiling -brokers B -topic T -n N   # franz-go fetch-and-discard
 //	openetl-bench arrow-parquet -n N -out DIR [-plain]     # Arrow batches → Parquet sink (or pqarrow alone)
