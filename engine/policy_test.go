@@ -195,3 +195,18 @@ func TestPolicyKeyNeverShown(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyHashLengths compares the engine's HMAC with crypto/hmac for
+// values of every length around SHA-256's block and padding boundaries.
+func TestPolicyHashLengths(t *testing.T) {
+	spec := engine.StreamSpec{Name: "t", Rules: []engine.Rule{{Kind: engine.RuleHash, Column: "v", Key: testKey}}}
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
+	var want []string
+	b := &engine.RawBatch{Stream: "t"}
+	for n := range 200 {
+		v := strings.Repeat("é", n/2) + strings.Repeat("x", n%2)
+		want = append(want, goHMAC(v))
+		b.Append(uint8(source.OpInsert), int64(n), nil, fmt.Appendf(nil, `{"v":%q}`, v))
+	}
+	equal(t, "hashes", cells(t, push(t, e, b).Record, "v"), want)
+}

@@ -61,14 +61,56 @@ pub enum Cond {
     Not(Box<Cond>),
 }
 
-/// An HMAC-SHA-256 key, prepared: the hash states after the key's inner
-/// and outer pad blocks. Its `Debug` shows nothing of it.
+/// An HMAC-SHA-256 key, prepared: the SHA-256 states after the key's
+/// inner and outer pad blocks, so that a value costs only its own blocks
+/// (two compressions for a value under 56 bytes). Its `Debug` shows
+/// nothing of it.
 #[derive(Clone)]
 pub struct HmacKey {
-    inner: Sha256,
-    outer: Sha256,
+    inner: [u32; 8],
+    outer: [u32; 8],
     /// A digest of the key, for equality only (specs are compared).
     id: [u8; 32],
+}
+
+/// SHA-256's initial state.
+const H0: [u32; 8] = [
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+];
+
+type Block = sha2::digest::generic_array::GenericArray<u8, sha2::digest::consts::U64>;
+
+#[inline(always)]
+fn compress(state: &mut [u32; 8], block: &[u8; 64]) {
+    sha2::compress256(state, std::slice::from_ref(Block::from_slice(block)));
+}
+
+/// Finishes a SHA-256 whose state has taken `done` bytes, over the rest
+/// `tail` (any length), into the big-endian digest.
+#[inline(always)]
+fn finish(state: &mut [u32; 8], done: u64, tail: &[u8]) -> [u8; 32] {
+    let mut chunks = tail.chunks_exact(64);
+    for c in &mut chunks {
+        let mut b = [0u8; 64];
+        b.copy_from_slice(c);
+        compress(state, &b);
+    }
+    let rest = chunks.remainder();
+    let bits = (done + tail.len() as u64) * 8;
+    let mut b = [0u8; 64];
+    b[..rest.len()].copy_from_slice(rest);
+    b[rest.len()] = 0x80;
+    if rest.len() >= 56 {
+        compress(state, &b);
+        b = [0u8; 64];
+    }
+    b[56..].copy_from_slice(&bits.to_be_bytes());
+    compress(state, &b);
+    let mut d = [0u8; 32];
+    for (o, w) in d.chunks_exact_mut(4).zip(state.iter()) {
+        o.copy_from_slice(&w.to_be_bytes());
+    }
+    d
 }
 
 impl HmacKey {
@@ -85,10 +127,9 @@ impl HmacKey {
             ipad[i] = block[i] ^ 0x36;
             opad[i] = block[i] ^ 0x5c;
         }
-        let mut inner = Sha256::new();
-        inner.update(ipad);
-        let mut outer = Sha256::new();
-        outer.update(opad);
+        let (mut inner, mut outer) = (H0, H0);
+        compress(&mut inner, &ipad);
+        compress(&mut outer, &opad);
         let mut id = [0u8; 32];
         id.copy_from_slice(&Sha256::digest(block));
         HmacKey { inner, outer, id }
@@ -97,12 +138,10 @@ impl HmacKey {
     /// HMAC-SHA-256 of `v`, as 64 lowercase hex digits into `out`.
     #[inline]
     pub fn hex(&self, v: &[u8], out: &mut Vec<u8>) {
-        let mut h = self.inner.clone();
-        h.update(v);
-        let ih = h.finalize();
-        let mut o = self.outer.clone();
-        o.update(ih);
-        let d = o.finalize();
+        let mut st = self.inner;
+        let ih = finish(&mut st, 64, v);
+        let mut st = self.outer;
+        let d = finish(&mut st, 64, &ih);
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut buf = [0u8; 64];
         for (i, b) in d.iter().enumerate() {

@@ -72,6 +72,16 @@ fn hmac_matches_rfc_4231() {
         String::from_utf8(out).unwrap(),
         "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
     );
+    // Test case 7: data of several blocks.
+    let mut out = Vec::new();
+    HmacKey::new(&[0xaa; 131]).hex(
+        b"This is a test using a larger than block-size key and a larger than block-size data. The key needs to be hashed before being used by the HMAC algorithm.",
+        &mut out,
+    );
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"
+    );
 }
 
 fn json_cfg(rules: &str, filter: &str) -> String {
