@@ -282,7 +282,7 @@ func newWorkload(seed uint64, opts Options, decl *declared) *workload {
 		rng4 := rand.New(rand.NewPCG(seed, 0x7a4f0f11))
 		w.transforms, w.flakyFilter = map[string]transformKind{}, opts.flakyFilter
 		for _, s := range w.streams {
-			if k := []transformKind{tfNone, tfIdentity, tfFilter, tfFilter}[rng4.IntN(4)]; k != tfNone {
+			if k := []transformKind{tfNone, tfIdentity, tfFilter, tfFilter, tfRowFilter}[rng4.IntN(5)]; k != tfNone {
 				w.transforms[s.Name] = k
 			}
 		}

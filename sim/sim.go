@@ -159,8 +159,9 @@ type Options struct {
 	// Transforms gives some streams a Go transform (etl.Builder.Transform),
 	// picked by the seed: the identity, or a filter that rejects, drops,
 	// adds a column to and (unless merged) doubles rows by their "id"
-	// (sim/transform.go); the checks then expect what it makes of the
-	// source's records. The rest of a seed's workload and faults stays
+	// (sim/transform.go), or the engine's row filter (etl.Builder.Filter:
+	// n < 500, appended streams drop what fails, merged ones delete its
+	// key); the checks then expect what it makes of the source's records. The rest of a seed's workload and faults stays
 	// the same. Default false.
 	Transforms bool
 	// flakyFilter makes the filter drop, besides, one row of a batch now

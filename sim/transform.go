@@ -13,8 +13,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/internal/runner"
 	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/sourcetest"
 )
 
@@ -35,10 +37,18 @@ const (
 	tfNone transformKind = iota
 	tfIdentity
 	tfFilter
+	// tfRowFilter is no Go transform but the engine's row filter
+	// (etl.Builder.Filter) n < rowFilterBelow: appended streams drop the
+	// inserts and updates that fail it, merged ones write them as deletes
+	// of their key; deletes pass.
+	tfRowFilter
 )
 
+// rowFilterBelow is the row filter's bound on the documents' "n".
+const rowFilterBelow = 500
+
 func (k transformKind) String() string {
-	return [...]string{"none", "identity", "filter"}[k]
+	return [...]string{"none", "identity", "filter", "rowfilter"}[k]
 }
 
 // The filter's rules.
@@ -46,6 +56,32 @@ func filterRejects(id int64) bool { return id%7 == 3 }
 func filterDrops(id int64) bool   { return !filterRejects(id) && id%5 == 1 }
 func filterDoubles(id int64, merged bool) bool {
 	return !merged && !filterRejects(id) && !filterDrops(id) && id%4 == 2
+}
+
+// filtersConfig returns the runner's row filters for the workload.
+func (w *workload) filtersConfig() map[string]*engine.Cond {
+	var out map[string]*engine.Cond
+	for name, k := range w.transforms {
+		if k == tfRowFilter {
+			if out == nil {
+				out = map[string]*engine.Cond{}
+			}
+			out[name] = &engine.Cond{Op: engine.OpLt, Column: "n", Value: int64(rowFilterBelow)}
+		}
+	}
+	return out
+}
+
+// rowFilterKeeps says whether a good record passes the row filter.
+func rowFilterKeeps(r sourcetest.FakeRecord) bool {
+	if r.Op == source.OpDelete {
+		return true
+	}
+	var doc struct {
+		N *int64 `json:"n"`
+	}
+	err := json.NewDecoder(bytes.NewReader(r.Payload)).Decode(&doc)
+	return err == nil && doc.N != nil && *doc.N < rowFilterBelow
 }
 
 // transformsConfig returns the runner's transforms for the workload.
@@ -221,6 +257,15 @@ func (s *sim) expect(name string, recs []sourcetest.FakeRecord) expectation {
 			continue
 		}
 		id := RecordID(name, r.Key, r.Payload, r.Seq)
+		if kind == tfRowFilter {
+			switch {
+			case rowFilterKeeps(r) || merged:
+				e.want[id] = r // a merged stream's failing row is a delete
+			default:
+				e.dropped++
+			}
+			continue
+		}
 		if kind != tfFilter {
 			e.want[id] = r
 			continue
@@ -242,6 +287,14 @@ func (s *sim) expect(name string, recs []sourcetest.FakeRecord) expectation {
 			if filterDoubles(v, merged) {
 				e.want[runner.DerivedID(id, 1)] = r
 				e.added++
+			}
+		}
+	}
+	if kind == tfRowFilter && merged {
+		// The table holds the keys whose latest version matches.
+		for k, r := range s.src.Latest(name) {
+			if !rowFilterKeeps(r) {
+				e.gone[k] = true
 			}
 		}
 	}
