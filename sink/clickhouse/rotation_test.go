@@ -120,6 +120,14 @@ func (p *faultProxy) up(pc *proxyConn) {
 				// must not get through (the next request on the
 				// connection would be the one left unanswered).
 				p.trip(pc)
+			} else if tripped {
+				// A cut: no answer to this request may get through
+				// before the cut either, or a server quicker than this
+				// goroutine (a loaded machine) answers it and the
+				// client never sees the fault.
+				p.mu.Lock()
+				pc.silenced = true
+				p.mu.Unlock()
 			}
 			if _, werr := pc.server.Write(buf[:n]); werr != nil {
 				return
