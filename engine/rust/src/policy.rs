@@ -246,7 +246,7 @@ impl Policies {
             || self
                 .include
                 .as_ref()
-                .is_some_and(|inc| !inc.contains(&src.to_string()))
+                .is_some_and(|inc| !inc.iter().any(|c| c == src))
             || self.shadowed(src)
     }
 
