@@ -25,6 +25,7 @@ serialized: nothing here uses the Go code under test.
 """
 import datetime as dt
 import decimal
+import faulthandler
 import json
 import os
 import struct
@@ -408,6 +409,10 @@ def check_debezium(rows, bad):
 
 
 if __name__ == "__main__":
+    # A hang (a client library waiting on a server without a timeout)
+    # prints every thread's stack and exits instead of holding the Go
+    # test until its package's deadline; a command takes seconds.
+    faulthandler.dump_traceback_later(240, exit=True)
     if sys.argv[1] == "produce":
         produce(*sys.argv[2:6])
     elif sys.argv[1] == "check":

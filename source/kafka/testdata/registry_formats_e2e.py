@@ -24,6 +24,7 @@ nothing here uses the Go code under test.
 """
 import datetime as dt
 import decimal
+import faulthandler
 import json
 import os
 import sys
@@ -344,9 +345,17 @@ def check(fmt, tables, topic, phases, perturb):
     return "%d rows" % len(rows)
 
 
+COMMAND_LIMIT = 240  # seconds
+
+
 def main():
     for line in sys.stdin:
         w = line.split()
+        # A command that hangs (a client library waiting on a server
+        # without a timeout) prints every thread's stack and exits, so
+        # the Go test fails saying where instead of waiting for its
+        # package's deadline. Commands take seconds.
+        faulthandler.dump_traceback_later(COMMAND_LIMIT, exit=True)
         try:
             if w[0] == "produce":
                 out = (pb_produce if w[1] == "pb" else js_produce)(*w[2:6])
@@ -357,6 +366,7 @@ def main():
             print("ok " + out, flush=True)
         except Exception as e:  # noqa: BLE001 - the answer carries it
             print("error %s: %s" % (type(e).__name__, str(e).replace("\n", " ")), flush=True)
+        faulthandler.cancel_dump_traceback_later()
 
 
 if __name__ == "__main__":
