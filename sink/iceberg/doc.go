@@ -126,7 +126,9 @@
 //     deletes are deletion vectors instead: one per data file, in a Puffin
 //     file named like the position-delete files, each holding the rows
 //     the file's previous vector held, which it replaces in the same
-//     snapshot; pyiceberg and DuckDB read those too (tested).
+//     snapshot, and those of the file's position-delete files (a table
+//     upgraded from v2 keeps them; readers ignore them once the file has
+//     a vector); pyiceberg and DuckDB read those too (tested).
 //   - EqualityDeletes: an Iceberg v2 equality-delete file with every key
 //     of the epoch, written at PreCommit; the deletes remove older rows of
 //     the keys (lower data sequence numbers) and not the new ones. Nothing

@@ -20,7 +20,7 @@ func BenchmarkKeyIndexMemory(b *testing.B) {
 				var m0, m1 runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&m0)
-				x := newKeyIndex([]int{1}, tc.ints, 1, 0)
+				x := newKeyIndex([]int{1}, tc.ints, 1, 2, 0)
 				var buf []byte
 				for i := range n {
 					k := key{n: int64(i)}

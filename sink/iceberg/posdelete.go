@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -93,14 +94,26 @@ type keyIndex struct {
 	// written with equality deletes has rows those deletes hide, which
 	// are deleted again by position (harmlessly) when the key changes.
 	extra map[string][]loc
+	// version is the table's format version: an upgrade to v3 keeps the
+	// snapshot, and the index is rebuilt for its deletion vectors.
+	version int
 	// dvs holds each data file's deletion vector (format v3 tables),
 	// which a new one for the file must include and replace.
 	dvs map[uint32]ice.DataFile
+	// posDels holds, on a v3 table, the rows of each data file that
+	// position-delete files (left from format v2) delete and its
+	// deletion vector, if it has one, does not hold. Readers ignore a
+	// data file's position deletes once it has a deletion vector (v3
+	// spec), so a new one for the file must hold them too; a file whose
+	// deletion vector leaves some out (written by another writer, or by
+	// this package before it merged them) gets a new one at the next
+	// commit that writes deletion vectors.
+	posDels map[uint32][]uint32
 }
 
-func newKeyIndex(ids []int, ints bool, snapshot int64, size int) *keyIndex {
-	x := &keyIndex{ids: slices.Clone(ids), ints: ints, snapshot: snapshot, m: make(map[string]loc), extra: make(map[string][]loc),
-		dvs: make(map[uint32]ice.DataFile)}
+func newKeyIndex(ids []int, ints bool, snapshot int64, version, size int) *keyIndex {
+	x := &keyIndex{ids: slices.Clone(ids), ints: ints, snapshot: snapshot, version: version, m: make(map[string]loc),
+		extra: make(map[string][]loc), dvs: make(map[uint32]ice.DataFile), posDels: make(map[uint32][]uint32)}
 	if ints {
 		x.mi = make(map[int64]loc, size)
 	} else {
@@ -201,7 +214,7 @@ func intKey(sc *ice.Schema, ids []int) bool {
 // rebuilt from the table when the one it has describes another.
 func (w *writer) keyIndex(ctx context.Context, name string, tbl *table.Table, ids []int) (*keyIndex, error) {
 	snap := currentSnapshot(tbl)
-	if x := w.indexes[name]; x != nil && x.snapshot == snap && slices.Equal(x.ids, ids) {
+	if x := w.indexes[name]; x != nil && x.snapshot == snap && x.version == tbl.Metadata().Version() && slices.Equal(x.ids, ids) {
 		return x, nil
 	}
 	delete(w.indexes, name)
@@ -217,59 +230,51 @@ func (w *writer) keyIndex(ctx context.Context, name string, tbl *table.Table, id
 }
 
 // buildKeyIndex reads the key columns of tbl's live data files, leaving
-// out the rows their position deletes delete.
+// out the rows their deletion vectors and position deletes delete.
 func buildKeyIndex(ctx context.Context, tbl *table.Table, ids []int) (*keyIndex, error) {
 	ints := intKey(tbl.Schema(), ids)
+	version := tbl.Metadata().Version()
 	if tbl.CurrentSnapshot() == nil {
-		return newKeyIndex(ids, ints, -1, 0), nil
+		return newKeyIndex(ids, ints, -1, version, 0), nil
 	}
 	tasks, err := tbl.Scan().PlanFiles(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var rows int64
+	hasDV := false
 	for _, t := range tasks {
 		rows += t.File.Count()
+		hasDV = hasDV || len(t.DeletionVectorFiles) > 0
 	}
-	x := newKeyIndex(ids, ints, currentSnapshot(tbl), int(rows))
+	x := newKeyIndex(ids, ints, currentSnapshot(tbl), version, int(rows))
 	fsys, err := tbl.FS(ctx)
 	if err != nil {
 		return nil, err
 	}
-	deleted := map[string]map[int64]bool{} // data file → deleted positions
-	readDeletes := map[string]bool{}
-	seen := map[string]bool{}
-	dvOf := map[string]ice.DataFile{}
-	bitmaps := map[string]*dv.RoaringPositionBitmap{}
-	for _, t := range tasks {
-		for _, df := range t.DeletionVectorFiles {
-			path := t.File.FilePath()
-			if _, ok := dvOf[path]; ok {
-				continue
-			}
-			bm, err := dv.ReadDV(fsys, df)
-			if err != nil {
-				return nil, fmt.Errorf("read the deletion vector of %s: %w", path, err)
-			}
-			dvOf[path], bitmaps[path] = df, bm
+	// A data file's scan task lists no position-delete files when it has
+	// a deletion vector; they are found in the delete manifests.
+	var posFiles []ice.ManifestEntry
+	if hasDV {
+		if posFiles, err = positionDeleteEntries(tbl.CurrentSnapshot(), fsys); err != nil {
+			return nil, err
 		}
-		for _, df := range t.DeleteFiles {
-			if readDeletes[df.FilePath()] {
-				continue
-			}
-			readDeletes[df.FilePath()] = true
+	}
+	deleted := map[string]map[string][]int64{} // position-delete file → data file → rows
+	positions := func(df ice.DataFile, path string) ([]int64, error) {
+		m, ok := deleted[df.FilePath()]
+		if !ok {
+			m = map[string][]int64{}
+			deleted[df.FilePath()] = m
 			if err := readPositions(ctx, fsys, df.FilePath(), func(path string, pos int64) {
-				m := deleted[path]
-				if m == nil {
-					m = map[int64]bool{}
-					deleted[path] = m
-				}
-				m[pos] = true
+				m[path] = append(m[path], pos)
 			}); err != nil {
 				return nil, err
 			}
 		}
+		return m[path], nil
 	}
+	seen := map[string]bool{}
 	for _, t := range tasks {
 		path := t.File.FilePath()
 		if seen[path] {
@@ -280,9 +285,31 @@ func buildKeyIndex(ctx context.Context, tbl *table.Table, ids []int) (*keyIndex,
 		if err != nil {
 			return nil, err
 		}
-		dels, bm := deleted[path], bitmaps[path]
-		if df, ok := dvOf[path]; ok {
+		var bm *dv.RoaringPositionBitmap
+		dfs := t.DeleteFiles
+		if len(t.DeletionVectorFiles) > 0 {
+			df := t.DeletionVectorFiles[0]
+			if bm, err = dv.ReadDV(fsys, df); err != nil {
+				return nil, fmt.Errorf("read the deletion vector of %s: %w", path, err)
+			}
 			x.dvs[fi] = df
+			dfs = applying(posFiles, t)
+		}
+		dels := map[int64]bool{}
+		for _, df := range dfs {
+			ps, err := positions(df, path)
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range ps {
+				if bm != nil && bm.Contains(uint64(p)) {
+					continue
+				}
+				if !dels[p] && version >= 3 {
+					x.posDels[fi] = append(x.posDels[fi], uint32(p))
+				}
+				dels[p] = true
+			}
 		}
 		if err := readKeys(ctx, fsys, path, ids, ints, func(pos int, k key) {
 			if !dels[int64(pos)] && (bm == nil || !bm.Contains(uint64(pos))) {
@@ -293,6 +320,55 @@ func buildKeyIndex(ctx context.Context, tbl *table.Table, ids []int) (*keyIndex,
 		}
 	}
 	return x, nil
+}
+
+// positionDeleteEntries lists the live position-delete files of snap
+// that are not deletion vectors.
+func positionDeleteEntries(snap *table.Snapshot, fsys iceio.IO) ([]ice.ManifestEntry, error) {
+	mfs, err := snap.Manifests(fsys)
+	if err != nil {
+		return nil, err
+	}
+	var out []ice.ManifestEntry
+	for _, mf := range mfs {
+		if mf.ManifestContent() != ice.ManifestContentDeletes {
+			continue
+		}
+		es, err := mf.FetchEntries(fsys, true)
+		if err != nil {
+			return nil, fmt.Errorf("read manifest %s: %w", mf.FilePath(), err)
+		}
+		for _, e := range es {
+			if df := e.DataFile(); df.ContentType() == ice.EntryContentPosDeletes && !table.IsDeletionVector(df) {
+				out = append(out, e)
+			}
+		}
+	}
+	return out, nil
+}
+
+// applying returns the position-delete files of es that apply to t's
+// data file by the spec's rule (leaving out that it has a deletion
+// vector): the same partition spec and partition, a data sequence number
+// not below the data file's (unknown ones apply), and no other
+// referenced data file.
+func applying(es []ice.ManifestEntry, t table.FileScanTask) []ice.DataFile {
+	var out []ice.DataFile
+	data := t.File
+	for _, e := range es {
+		df := e.DataFile()
+		if ref := df.ReferencedDataFile(); ref != nil && *ref != data.FilePath() {
+			continue
+		}
+		if seq := e.SequenceNum(); seq >= 0 && t.DataSequenceNumber != nil && seq < *t.DataSequenceNumber {
+			continue
+		}
+		if df.SpecID() != data.SpecID() || !maps.EqualFunc(df.Partition(), data.Partition(), func(a, b any) bool { return reflect.DeepEqual(a, b) }) {
+			continue
+		}
+		out = append(out, df)
+	}
+	return out
 }
 
 // readKeys calls fn with the position and key of every row of the
@@ -610,14 +686,27 @@ func (w *writer) writePositionFile(tbl *table.Table, wfs iceio.WriteFileIO, x *k
 
 // writeDeletionVectors writes dels (rows by file of x) as deletion
 // vectors of tbl (format v3), one per data file in one Puffin file, each
-// holding the file's earlier deletion vector's rows too, and returns them
-// with the vectors they replace; x then names the new ones. The Puffin
-// file's name carries the pipeline's write UUID, like a position-delete
-// file's.
+// holding the rows of the file's earlier deletion vector and of its
+// position deletes (x.posDels) too, and returns them with the vectors
+// they replace; x then names the new ones. A data file whose deletion
+// vector leaves out some of its position deletes gets a new one too,
+// whether dels has rows of it or not. The Puffin file's name carries the
+// pipeline's write UUID, like a position-delete file's.
 func (w *writer) writeDeletionVectors(ctx context.Context, tbl *table.Table, x *keyIndex, dels map[uint32][]uint32) (added, replaced []ice.DataFile, err error) {
-	if len(dels) == 0 {
+	files := slices.Collect(maps.Keys(dels))
+	repairs := 0
+	for fi := range x.posDels {
+		if _, ok := x.dvs[fi]; ok {
+			if _, ok := dels[fi]; !ok {
+				files = append(files, fi)
+				repairs++
+			}
+		}
+	}
+	if len(files) == 0 {
 		return nil, nil, nil
 	}
+	slices.Sort(files)
 	fsys, err := tbl.FS(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -630,7 +719,6 @@ func (w *writer) writeDeletionVectors(ctx context.Context, tbl *table.Table, x *
 	dw := dv.NewDVWriter(wfs, func(id int32) *ice.PartitionSpec { return meta.PartitionSpecByID(int(id)) })
 	spec := tbl.Spec()
 	specID := int32(spec.ID())
-	files := slices.Sorted(maps.Keys(dels))
 	byPath := make(map[string]uint32, len(files))
 	for _, fi := range files {
 		f := x.files[fi]
@@ -643,9 +731,9 @@ func (w *writer) writeDeletionVectors(ctx context.Context, tbl *table.Table, x *
 			dw.Load(f.path, bm, specID, f.part)
 			replaced = append(replaced, old)
 		}
-		ps := make([]int64, len(dels[fi]))
-		for i, p := range dels[fi] {
-			ps[i] = int64(p)
+		ps := make([]int64, 0, len(dels[fi])+len(x.posDels[fi]))
+		for _, p := range slices.Concat(dels[fi], x.posDels[fi]) {
+			ps = append(ps, int64(p))
 		}
 		if err := dw.Add(f.path, ps, specID, f.part); err != nil {
 			return nil, nil, err
@@ -662,6 +750,11 @@ func (w *writer) writeDeletionVectors(ctx context.Context, tbl *table.Table, x *
 			return nil, nil, fmt.Errorf("deletion vector in %s names no data file", path)
 		}
 		x.dvs[byPath[*ref]] = df
+		delete(x.posDels, byPath[*ref])
+	}
+	if repairs > 0 {
+		w.d.log.Warn("iceberg: deletion vectors rewritten to hold their data files' position deletes",
+			"table", tbl.Identifier(), "files", repairs)
 	}
 	return added, replaced, nil
 }
