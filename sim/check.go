@@ -238,6 +238,41 @@ func (s *sim) checkAcks(head *checkpoint.Record) {
 	}
 }
 
+// checkAcksAt checks, after attempt a's rewind to the record to (nil:
+// none), that no position acknowledged so far is past to's: the source
+// may have dropped what the next attempt, resuming from to, reads.
+func (s *sim) checkAcksAt(a *attempt, to *checkpoint.Ref) {
+	if s.w.replay != source.ReplayExact {
+		return
+	}
+	var resume map[string][]byte
+	if to != nil {
+		rec, err := s.store.inner.Get(context.Background(), pipelineName, *to)
+		if err != nil {
+			s.violate("attempt %d: reading the record rewound to, %s: %v", a.n, refStr(to), err)
+			return
+		}
+		resume = rec.Resume
+	}
+	for i, ack := range s.src.Acks() {
+		for id, st := range ack {
+			pos, err := sourcetest.FakePosition(st)
+			if err != nil {
+				continue // checkAcks reports it
+			}
+			hp := 0
+			if hs, ok := resume[string(id)]; ok {
+				hp, _ = sourcetest.FakePosition(hs)
+			}
+			if pos > hp {
+				s.violate("attempt %d rewinds HEAD to %s, whose split %s resumes at position %d, before position %d acknowledged (ack %d): the source may have dropped it",
+					a.n, refStr(to), id, hp, pos, i)
+				return
+			}
+		}
+	}
+}
+
 // RecordID returns the _openetl_id the engine gives a record version
 // (engine package documentation, "Metadata columns").
 func RecordID(stream string, key, payload []byte, seq int64) string {

@@ -216,11 +216,23 @@ func (d *targetDest) view(a *attempt) (sink.Destination, func(), error) {
 }
 
 func (d *targetDest) observe(a *attempt, c sinktest.FakeDestCall, o sink.Outcome, err error) {
+	deferred := d.s.declared.caps.Deferred
+	if deferred && err == nil && c.Op != sinktest.FakeWrite && c.Op != sinktest.FakePreCommit {
+		// What the destination reports visible is applied; a Commit that
+		// returned nil need not be.
+		d.mu.Lock()
+		for e := c.Visible; e > 0 && !d.done[e]; e-- {
+			d.done[e] = true
+		}
+		d.mu.Unlock()
+	}
 	switch c.Op {
 	case sinktest.FakeCommit:
 		if err == nil {
 			d.mu.Lock()
-			d.done[c.Epoch] = true
+			if !deferred {
+				d.done[c.Epoch] = true
+			}
 			fence := d.started[commitKey{a.n, c.Epoch}]
 			d.mu.Unlock()
 			if fence > uint64(c.Gen) && d.s.epochWrote(c.Epoch, c.Gen) {
@@ -244,7 +256,7 @@ func (d *targetDest) observe(a *attempt, c sinktest.FakeDestCall, o sink.Outcome
 		a.logf("the destination's Recover (gen %d, HEAD epoch %d) reported %v", c.Gen, c.Epoch, o)
 		d.mu.Lock()
 		d.fence = max(d.fence, uint64(c.Gen))
-		if o == sink.Applied && c.Epoch > 0 {
+		if o == sink.Applied && c.Epoch > 0 && !deferred {
 			d.done[c.Epoch] = true
 		}
 		d.mu.Unlock()

@@ -28,7 +28,9 @@
 // outside the writer. The checks then read what the destination holds
 // through Target.Read, and know what the wrapper saw: an epoch counts as
 // applied once a Commit of it returned nil or a Recover with it as HEAD
-// reported Applied. What changes with a Target:
+// reported Applied — or, for a destination that declares
+// sink.Capabilities.Deferred, once its writer reports it visible
+// (sink.Visibility). What changes with a Target:
 //
 //   - a merged stream is checked by its rows now (each key's row the
 //     source's latest version, one row per key), not version by version,
@@ -108,7 +110,7 @@
 // final totals have read = written + quarantined (and, for an exact
 // source, read = the records the source holds); quarantine files are
 // published for every committed epoch; acknowledged positions are
-// committed.
+// committed, and no rewind goes back past one.
 //
 // The workload and the fault plan are deterministic functions of the
 // seed; goroutine interleavings are not (the real runner runs on real
@@ -321,6 +323,7 @@ func Run(seed uint64, opts Options) (*Report, error) {
 			s.violate("attempt %d rewinds HEAD past epoch %d, which the destination has applied", a.n, from.Epoch)
 		}
 	}
+	s.store.onRewound = func(a *attempt, to *checkpoint.Ref) { s.checkAcksAt(a, to) }
 	err := s.run()
 	s.rep.Elapsed = time.Since(start)
 	if err != nil {

@@ -37,6 +37,9 @@ type simStore struct {
 	// onRewind is called (holding mu) before a rewind lands, with the
 	// epoch HEAD points at.
 	onRewind func(a *attempt, from *checkpoint.Ref)
+	// onRewound is called (holding mu) after a rewind landed, with the
+	// record HEAD points at now (nil: none).
+	onRewound func(a *attempt, to *checkpoint.Ref)
 }
 
 func (s *simStore) head() *checkpoint.Ref {
@@ -166,6 +169,9 @@ func (w *attemptStore) Rewind(ctx context.Context, pipeline string, gen checkpoi
 		}
 		if cur := w.s.head(); !sameRef(cur, ref) {
 			w.s.trans = append(w.s.trans, HeadTransition{Attempt: w.a.n, Op: "rewind", Gen: gen, Ref: ref})
+		}
+		if w.s.onRewound != nil {
+			w.s.onRewound(w.a, ref)
 		}
 	}
 	w.s.mu.Unlock()

@@ -15,7 +15,10 @@ import (
 // silently skipped; sinktest.WithFaults does. Each built-in destination
 // asserts what it implements (var _ sink.SpecChecker =
 // (*Destination)(nil)). A Writer has no optional capabilities: what it
-// must do to commit an epoch is the Writer interface, Finish included.
+// must do to commit an epoch is the Writer interface, Finish included,
+// and, for a destination whose Capabilities declare Deferred,
+// Visibility, which the runner then requires (an attempt whose lane-0
+// Writer lacks it fails), so a wrapper can't drop it silently.
 //
 //	SpecChecker    Build and each attempt ask whether a stream's spec can
 //	               be honoured (its key, the destination's own options);

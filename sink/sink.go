@@ -17,7 +17,11 @@
 // make the data durable with PreCommit, records the returned
 // Committables in the checkpoint log, and only then asks lane 0's Writer
 // to make the epoch visible with Commit, and, after the last epoch of a
-// completed Sync, to Finish. An attempt starts with lane 0's Recover,
+// completed Sync, to Finish. The source is told it may drop the
+// positions of an epoch (source.Acker) once the epoch is visible: after
+// its Commit, or, for a destination whose Capabilities declare Deferred
+// (its Commit may leave epochs waiting), once its lane-0 Writer reports
+// it visible (Visibility). An attempt starts with lane 0's Recover,
 // which raises the destination's fence; then, before any Write, a
 // destination that is a Collector removes what failed attempts staged
 // that no checkpoint record names (see Collector for the order that
@@ -96,6 +100,18 @@ type Capabilities struct {
 	Overwrite bool
 	// SkipByID: applying skips rows whose _openetl_id is already present.
 	SkipByID bool
+	// Deferred: a Commit that returns nil may leave some of the epoch's
+	// data, or of earlier epochs', invisible, to make it visible at a
+	// later Commit, at Finish or when the writer closes (Iceberg groups
+	// epochs into fewer table commits, and holds an Overwrite table's
+	// refresh until Finish); such data can still be lost (its staged
+	// files expire) and the epoch reported Lost by a later Recover.
+	// Lane 0's Writer must then implement Visibility, and the runner
+	// acknowledges to the source (source.Acker) only the positions of
+	// epochs it reports visible; an attempt whose lane-0 Writer doesn't
+	// fails before its Recover, with a permanent error. Without Deferred
+	// every epoch whose Commit returned nil counts as visible.
+	Deferred bool
 	// MaxIdentifier is the longest table or column name it accepts in
 	// bytes; 0 means no limit.
 	MaxIdentifier int
@@ -245,6 +261,23 @@ type Writer interface {
 	// Close releases the writer's resources and discards rows written
 	// since the last PreCommit. It is called once, last.
 	Close(ctx context.Context) error
+}
+
+// Visibility is implemented by the Writer of a destination whose
+// Capabilities declare Deferred: it says which committed epochs readers
+// see, and so which the destination can no longer report Lost. The
+// runner asks lane 0's Writer after each Commit that returned nil, and
+// tells the source it may drop positions only up to the newest epoch
+// at or before the one reported (and, as for every destination, one
+// epoch behind the Commit), so that no rewind past an epoch whose staged
+// data disappeared goes back past a position the source dropped.
+type Visibility interface {
+	// Visible returns the newest epoch E such that every epoch up to E
+	// the writer's Recover, Commit and Finish calls so far were given is
+	// visible at the destination (and won't be reported Lost); 0 when it
+	// can't say of any. It is called from the commit goroutine, between
+	// those calls, and must not do I/O: it reports what they found.
+	Visible() uint64
 }
 
 // Errors returned by writers.

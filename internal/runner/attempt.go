@@ -355,6 +355,12 @@ func (r *runner) setUp(ctx context.Context, catalog source.Catalog, streams []st
 				return fmt.Errorf("destination: writer for lane %d: %w", lane, err)
 			}
 			r.writers = append(r.writers, w)
+			if _, ok := w.(sink.Visibility); lane == 0 && !ok && cfg.Destination.Capabilities().Deferred {
+				eng.Close()
+				return &PermanentError{By: CauseDestination, Err: fmt.Errorf(
+					"destination: its Capabilities declare Deferred, but lane 0's writer (%T) does not implement sink.Visibility: "+
+						"the source can't be told which positions it may drop (a wrapper must forward Visible)", w)}
+			}
 		}
 		open = specs
 		r.specs = specs

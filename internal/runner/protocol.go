@@ -33,7 +33,10 @@ import (
 //     attempt's recover, can repeat it. finishDest follows a Final epoch.
 //  5. Ack: ackSource tells the source it may drop what the previous
 //     epoch read (one epoch behind, so a crash before this epoch's Commit
-//     can still read it again).
+//     can still read it again), and, for a destination whose Commit may
+//     leave epochs invisible (sink.Capabilities.Deferred), nothing after
+//     the newest epoch it reports visible (sink.Visibility): such an
+//     epoch may still be reported Lost and the log rewound past it.
 //
 // An attempt starts with recover, which settles HEAD's epoch with the
 // destination before any new data flows.
@@ -104,9 +107,13 @@ type commitChain struct {
 	resume map[string][]byte            // its resume states...
 	totals map[string]checkpoint.Counts // ...totals...
 	replay []byte                       // ...and replay state
-	ack    map[string][]byte            // states acknowledged with the next epoch
-	counts map[string]checkpoint.Counts // this attempt's, so far
-	epochs int                          // committed by this attempt
+	// unacked are the resume states of committed epochs not yet
+	// acknowledged, oldest first (HEAD's at the start): the source is
+	// given the newest one at or before both the epoch before the one
+	// just committed and the destination's visible epoch.
+	unacked []epochStates
+	counts  map[string]checkpoint.Counts // this attempt's, so far
+	epochs  int                          // committed by this attempt
 }
 
 func newCommitChain(head *checkpoint.Record) *commitChain {
@@ -115,8 +122,33 @@ func newCommitChain(head *checkpoint.Record) *commitChain {
 		ref := head.Ref()
 		ch.prev, ch.resume, ch.totals, ch.replay = &ref, head.Resume, head.Totals, head.Replay
 	}
-	ch.ack = ch.resume
+	if head != nil && len(head.Resume) > 0 {
+		ch.unacked = []epochStates{{epoch: head.Epoch, states: head.Resume}}
+	}
 	return ch
+}
+
+// epochStates are the resume states after an epoch.
+type epochStates struct {
+	epoch  uint64
+	states map[string][]byte
+}
+
+// toAck removes from ch.unacked, and returns, the states to acknowledge
+// after the Commit of epoch, given the destination's visible epoch:
+// the newest of epochs up to min(epoch-1, visible); false for none.
+func (ch *commitChain) toAck(epoch, visible uint64) (epochStates, bool) {
+	upto := min(epoch-1, visible)
+	n := 0
+	for n < len(ch.unacked) && ch.unacked[n].epoch <= upto {
+		n++
+	}
+	if n == 0 {
+		return epochStates{}, false
+	}
+	e := ch.unacked[n-1]
+	ch.unacked = ch.unacked[n:]
+	return e, true
 }
 
 // commitEpoch takes epoch, which every lane has pre-committed (steps 1
@@ -138,11 +170,17 @@ func (r *runner) commitEpoch(ctx context.Context, ch *commitChain, epoch uint64,
 	if err := r.publishFiles(ctx, rec, info.side); err != nil {
 		return committed{}, err
 	}
-	// 5. Ack the previous epoch's positions.
-	r.ackSource(ctx, acker, ch.ack, epoch)
+	// 5. Ack the previous epoch's positions, if it is visible.
+	if acker != nil && len(rec.Resume) > 0 {
+		ch.unacked = append(ch.unacked, epochStates{epoch: epoch, states: rec.Resume})
+	}
+	if e, ok := ch.toAck(epoch, r.visible(epoch)); ok && !r.ackSource(ctx, acker, e) {
+		// Tried again after the next Commit, or replaced by a newer one.
+		ch.unacked = append([]epochStates{e}, ch.unacked...)
+	}
 
 	ref := rec.Ref()
-	ch.prev, ch.resume, ch.totals, ch.ack, ch.replay = &ref, rec.Resume, rec.Totals, rec.Resume, rec.Replay
+	ch.prev, ch.resume, ch.totals, ch.replay = &ref, rec.Resume, rec.Totals, rec.Replay
 	ch.counts = addCounts(ch.counts, info.counts)
 	ch.epochs++
 	r.epochCommitted(ctx, rec, ch.counts)
@@ -231,16 +269,33 @@ func (r *runner) finishDest(ctx context.Context, epoch uint64) (err error) {
 	return nil
 }
 
-// ackSource is step 5: it acknowledges the resume states of the epoch
-// before epoch (states; none for the attempt's first) to a source that
-// takes acknowledgements. A failed ack is retried with the next epoch's.
-func (r *runner) ackSource(ctx context.Context, acker source.Acker, states map[string][]byte, epoch uint64) {
-	if acker == nil || len(states) == 0 || r.cfg.replay != nil {
-		return
+// visible is the newest epoch the destination shows readers after
+// lane 0's Commit of epoch returned nil: epoch itself, unless the
+// destination declares Deferred, when its writer says
+// (sink.Visibility; checked when the writers were opened).
+func (r *runner) visible(epoch uint64) uint64 {
+	if !r.cfg.Destination.Capabilities().Deferred {
+		return epoch
 	}
-	if err := acker.Ack(ctx, splitIDs(states)); err != nil {
-		r.ackFailed(epoch-1, err)
+	if v, ok := r.writers[0].(sink.Visibility); ok {
+		return min(v.Visible(), epoch)
 	}
+	return 0
+}
+
+// ackSource is step 5: it acknowledges resume states of a committed,
+// visible epoch before epoch (see commitChain.toAck) to a source that
+// takes acknowledgements. It reports false when the ack failed, to be
+// retried with a later epoch's.
+func (r *runner) ackSource(ctx context.Context, acker source.Acker, e epochStates) bool {
+	if acker == nil || len(e.states) == 0 || r.cfg.replay != nil {
+		return true
+	}
+	if err := acker.Ack(ctx, splitIDs(e.states)); err != nil {
+		r.ackFailed(e.epoch, err)
+		return false
+	}
+	return true
 }
 
 // recover raises the destination's fence and makes sure HEAD's epoch is

@@ -86,6 +86,7 @@ func (w *writer) applyAll(ctx context.Context, epoch uint64, byTable map[string]
 	names := slices.Sorted(maps.Keys(byTable))
 	final := level == applyFinal
 	force := level >= applyGroups
+	vis := epoch // lowered by each table's files still waiting
 	if !force {
 		waiting := 0
 		for _, name := range names {
@@ -109,6 +110,7 @@ func (w *writer) applyAll(ctx context.Context, epoch uint64, byTable map[string]
 				delete(w.waitSince, name)
 				continue
 			}
+			vis = min(vis, p.minEpoch-1)
 			if w.mode(name) == sink.Overwrite {
 				continue
 			}
@@ -121,20 +123,38 @@ func (w *writer) applyAll(ctx context.Context, epoch uint64, byTable map[string]
 			if waiting > 0 {
 				w.d.log.Debug("iceberg: epoch waits for its group", "pipeline", w.pipeline, "epoch", epoch, "tables", waiting)
 			}
+			w.visible.Store(vis)
 			return nil
 		}
 	}
+	vis = epoch
 	for _, name := range names {
-		if err := w.apply(ctx, epoch, gen, name, byTable[name], final); err != nil {
+		from, err := w.apply(ctx, epoch, gen, name, byTable[name], final)
+		if err != nil {
 			return err
 		}
+		if from > 0 {
+			vis = min(vis, from-1)
+		}
 	}
+	w.visible.Store(vis)
 	return nil
 }
 
+// Visible implements sink.Visibility: the newest epoch every file of
+// which, and of every epoch before it, is in its table, as the last
+// Recover, Commit, Finish or Close of this writer found: the epoch
+// they were given, less the epochs whose files still wait for their
+// group (or, in an Overwrite table, for Finish). Those may still be
+// lost (their files removed before the group is committed), and Recover
+// then reports them Lost; the runner acknowledges to the source only
+// the positions of visible epochs.
+func (w *writer) Visible() uint64 { return w.visible.Load() }
+
 // apply commits one table's files of epoch not yet in it (an Overwrite
-// table's only when final).
-func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generation, name string, files *epochFiles, final bool) error {
+// table's only when final). It returns the oldest epoch of files it
+// left waiting (an Overwrite table's refresh), 0 for none.
+func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generation, name string, files *epochFiles, final bool) (uint64, error) {
 	ident := w.d.ident(name)
 	mode := w.mode(name)
 	req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: uint64(gen)}
@@ -143,23 +163,23 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		req.Epoch, req.Pin = 0, nil
 		tbl, err := w.d.fenced(ctx, ident, req)
 		if err != nil {
-			return fmt.Errorf("iceberg: load table %v: %w", ident, err)
+			return 0, fmt.Errorf("iceberg: load table %v: %w", ident, err)
 		}
 		if err := req.Validate(tbl.Metadata()); err != nil {
-			return err
+			return 0, err
 		}
 		m, err := readMarkers(tbl.Properties(), w.pipeline)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		p := files.after(m.epoch)
 		if p.empty() {
 			w.d.noteApplied(w.pipeline, name, m.epoch)
 			delete(w.waitSince, name)
-			return nil
+			return 0, nil
 		}
 		if !final && mode == sink.Overwrite {
-			return nil // the refresh goes on
+			return p.minEpoch, nil // the refresh goes on
 		}
 		// Checked here to skip work; the catalog checks it again,
 		// atomically with the commit.
@@ -168,21 +188,21 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 			if errors.Is(err, errApplied) {
 				continue
 			}
-			return err
+			return 0, err
 		}
 		// A file that is gone (removed by a newer attempt's cleanup, or
 		// by a lifecycle rule) must not be added: readers would fail on
 		// it. The commit fails; the next Recover reports the epoch Lost.
 		if missing, err := firstMissing(ctx, tbl, p); err != nil {
-			return err
+			return 0, err
 		} else if missing != "" {
-			return fmt.Errorf("iceberg: table %v: epoch %d: data file %s is gone: not committing it", ident, epoch, missing)
+			return 0, fmt.Errorf("iceberg: table %v: epoch %d: data file %s is gone: not committing it", ident, epoch, missing)
 		}
 		tx := tbl.NewTransaction()
 		st, err := w.stage(ctx, name, tbl, tx, mode, epoch, uint64(gen), p)
 		if err != nil {
 			st.abort(ctx, w, name, tbl, true)
-			return fmt.Errorf("iceberg: table %v: stage epoch %d: %w", ident, epoch, err)
+			return 0, fmt.Errorf("iceberg: table %v: stage epoch %d: %w", ident, epoch, err)
 		}
 		if st != nil && st.idx != nil {
 			// The positions hold for this snapshot only.
@@ -201,7 +221,7 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		}
 		if err := tx.SetProperties(props); err != nil {
 			st.abort(ctx, w, name, tbl, true)
-			return fmt.Errorf("iceberg: table %v: set markers: %w", ident, err)
+			return 0, fmt.Errorf("iceberg: table %v: set markers: %w", ident, err)
 		}
 		next, err := tx.Commit(ctx)
 		if err != nil {
@@ -218,7 +238,7 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 			delete(w.waitSince, name)
 			w.d.log.Debug("iceberg: table committed", "pipeline", w.pipeline, "table", name, "epoch", epoch,
 				"from_epoch", p.minEpoch, "files", len(p.data), "deletes", len(p.deletes), "rows", p.rows)
-			return nil
+			return 0, nil
 		case errors.Is(err, errApplied):
 			lastErr = err
 			continue // another committer added some of the files: recompute
@@ -228,17 +248,17 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 				"pipeline", w.pipeline, "table", name, "epoch", epoch)
 			continue
 		case errors.Is(err, sink.ErrFenced):
-			return err
+			return 0, err
 		case isConflict(err):
 			lastErr = err
 			w.d.log.Warn("iceberg: commit lost a race; reloading the table and redoing it",
 				"pipeline", w.pipeline, "table", name, "epoch", epoch, "err", err)
 			continue
 		default:
-			return fmt.Errorf("iceberg: table %v: commit epoch %d: %w", ident, epoch, err)
+			return 0, fmt.Errorf("iceberg: table %v: commit epoch %d: %w", ident, epoch, err)
 		}
 	}
-	return fmt.Errorf("iceberg: table %v: commit of epoch %d lost the race %d times: %w", ident, epoch, w.d.maxTries, lastErr)
+	return 0, fmt.Errorf("iceberg: table %v: commit of epoch %d lost the race %d times: %w", ident, epoch, w.d.maxTries, lastErr)
 }
 
 // staged is what stage did besides adding to the transaction: the key
@@ -640,8 +660,14 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 				return 0, nil, err
 			}
 		}
+		w.visible.Store(0)
 		return sink.Lost, nil, nil
 	}
+	vis := head.Epoch
+	for _, p := range waiting {
+		vis = min(vis, p.minEpoch-1)
+	}
+	w.visible.Store(vis)
 	// Lane 0 carries the files still waiting into its committables, so
 	// the group (or the refresh) goes on across the attempts.
 	w.inheritMu.Lock()

@@ -170,6 +170,13 @@
 // sequence number than the rows of earlier epochs they replace, and its
 // position deletes may name rows an earlier epoch of the group added.
 //
+// An epoch whose files wait is committed in the checkpoint log but not
+// visible: the writer reports the newest epoch up to which every file is
+// in its table (sink.Visibility; the destination declares
+// sink.Capabilities.Deferred), and the runner acknowledges source
+// positions (Kafka offsets, a Postgres slot's confirmed LSN) only up to
+// it, so a group lost before its commit is read again from the source.
+//
 // Grouping saves snapshots, manifests and metadata files; it does not
 // merge data files, which are written per epoch, table and lane before
 // the epoch's commit point. The knobs that set the file size are the
@@ -231,9 +238,15 @@
 //     against Apache Iceberg's REST catalog test server.
 //   - A grouped epoch whose waiting files disappear before the group is
 //     committed (deleted by hand, or by Maintain's orphan removal) is
-//     reported Lost after its Commit returned nil, so the log can rewind
-//     past positions the source was already told it may drop: keep
-//     Maintain's OrphansOlderThan above Grouping.Interval plus an epoch.
+//     reported Lost after its Commit returned nil, and the log rewinds
+//     and reads it again from the source. That loses nothing: the
+//     destination declares sink.Capabilities.Deferred and its writer
+//     reports which epochs are visible (Visible), and the runner tells
+//     the source it may drop positions only of those. It costs the
+//     re-read, and holds the source's positions (a Kafka group's
+//     offsets, a Postgres slot's WAL) up to Grouping.Interval behind:
+//     keep Maintain's OrphansOlderThan above Grouping.Interval plus an
+//     epoch.
 //   - After a stopped Run, waiting files are committed when lane 0's
 //     writer closes, best effort; the next attempt applies what is left.
 //   - A Commit of an epoch that has no files does not check the fence (it

@@ -153,6 +153,10 @@ type faultWriter struct {
 	a *faultAttempt
 }
 
+// Visible forwards (sink.Visibility): the runner requires it of a
+// Deferred destination's writer.
+func (w *faultWriter) Visible() uint64 { return w.w.(sink.Visibility).Visible() }
+
 func (w *faultWriter) Write(ctx context.Context, stream string, rec arrow.RecordBatch) error {
 	return w.a.call(fWrite, func() error { return w.w.Write(ctx, stream, rec) })
 }

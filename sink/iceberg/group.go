@@ -28,8 +28,10 @@ import (
 // EpochEvery) and Maintain's compaction set the file size. Readers see a
 // table up to Interval (plus an epoch) behind the checkpoint log.
 //
-// Maintain's OrphansOlderThan must exceed Interval plus the longest
-// epoch: waiting files are not in the table yet.
+// Maintain's OrphansOlderThan should exceed Interval plus the longest
+// epoch: waiting files are not in the table yet, and removing them makes
+// the next attempt read their epochs again (nothing is lost: the source
+// is acknowledged only what is visible, see Writer's Visible).
 type Grouping struct {
 	// Bytes commits a table once its waiting data and delete files hold
 	// this many bytes. Default (DefaultGrouping) 128 MiB.

@@ -278,6 +278,7 @@ func (d *Destination) Capabilities() sink.Capabilities {
 		Merge:             true,
 		HardDeletes:       true,
 		Overwrite:         true,
+		Deferred:          true, // grouping, and Overwrite until Finish
 		IdentifierCase:    "lower",
 		SimpleIdentifiers: true,
 		Unsupported:       []string{"uint", "duration", "interval", "null"},

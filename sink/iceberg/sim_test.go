@@ -34,31 +34,21 @@ var simOptions = sim.Options{MaxRows: 40, MaxAttempts: 8, AttemptTimeout: 2 * ti
 // (200 seeds took 75 s); OPENETL_SIM_SEEDS runs more.
 const defaultSimSeeds = 40
 
-// simExpiry says whether TestSim lets staged files expire between
-// attempts for every seed (OPENETL_SIM_EXPIRY=1); by default only seeds
-// that commit every epoch do (expiryFor), for one finding (a
-// second one is fixed: a zombie's Commit after its epoch's files were
-// removed used to add the missing files, seeds 3156054383414098 and
-// 3156054383414270; Commit now checks, TestCommitRefusesMissingFiles;
-// 300 seeds with expiry at 21:37 UTC failed only as below):
-//   - with grouping, Commit returns nil for an epoch whose files wait
-//     for their group; if they expire then, Recover reports the HEAD
-//     epoch Lost and the log rewinds past epochs whose Commit returned
-//     nil (whose source positions the runner may have acknowledged):
-//     seed 3874289869922588 once, 2866060847222531 and 2866060847222462
-//     ("rewinds HEAD past epoch 1, which the destination has applied").
-//     The expiry here is orphan removal with no minimum age; Maintain's
-//     OrphansOlderThan documents that it must exceed the grouping
-//     interval plus an epoch, which keeps waiting files.
-func simExpiry() bool { return os.Getenv("OPENETL_SIM_EXPIRY") == "1" }
-
-// expiryFor says whether seed's run lets staged files expire: always for
-// seeds that commit every epoch (the finding above needs grouping), and
-// for every seed with OPENETL_SIM_EXPIRY=1.
-func expiryFor(seed uint64) bool {
-	_, name := simGrouping(seed)
-	return simExpiry() || name == "every epoch committed"
-}
+// expiryFor says whether seed's run lets staged files expire between
+// attempts: every seed, grouped ones included. Grouped epochs used to
+// be the exception: Commit returns nil for an epoch whose files wait
+// for their group, and when they expired Recover reported the HEAD
+// epoch Lost and the log rewound past epochs whose source positions the
+// runner had acknowledged (seeds 3874289869922588, 2866060847222531,
+// 2866060847222462; with OPENETL_SIM_EXPIRY=1, 4 of the 300 seeds from
+// OPENETL_SIM_BASE=2445757779571077). The destination now declares
+// sink.Capabilities.Deferred and reports which epochs are visible
+// (sink.Visibility), the runner acknowledges only those, and the
+// simulation counts an epoch applied only once it is reported visible
+// and checks at each rewind that no acknowledged position is past the
+// record rewound to. The expiry here is orphan removal with no minimum
+// age. OPENETL_SIM_EXPIRY=0 turns it off.
+func expiryFor(uint64) bool { return os.Getenv("OPENETL_SIM_EXPIRY") != "0" }
 
 // icebergTarget is package sim's view of a Destination on cat: a new
 // Destination per attempt (a process of its own) on the shared catalog,
@@ -202,11 +192,7 @@ func simGrouping(seed uint64) (iceberg.Grouping, string) {
 }
 
 func simReplay(seed uint64) string {
-	env := ""
-	if simExpiry() {
-		env = "OPENETL_SIM_EXPIRY=1 "
-	}
-	return fmt.Sprintf("%sgo test ./sink/iceberg -run '^TestSim$' -sim.seed=%d -v", env, seed)
+	return fmt.Sprintf("go test ./sink/iceberg -run '^TestSim$' -sim.seed=%d -v", seed)
 }
 
 // runSimSeed runs one seed against a fresh warehouse.
@@ -225,9 +211,8 @@ func runSimSeed(t *testing.T, seed uint64) (*sim.Report, error) {
 // HEAD write, during Commit and Recover; Commit errors and lost Commit
 // responses; checkpoint store errors; zombies paused at a call while the
 // next attempt runs; source disconnects; write errors;
-// staged data files removed as orphans between attempts in the seeds
-// that commit every epoch, in every seed with OPENETL_SIM_EXPIRY=1),
-// then clean syncs; and the
+// staged data files removed as orphans between attempts, grouped seeds
+// included), then clean syncs; and the
 // simulation's checks, reading the tables back with iceberg-go: nothing
 // lost, no duplicates where exactly once is promised, each merged key's
 // row the source's latest version, HEAD and rewinds consistent, every

@@ -50,6 +50,8 @@ type writer struct {
 	waitSince map[string]time.Time // table → when Commit first left files waiting
 	indexes   map[string]*keyIndex // table → its keys' rows, for position deletes
 	last      *lastCommit          // the last Commit's files, for Close
+
+	visible atomic.Uint64 // what Visible reports
 }
 
 // lastCommit is what the last Commit call was given: an epoch whose
@@ -59,7 +61,10 @@ type lastCommit struct {
 	byTable map[string]*epochFiles
 }
 
-var _ sink.Writer = (*writer)(nil)
+var (
+	_ sink.Writer     = (*writer)(nil)
+	_ sink.Visibility = (*writer)(nil)
+)
 
 // mode is how table is written: its stream's mode, or Append for a table
 // no stream of the attempt writes (one whose files a recovered

@@ -98,6 +98,11 @@ type FakeDestCall struct {
 	Rows     int    // FakeWrite
 	Epoch    uint64 // FakePreCommit, FakeCommit, FakeFinish; HEAD's epoch for FakeRecover (0: none)
 	Gen      checkpoint.Generation
+	// Visible is, in a FaultConfig's Observe of a FakeRecover,
+	// FakeCommit, FakeFinish or FakeClose, what the wrapped writer's
+	// Visible reported right after the call when it implements
+	// sink.Visibility (0 otherwise).
+	Visible uint64
 }
 
 // FakeFault, returned by a control function (directly or wrapped), tells

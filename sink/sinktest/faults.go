@@ -49,8 +49,9 @@ type FaultConfig struct {
 // sink.SchemaChecker ask it when it implements them (and accept
 // otherwise, as the runner would), sink.Namer returns its name,
 // sink.Collector collects through it (nothing, without one). Its
-// writers wrap every Writer method, Finish included (FakeFinish). It is
-// safe for concurrent use.
+// writers wrap every Writer method, Finish included (FakeFinish), and
+// forward sink.Visibility (reported in Observe's FakeDestCall.Visible).
+// It is safe for concurrent use.
 type FaultyDestination struct {
 	inner sink.Destination
 	cfg   FaultConfig
@@ -64,6 +65,7 @@ var (
 	_ sink.Namer         = (*FaultyDestination)(nil)
 	_ sink.Collector     = (*FaultyDestination)(nil)
 	_ sink.Writer        = (*faultyWriter)(nil)
+	_ sink.Visibility    = (*faultyWriter)(nil)
 )
 
 // WithFaults returns a view of d whose writers call cfg's hooks around
@@ -244,7 +246,7 @@ func (w *faultyWriter) Commit(ctx context.Context, epoch uint64, cs []sink.Commi
 		return err
 	}
 	err = w.w.Commit(ctx, epoch, cs)
-	w.d.observe(c, 0, err)
+	w.d.observe(w.visible(c), 0, err)
 	return finish(after, err)
 }
 
@@ -261,7 +263,7 @@ func (w *faultyWriter) Recover(ctx context.Context, gen checkpoint.Generation, h
 	if err == nil {
 		w.gen.Store(uint64(gen))
 	}
-	w.d.observe(c, o, err)
+	w.d.observe(w.visible(c), o, err)
 	if err := finish(after, err); err != nil {
 		return 0, err
 	}
@@ -275,7 +277,7 @@ func (w *faultyWriter) Close(ctx context.Context) error {
 		return err
 	}
 	err = w.w.Close(ctx)
-	w.d.observe(c, 0, err)
+	w.d.observe(w.visible(c), 0, err)
 	return finish(after, err)
 }
 
@@ -287,6 +289,24 @@ func (w *faultyWriter) Finish(ctx context.Context, epoch uint64) error {
 		return err
 	}
 	err = w.w.Finish(ctx, epoch)
-	w.d.observe(c, 0, err)
+	w.d.observe(w.visible(c), 0, err)
 	return finish(after, err)
+}
+
+// Visible forwards to the wrapped writer when it implements
+// sink.Visibility; otherwise it reports 0 (nothing visible), which the
+// runner asks only of a destination that declares Deferred.
+func (w *faultyWriter) Visible() uint64 {
+	if v, ok := w.w.(sink.Visibility); ok {
+		return v.Visible()
+	}
+	return 0
+}
+
+// visible returns c with what the wrapped writer's Visible reports.
+func (w *faultyWriter) visible(c FakeDestCall) FakeDestCall {
+	if v, ok := w.w.(sink.Visibility); ok {
+		c.Visible = v.Visible()
+	}
+	return c
 }
