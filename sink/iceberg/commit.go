@@ -87,6 +87,14 @@ func (w *writer) applyAll(ctx context.Context, epoch uint64, byTable map[string]
 	final := level == applyFinal
 	force := level >= applyGroups
 	vis := epoch // lowered by each table's files still waiting
+	if len(names) == 0 && level == applyDue {
+		// An epoch without files changes no table, but a zombie must
+		// not be told it committed one (its runner would go on, and
+		// acknowledge the source).
+		if err := w.checkFence(ctx, gen); err != nil {
+			return err
+		}
+	}
 	if !force {
 		waiting := 0
 		for _, name := range names {
@@ -138,6 +146,34 @@ func (w *writer) applyAll(ctx context.Context, epoch uint64, byTable map[string]
 		}
 	}
 	w.visible.Store(vis)
+	return nil
+}
+
+// checkFence fails with an error wrapping sink.ErrFenced when one of
+// the pipeline's tables (those Recover raised the fence on, and those
+// this writer committed to, the first that still exists) has a fence
+// above gen. Recover raises the fence on every table of the pipeline
+// before it returns, so one is enough. With no table yet there is no
+// fence to check (and no data of the pipeline a zombie could change).
+func (w *writer) checkFence(ctx context.Context, gen checkpoint.Generation) error {
+	for _, ident := range w.fenceAt {
+		tbl, err := w.d.cat.LoadTable(ctx, ident)
+		if errors.Is(err, catalog.ErrNoSuchTable) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("iceberg: load table %v: %w", ident, err)
+		}
+		m, err := readMarkers(tbl.Properties(), w.pipeline)
+		if err != nil {
+			return err
+		}
+		if m.fence > gen {
+			return fmt.Errorf("iceberg: pipeline %q: generation %d is fenced by generation %d (table %v): %w",
+				w.pipeline, gen, m.fence, ident, sink.ErrFenced)
+		}
+		return nil
+	}
 	return nil
 }
 
@@ -235,6 +271,9 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		case err == nil:
 			st.done(ctx, w, name, next, p)
 			w.d.noteApplied(w.pipeline, name, epoch)
+			if !slices.ContainsFunc(w.fenceAt, func(id table.Identifier) bool { return slices.Equal(id, ident) }) {
+				w.fenceAt = append(w.fenceAt, ident)
+			}
 			delete(w.waitSince, name)
 			w.d.log.Debug("iceberg: table committed", "pipeline", w.pipeline, "table", name, "epoch", epoch,
 				"from_epoch", p.minEpoch, "files", len(p.data), "deletes", len(p.deletes), "rows", p.rows)
@@ -552,6 +591,7 @@ func (w *writer) raiseFences(ctx context.Context, gen checkpoint.Generation, hea
 			return err
 		}
 	}
+	w.fenceAt = ours
 	return nil
 }
 

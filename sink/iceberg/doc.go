@@ -249,8 +249,6 @@
 //     epoch.
 //   - After a stopped Run, waiting files are committed when lane 0's
 //     writer closes, best effort; the next attempt applies what is left.
-//   - A Commit of an epoch that has no files does not check the fence (it
-//     changes no data; the checkpoint log fences the zombie).
 //   - A Merge table's equality-delete files and files of hard-deleted
 //     keys of epochs never recorded are not collected by the next attempt
 //     (their names don't carry the pipeline); Maintain with

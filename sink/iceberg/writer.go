@@ -52,6 +52,9 @@ type writer struct {
 	last      *lastCommit          // the last Commit's files, for Close
 
 	visible atomic.Uint64 // what Visible reports
+	// fenceAt are tables of the pipeline whose fence an epoch without
+	// files is checked against (commit goroutine).
+	fenceAt []table.Identifier
 }
 
 // lastCommit is what the last Commit call was given: an epoch whose
