@@ -20,6 +20,8 @@ func FuzzProtoRow(f *testing.F) {
 		`{"addrs":[{"city":"x","zip":1}],"ts":"2024-01-01T00:00:00Z","dur":"1.5s","colors":["GREEN"],"tss":["1970-01-01T00:00:00Z"]}`} {
 		f.Add(protoEncode(f, md, js))
 	}
+	// oneof members one after the other; a merged message.
+	f.Add(append(protoEncode(f, md, `{"cs":"a","addr":{"city":"x"}}`), protoEncode(f, md, `{"ci":2,"addr":{"zip":1}}`)...))
 	d, _ := s.NewDecoder(s.Cols())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if out, err := d.Row(nil, b); err == nil {

@@ -40,7 +40,9 @@ import (
 //	Any, Empty, FieldMask
 //
 // A message's columns are its fields, in declaration order; each member
-// of a oneof is a column of its own (null but for the member set).
+// of a oneof is a column of its own, null but for the member set: the
+// last one on the wire, a later member clearing an earlier one (in JSON
+// text too), as Protobuf reads it.
 // Presence: a field that tracks presence (proto2 optional and required,
 // proto3 optional, oneof members, message fields, wrappers) is null when
 // absent; a proto3 field without presence is its type's default when
@@ -285,6 +287,7 @@ type pfield struct {
 	presence bool
 	group    bool
 	packable bool     // a scalar numeric kind: may come packed
+	oneof    int16    // its oneof's index in the message, or -1
 	direct   bool     // a singular scalar: Row writes its text at once
 	enum     []string // enum value names by number (dense), and
 	enumMap  map[int32]string
@@ -300,6 +303,7 @@ type pmsg struct {
 	fields []pfield
 	byNum  []int16 // field index by number (-1: none), numbers below len
 	numMap map[int32]int
+	oneofs int // how many oneofs (real or synthetic) the message has
 }
 
 func (m *pmsg) field(num int32) int {
@@ -344,7 +348,7 @@ func (c *pcompiler) msg(md protoreflect.MessageDescriptor) *pmsg {
 	if m, ok := c.plans[md.FullName()]; ok {
 		return m
 	}
-	m := &pmsg{name: md.FullName(), wkt: wktOf(md.FullName())}
+	m := &pmsg{name: md.FullName(), wkt: wktOf(md.FullName()), oneofs: md.Oneofs().Len()}
 	c.plans[m.name] = m // before the fields: they may refer to it
 	fds := md.Fields()
 	maxNum := int32(0)
@@ -362,7 +366,11 @@ func (c *pcompiler) msg(md protoreflect.MessageDescriptor) *pmsg {
 	for i := range fds.Len() {
 		fd := fds.Get(i)
 		f := pfield{name: string(fd.Name()), num: int32(fd.Number()), kind: fd.Kind(),
-			list: fd.IsList(), isMap: fd.IsMap(), presence: fd.HasPresence(), group: fd.Kind() == protoreflect.GroupKind}
+			list: fd.IsList(), isMap: fd.IsMap(), presence: fd.HasPresence(), group: fd.Kind() == protoreflect.GroupKind,
+			oneof: -1}
+		if od := fd.ContainingOneof(); od != nil && !od.IsSynthetic() {
+			f.oneof = int16(od.Index()) // a proto3 optional's synthetic oneof has one member: nothing to clear
+		}
 		switch f.kind {
 		case protoreflect.StringKind, protoreflect.BytesKind, protoreflect.MessageKind, protoreflect.GroupKind:
 		default:

@@ -192,9 +192,16 @@ type ProtoDecoder struct {
 	vals  []pval  // the message's field values, wire order
 	cnt   []int32 // values per field
 	last  []int32 // index in vals of each field's last value
+	from  []int32 // index in vals where each field's values start (a oneof member set again starts anew)
+	oneof []int32 // each oneof's member set last (a field index), or -1
 	spans []span
 	buf   []byte
 	esc   []byte
+	// cat holds the concatenated parts of messages given more than once
+	// (merged), as a stack: a merge's parts stay put while nested
+	// messages merge theirs after them.
+	cat    []byte
+	merged int // bytes copied into cat, for tests
 }
 
 // NewDecoder returns a decoder of s's values into rows of cols, which
@@ -204,7 +211,7 @@ func (s *ProtoSchema) NewDecoder(cols []Col) (*ProtoDecoder, error) {
 		return nil, fmt.Errorf("%w: the columns don't hold the schema's", ErrSchema)
 	}
 	d := &ProtoDecoder{s: s, spans: make([]span, len(cols)), cnt: make([]int32, len(s.m.fields)),
-		last: make([]int32, len(s.m.fields))}
+		last: make([]int32, len(s.m.fields)), from: make([]int32, len(s.m.fields)), oneof: make([]int32, s.m.oneofs)}
 	for i, f := range s.m.fields {
 		slot, t := -1, ctype{}
 		if s.own[i] >= 0 {
@@ -220,9 +227,13 @@ func (s *ProtoSchema) NewDecoder(cols []Col) (*ProtoDecoder, error) {
 // message index) and appends its row payload to dst.
 func (d *ProtoDecoder) Row(dst, payload []byte) ([]byte, error) {
 	m := d.s.m
-	d.buf, d.vals = d.buf[:0], d.vals[:0]
+	d.buf, d.vals, d.cat = d.buf[:0], d.vals[:0], d.cat[:0]
 	clear(d.cnt)
+	clear(d.from)
 	clear(d.spans)
+	for i := range d.oneof {
+		d.oneof[i] = -1
+	}
 	w := wire{b: payload}
 	var p pval
 	for {
@@ -234,12 +245,20 @@ func (d *ProtoDecoder) Row(dst, payload []byte) ([]byte, error) {
 			break
 		}
 		fi := m.field(num)
-		if fi < 0 || d.slot[fi] < 0 {
+		if fi < 0 {
 			continue
 		}
 		f := &m.fields[fi]
 		if !f.ok(p.wt) {
-			return dst, w.fail(fmt.Sprintf("field %s has wire type %d", f.name, p.wt))
+			// A known field with another wire type: an unknown field, as
+			// protobuf-go reads it (skipped; it sets no oneof member).
+			continue
+		}
+		if f.oneof >= 0 {
+			d.setOneof(f.oneof, fi)
+		}
+		if d.slot[fi] < 0 {
+			continue
 		}
 		p.f = int32(fi)
 		d.cnt[fi]++
@@ -273,6 +292,24 @@ func (d *ProtoDecoder) Row(dst, payload []byte) ([]byte, error) {
 		}
 	}
 	return appendSpans(dst, d.buf, d.spans), nil
+}
+
+// setOneof records that member fi of oneof o is set, clearing the
+// member set before it.
+func (d *ProtoDecoder) setOneof(o int16, fi int) {
+	prev := d.oneof[o]
+	if prev == int32(fi) {
+		return
+	}
+	d.oneof[o] = int32(fi)
+	if prev < 0 {
+		return
+	}
+	d.cnt[prev] = 0
+	d.from[prev] = int32(len(d.vals))
+	if slot := d.slot[prev]; slot >= 0 {
+		d.spans[slot] = span{}
+	}
 }
 
 // field appends the column text of top-level field fi from d.vals.
@@ -322,19 +359,21 @@ func (d *ProtoDecoder) field(dst []byte, f *pfield, fi int, tgt ctype) ([]byte, 
 		dst, err := d.scalar(dst, f, p.v, p.raw, tgt, false)
 		return dst, false, err
 	}
-	b := p.raw
-	if n > 1 {
-		// A message given more than once is the merge of its parts, as
-		// their concatenation parses.
-		var cat []byte
-		for _, q := range d.vals {
-			if q.f == int32(fi) {
-				cat = append(cat, q.raw...)
-			}
-		}
-		b = cat
+	if n == 1 {
+		return d.message(dst, f.msg, p.raw, tgt, false, 1)
 	}
-	return d.message(dst, f.msg, b, tgt, false, 1)
+	// A message given more than once is the merge of its parts, as
+	// their concatenation parses.
+	mark := len(d.cat)
+	for _, q := range d.vals[d.from[fi]:] {
+		if q.f == int32(fi) {
+			d.cat = append(d.cat, q.raw...)
+		}
+	}
+	d.merged += len(d.cat) - mark
+	dst, null, err := d.message(dst, f.msg, d.cat[mark:len(d.cat):len(d.cat)], tgt, false, 1)
+	d.cat = d.cat[:mark]
+	return dst, null, err
 }
 
 // pgValues appends the array elements in one value of a repeated field
@@ -564,6 +603,9 @@ func (d *ProtoDecoder) message(dst []byte, m *pmsg, b []byte, tgt ctype, json bo
 			return dst, false, err
 		}
 		secs, nanos := int64(s.v), int64(int32(n.v))
+		if err := wktRange(m.wkt, secs, nanos); err != nil {
+			return dst, false, err
+		}
 		if m.wkt == wTimestamp {
 			if json {
 				dst = append(dst, '"')
@@ -593,6 +635,32 @@ func (d *ProtoDecoder) message(dst []byte, m *pmsg, b []byte, tgt ctype, json bo
 	}
 	dst, err := d.jsonMessage(dst, m, b, depth)
 	return dst, false, err
+}
+
+// The valid range of a google.protobuf.Timestamp (0001-01-01T00:00:00Z
+// to 9999-12-31T23:59:59.999999999Z) and Duration (about ±10000 years).
+const (
+	minTsSecs  = -62135596800
+	maxTsSecs  = 253402300799
+	maxDurSecs = 315576000000
+)
+
+// wktRange checks a Timestamp's or Duration's seconds and nanos against
+// the type's definition; outside it the value is no instant or span
+// (protobuf-go's CheckValid and protojson refuse it too), and the message
+// is undecodable, never a wrapped or made-up value.
+func wktRange(k wkt, secs, nanos int64) error {
+	if k == wTimestamp {
+		if secs < minTsSecs || secs > maxTsSecs || nanos < 0 || nanos > 999_999_999 {
+			return fmt.Errorf("%w: protobuf: Timestamp out of range (seconds %d, nanos %d)", ErrData, secs, nanos)
+		}
+		return nil
+	}
+	if secs < -maxDurSecs || secs > maxDurSecs || nanos < -999_999_999 || nanos > 999_999_999 ||
+		secs > 0 && nanos < 0 || secs < 0 && nanos > 0 {
+		return fmt.Errorf("%w: protobuf: Duration out of range (seconds %d, nanos %d)", ErrData, secs, nanos)
+	}
+	return nil
 }
 
 // jsonMessage appends message m (bytes b) as JSON.
@@ -648,8 +716,10 @@ func (d *ProtoDecoder) jsonMessage(dst []byte, m *pmsg, b []byte, depth int) ([]
 			continue
 		}
 		// The field's values, in order: one pass over the message each.
+		// A value of another member of its oneof clears it: its values
+		// start anew after that one (start).
 		var last pval
-		n := 0
+		n, start := 0, 0
 		repeated := f.list || f.isMap
 		var err error
 		first := true
@@ -664,18 +734,19 @@ func (d *ProtoDecoder) jsonMessage(dst []byte, m *pmsg, b []byte, depth int) ([]
 				break
 			}
 			if num != f.num {
+				if f.oneof >= 0 {
+					if fj := m.field(num); fj >= 0 && m.fields[fj].oneof == f.oneof && m.fields[fj].ok(p.wt) {
+						n, start = 0, w.i
+					}
+				}
 				continue
 			}
 			if !f.ok(p.wt) {
-				return dst, w.fail(fmt.Sprintf("field %s has wire type %d", f.name, p.wt))
+				continue // another wire type: an unknown field, skipped
 			}
 			n++
 			if !repeated {
-				if f.kind == protoreflect.MessageKind && n > 1 {
-					last.raw = append(append([]byte(nil), last.raw...), p.raw...) // a merge: rare
-				} else {
-					last = p
-				}
+				last = p
 				continue
 			}
 			if n == 1 {
@@ -701,7 +772,12 @@ func (d *ProtoDecoder) jsonMessage(dst []byte, m *pmsg, b []byte, depth int) ([]
 			dst = append(d.jsonName(dst, f, &firstField), '[', ']')
 		case n > 0 && f.kind == protoreflect.MessageKind:
 			dst = d.jsonName(dst, f, &firstField)
-			if dst, err = d.jsonMessage(dst, f.msg, last.raw, depth+1); err != nil {
+			if n == 1 {
+				dst, err = d.jsonMessage(dst, f.msg, last.raw, depth+1)
+			} else {
+				dst, err = d.jsonMerged(dst, f, b, start, depth)
+			}
+			if err != nil {
 				return dst, err
 			}
 		case n > 0:
@@ -714,6 +790,30 @@ func (d *ProtoDecoder) jsonMessage(dst []byte, m *pmsg, b []byte, depth int) ([]
 		}
 	}
 	return append(dst, '}'), nil
+}
+
+// jsonMerged appends, as JSON, the merge of message field f's values in
+// message b from byte start on: their concatenation, made once.
+func (d *ProtoDecoder) jsonMerged(dst []byte, f *pfield, b []byte, start, depth int) ([]byte, error) {
+	mark := len(d.cat)
+	w := wire{b: b, i: start}
+	var p pval
+	for {
+		num, ok, err := w.next(&p)
+		if err != nil {
+			return dst, err
+		}
+		if !ok {
+			break
+		}
+		if num == f.num && f.ok(p.wt) {
+			d.cat = append(d.cat, p.raw...)
+		}
+	}
+	d.merged += len(d.cat) - mark
+	dst, err := d.jsonMessage(dst, f.msg, d.cat[mark:len(d.cat):len(d.cat)], depth+1)
+	d.cat = d.cat[:mark]
+	return dst, err
 }
 
 func (d *ProtoDecoder) jsonName(dst []byte, f *pfield, first *bool) []byte {
