@@ -42,7 +42,7 @@ func FuzzJSONSchemaRow(f *testing.F) {
 		f.Fatal(err)
 	}
 	for _, v := range []string{`{}`, `{"id":1,"nums":[1,2],"tags":["a",null],"addr":{"city":"x"},"any":[{"a":"\u00fc"}]}`,
-		` {"name":"\ud83d\ude00\n","x":-1.5e3} `, `[1]`, `{"id":`} {
+		` {"name":"\ud83d\ude00\n","x":-1.5e3} `, `[1]`, `{"id":`, `{"id":1.0e2,"nums":[2e0,-0.0]}`, `{"name":"\ud800"}`} {
 		f.Add([]byte(v))
 	}
 	d, _ := s.NewDecoder(s.Cols())

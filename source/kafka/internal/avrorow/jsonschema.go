@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -35,11 +36,17 @@ import (
 //
 // "$ref"s to the schema's own definitions ("#/definitions/X",
 // "#/$defs/X", any JSON pointer) and to its references (by their names)
-// are followed. Every column is nullable: a property that is absent or
+// are followed (a chain of $refs to any length short of a cycle, which
+// is an error). Every column is nullable: a property that is absent or
 // null is null, whatever "required" says. A value whose JSON type the
 // property's schema does not allow (a string for "integer", a fraction
 // for "integer", an object for "string") makes the message undecodable,
-// as a payload that does not match its schema; formats are checked by
+// as a payload that does not match its schema. An integral number
+// written with a fraction or an exponent is an "integer" (1.0, 1e3: draft
+// 6 on), written as its digits, exactly; beyond int64 it is undecodable
+// (plain digits beyond int64 go to the engine, which holds them). A \u
+// escape of a lone UTF-16 surrogate makes the message undecodable: no
+// text holds it, and it is not replaced by U+FFFD. Formats are checked by
 // the engine, which holds a value its column can't take. Properties the
 // schema does not list ("additionalProperties", "patternProperties") are
 // not kept: a topic whose documents vary that way wants DecodeJSON,
@@ -152,12 +159,35 @@ func parseOrdered(text string) (any, error) {
 
 type jcompiler struct {
 	refs map[string]any // reference name → parsed document
-	hops int
+	// types holds each subschema's compiled type: compiled once however
+	// many places refer to it (n $refs to a schema of n $refs ... are
+	// linear work, not n^depth).
+	types map[*jobj]jtype
+	evals int // subschemas compiled, for tests
 }
+
+// jtype is typeOf's answer for a subschema.
+type jtype struct {
+	t         ctype
+	kinds, el uint8
+}
+
+// maxRefChain bounds one chain of $refs (a $ref to a $ref to ...).
+const maxRefChain = 1000
 
 // ParseJSONSchema compiles a JSON Schema with the schemas it references.
 func ParseJSONSchema(text string, refs []Ref) (*JSONSchema, error) {
-	c := &jcompiler{refs: map[string]any{}}
+	s, _, err := parseJSONSchema(text, refs)
+	return s, err
+}
+
+func parseJSONSchema(text string, refs []Ref) (*JSONSchema, *jcompiler, error) {
+	c := &jcompiler{refs: map[string]any{}, types: map[*jobj]jtype{}}
+	s, err := c.compile(text, refs)
+	return s, c, err
+}
+
+func (c *jcompiler) compile(text string, refs []Ref) (*JSONSchema, error) {
 	for _, r := range refs {
 		doc, err := parseOrdered(r.Text)
 		if err != nil {
@@ -217,9 +247,13 @@ func (c *jcompiler) isObject(o *jobj) bool {
 	return false
 }
 
-// deref follows s's $ref (within doc, or into a reference), returning
-// the schema and the document it is in.
+// deref follows s's $ref (within doc, or into a reference), and the
+// $ref of what it names, ..., returning the schema and the document it
+// is in. A chain that comes back to one of its own $refs is a cycle (an
+// error); the budget is the chain's, not the schema's: a schema may use
+// one definition any number of times.
 func (c *jcompiler) deref(s, doc any) (any, any, error) {
+	var chain []*jobj
 	for {
 		o, ok := s.(*jobj)
 		if !ok {
@@ -230,8 +264,11 @@ func (c *jcompiler) deref(s, doc any) (any, any, error) {
 		if !ok || !isStr {
 			return s, doc, nil
 		}
-		if c.hops++; c.hops > 1000 {
-			return nil, nil, fmt.Errorf("%w: json schema: too many $refs (a cycle?)", ErrSchema)
+		if slices.Contains(chain, o) {
+			return nil, nil, fmt.Errorf("%w: json schema: $ref %q: a cycle of $refs", ErrSchema, ref)
+		}
+		if chain = append(chain, o); len(chain) > maxRefChain {
+			return nil, nil, fmt.Errorf("%w: json schema: a chain of more than %d $refs", ErrSchema, maxRefChain)
 		}
 		uri, ptr, _ := strings.Cut(ref, "#")
 		if uri != "" {
@@ -291,6 +328,19 @@ func (c *jcompiler) typeOf(s, doc any, depth int) (ctype, uint8, uint8, error) {
 	if !ok {
 		return ctype{b: tJSON}, jAny, 0, nil // true, false: any value
 	}
+	if t, ok := c.types[o]; ok {
+		return t.t, t.kinds, t.el, nil
+	}
+	c.evals++
+	t, kinds, el, err := c.objType(o, doc, depth)
+	if err == nil {
+		c.types[o] = jtype{t, kinds, el}
+	}
+	return t, kinds, el, err
+}
+
+// objType is typeOf for an object schema o of document doc.
+func (c *jcompiler) objType(o *jobj, doc any, depth int) (ctype, uint8, uint8, error) {
 	var types []string
 	switch t := o.vals["type"].(type) {
 	case string:
@@ -558,6 +608,102 @@ func kindOf(v []byte) uint8 {
 	return jInt
 }
 
+// appendIntegral appends the decimal digits of JSON number v (valid,
+// with a fraction or an exponent) when its value is an integer that fits
+// in int64 (fits), exactly: no float in between. integral is false for a
+// value with a fractional part.
+func appendIntegral(dst, v []byte) (_ []byte, integral, fits bool) {
+	i, neg := 0, v[0] == '-'
+	if neg {
+		i++
+	}
+	intStart := i
+	i = digits(v, i)
+	ip := v[intStart:i]
+	var fp []byte
+	if i < len(v) && v[i] == '.' {
+		j := digits(v, i+1)
+		fp, i = v[i+1:j], j
+	}
+	var exp int64
+	if i < len(v) && (v[i] == 'e' || v[i] == 'E') {
+		i++
+		eneg := v[i] == '-'
+		if v[i] == '+' || v[i] == '-' {
+			i++
+		}
+		for ; i < len(v); i++ {
+			if exp < 1<<40 { // past any payload's digits: saturate
+				exp = exp*10 + int64(v[i]-'0')
+			}
+		}
+		if eneg {
+			exp = -exp
+		}
+	}
+	// The value is the digits of ip then fp, times 10^e.
+	total := len(ip) + len(fp)
+	digit := func(j int) byte {
+		if j < len(ip) {
+			return ip[j]
+		}
+		return fp[j-len(ip)]
+	}
+	lead := 0
+	for lead < total && digit(lead) == '0' {
+		lead++
+	}
+	if lead == total {
+		return append(dst, '0'), true, true
+	}
+	e := exp - int64(len(fp))
+	end := int64(total) // the integer's digits are digit(lead..end), then zeros
+	if e < 0 {
+		end += e
+		if end < int64(lead) {
+			return dst, false, false
+		}
+		for j := int(end); j < total; j++ {
+			if digit(j) != '0' {
+				return dst, false, false
+			}
+		}
+		e = 0
+	}
+	n := end - int64(lead) + e
+	if n > 19 {
+		return dst, true, false
+	}
+	if n == 19 {
+		limit := "9223372036854775807"
+		if neg {
+			limit = "9223372036854775808"
+		}
+		for j := range 19 {
+			c := byte('0')
+			if int64(j) < end-int64(lead) {
+				c = digit(lead + j)
+			}
+			if c != limit[j] {
+				if c > limit[j] {
+					return dst, true, false
+				}
+				break
+			}
+		}
+	}
+	if neg {
+		dst = append(dst, '-')
+	}
+	for j := lead; j < int(end); j++ {
+		dst = append(dst, digit(j))
+	}
+	for range e {
+		dst = append(dst, '0')
+	}
+	return dst, true, true
+}
+
 var kindNames = [...]string{"null", "boolean", "integer", "number", "string", "object", "array"}
 
 func kindName(k uint8) string {
@@ -574,6 +720,24 @@ func (d *JSONDecoder) text(dst []byte, name string, v []byte, kinds, elKinds uin
 	k := kindOf(v)
 	if k == jNull {
 		return dst, true, nil
+	}
+	if k == jNum && kinds&(jNum|jInt) == jInt {
+		// "integer" is any number whose value is integral (JSON Schema
+		// draft 6 on): 1.0 and 1e3 are the integers 1 and 1000, written
+		// as such for an int8 column, exactly.
+		mark := len(dst)
+		var integral, fits bool
+		dst, integral, fits = appendIntegral(dst, v)
+		switch {
+		case !integral:
+			return dst[:mark], false, fmt.Errorf("%w: json: property %q is a JSON number with a fraction, which its schema (integer) does not allow", ErrData, name)
+		case tgt.b != tInt8 || tgt.list:
+			dst, k = dst[:mark], jInt // a wider column (float8, text): as written
+		case !fits:
+			return dst[:mark], false, fmt.Errorf("%w: json: property %q is an integer beyond int64", ErrData, name)
+		default:
+			return dst, false, nil
+		}
 	}
 	if k&kinds == 0 {
 		return dst, false, fmt.Errorf("%w: json: property %q is a JSON %s, which its schema does not allow", ErrData, name, kindName(k))
@@ -774,11 +938,19 @@ func skipString(b []byte, i int) (int, bool, error) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if len(b)-i < 6 {
+				r, ok := hexEscape(b, i)
+				if !ok {
 					return 0, false, jfail("bad escape", i)
 				}
-				if _, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16); err != nil {
-					return 0, false, jfail("bad escape", i)
+				if utf16.IsSurrogate(r) {
+					// A character past U+FFFF is a high then a low
+					// surrogate; either one alone is no character, and
+					// no text holds it: the value can't be kept as it is.
+					r2, ok := hexEscape(b, i+6)
+					if r >= 0xdc00 || !ok || r2 < 0xdc00 || r2 > 0xdfff {
+						return 0, false, jfail("lone UTF-16 surrogate escape", i)
+					}
+					i += 6
 				}
 				i += 6
 			default:
@@ -797,6 +969,19 @@ func skipString(b []byte, i int) (int, bool, error) {
 		}
 	}
 	return 0, false, jfail("unterminated string", start)
+}
+
+// hexEscape reads the \uXXXX escape at b[i:].
+func hexEscape(b []byte, i int) (rune, bool) {
+	if len(b)-i < 6 || b[i] != '\\' || b[i+1] != 'u' {
+		return 0, false
+	}
+	for _, c := range b[i+2 : i+6] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return 0, false
+		}
+	}
+	return hex4(b[i+2:]), true
 }
 
 func hex4(b []byte) rune {
@@ -840,11 +1025,9 @@ func appendUnescaped(dst, s []byte) []byte {
 		case 'u':
 			r := hex4(s[i+2:])
 			i += 6
-			if utf16.IsSurrogate(r) && i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
-				if r2 := utf16.DecodeRune(r, hex4(s[i+2:])); r2 != utf8.RuneError {
-					r = r2
-					i += 6
-				}
+			if utf16.IsSurrogate(r) { // a pair: skipString refuses lone ones
+				r = utf16.DecodeRune(r, hex4(s[i+2:]))
+				i += 6
 			}
 			dst = utf8.AppendRune(dst, r)
 			continue
