@@ -116,7 +116,7 @@ func (d *regDecoder) lookup(ctx context.Context, c *decoders, kind, id int, body
 	md, ok := ids.byIdx[string(body[:n])]
 	if !ok {
 		var err error
-		if md, err = d.make(ids.e, kind, id, d.idx, body[:n]); err != nil {
+		if md, err = d.make(ids.e, kind, id, d.idx); err != nil {
 			return nil, nil, err
 		}
 		if c.n >= maxDecoders {
@@ -131,8 +131,8 @@ func (d *regDecoder) lookup(ctx context.Context, c *decoders, kind, id int, body
 }
 
 // make makes the decoder of kind for schema entry e (message type idx,
-// whose bytes are idxb, for Protobuf).
-func (d *regDecoder) make(e *schemaEntry, kind, id int, idx []int, idxb []byte) (*msgDecoder, error) {
+// for Protobuf).
+func (d *regDecoder) make(e *schemaEntry, kind, id int, idx []int) (*msgDecoder, error) {
 	if e.proto == nil {
 		idx = nil
 	}
@@ -142,7 +142,11 @@ func (d *regDecoder) make(e *schemaEntry, kind, id int, idx []int, idxb []byte) 
 		if s == nil {
 			return &msgDecoder{bad: why}, nil
 		}
-		d.sch.saw(d.topic, id, string(idxb))
+		var key string
+		if e.proto != nil {
+			key = string(avrorow.AppendMessageIndex(nil, idx))
+		}
+		d.sch.saw(d.topic, id, key)
 		if !avrorow.Covers(d.cols, s.Cols()) {
 			return nil, &SchemaChangeError{Topic: d.topic, ID: id}
 		}

@@ -342,8 +342,9 @@ func (s *schemas) references(ctx context.Context, refs []sr.SchemaReference, dep
 }
 
 // saw records that topic's messages carry value schema id (with
-// Protobuf message index idx); it reports whether that is new for the
-// topic.
+// Protobuf message index idx, in its shortest encoding: one entry per
+// message type, however the producers encode it); it reports whether
+// that is new for the topic.
 func (s *schemas) saw(topic string, id int, idx string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -356,15 +357,36 @@ func (s *schemas) saw(topic string, id int, idx string) bool {
 }
 
 // discover works out topic's declared columns: the join of the columns of
-// every version of the subject "<topic>-value" (oldest first) and of the
-// schemas its messages were seen with, and records them for Open.
+// every version of the subject "<topic>-value" (oldest first; for
+// Protobuf, of the message types the values use) and of the schemas its
+// messages were seen with, and records them for Open.
 func (s *schemas) discover(ctx context.Context, topic string) ([]avrorow.Col, error) {
 	subject := topic + "-value"
 	versions, err := retry(ctx, func(ctx context.Context) ([]sr.SubjectSchema, error) { return s.reg.Schemas(ctx, subject) })
 	if err != nil && !notFound(err) {
 		return nil, &RegistryError{Topic: topic, Subject: subject, Err: err}
 	}
+	// The Protobuf message types the topic's values were seen with (by
+	// full name, first seen first).
+	s.mu.Lock()
+	seen := slices.Clone(s.seen[topic])
+	s.mu.Unlock()
+	var names []string
+	for _, k := range seen {
+		e, err := s.byID(ctx, topic, k.id)
+		if err != nil {
+			return nil, err
+		}
+		if e.proto == nil {
+			continue
+		}
+		idx, _ := avrorow.MessageIndex([]byte(k.idx), nil)
+		if n := e.proto.MessageName(idx); n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
 	var cols []avrorow.Col
+	var protos []*schemaEntry // the subject's Protobuf versions
 	for _, v := range versions {
 		s.mu.Lock()
 		e, ok := s.ids[v.ID]
@@ -381,14 +403,38 @@ func (s *schemas) discover(ctx context.Context, topic string) ([]avrorow.Col, er
 			}
 			s.mu.Unlock()
 		}
-		// A Protobuf subject's columns are its first message type's.
-		if v, _ := e.value(s.debezium, firstMessage); v != nil {
+		if e.proto != nil {
+			protos = append(protos, e)
+			continue
+		}
+		if v, _ := e.value(s.debezium, nil); v != nil {
 			cols = avrorow.Join(cols, v.Cols())
 		}
 	}
-	s.mu.Lock()
-	seen := slices.Clone(s.seen[topic])
-	s.mu.Unlock()
+	// A Protobuf file does not say which of its message types the
+	// subject's values are (each value's message index does): a version
+	// declares the types of that name the values were seen with; before
+	// any is seen, a file of one message type declares it, and a file of
+	// several none (the first message reopens the attempt), never the
+	// columns of a type the values may not be.
+	for _, name := range names {
+		for _, e := range protos {
+			if idx, ok := e.proto.FindMessage(name); ok {
+				if v, _ := e.value(s.debezium, idx); v != nil {
+					cols = avrorow.Join(cols, v.Cols())
+				}
+			}
+		}
+	}
+	if len(names) == 0 {
+		for _, e := range protos {
+			if e.proto.Messages() == 1 {
+				if v, _ := e.value(s.debezium, firstMessage); v != nil {
+					cols = avrorow.Join(cols, v.Cols())
+				}
+			}
+		}
+	}
 	for _, k := range seen {
 		e, err := s.byID(ctx, topic, k.id)
 		if err != nil {

@@ -83,12 +83,15 @@ func TestRegistryProtobuf(t *testing.T) {
 	kid := registerTyped(t, reg, "pb-key", `syntax = "proto3"; message K { int64 id = 1; }`, sr.TypeProtobuf)
 	src := newSource(t, kafka.Config{Opts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, Topics: []string{"pb"},
 		Decoder: kafka.DecodeRegistry, Registry: rcl})
+	// The file has two message types, and no value says yet which one
+	// the topic's are: no columns; the first value reopens the read,
+	// and a Discover then declares its type's.
 	cat, err := src.Discover(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := cat.Streams[0]; st.Format != source.FormatRow || columns(st) != "id int8, name text, born timestamptz" {
-		t.Fatalf("stream %+v", st)
+	if st := cat.Streams[0]; st.Format != source.FormatJSON || len(st.Columns) != 0 {
+		t.Fatalf("stream before any value %+v", st)
 	}
 	key := wireFramed(kid, []byte{0}, protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 42))
 	cl := newClient(t, brokers)
@@ -100,6 +103,16 @@ func TestRegistryProtobuf(t *testing.T) {
 		&kgo.Record{Topic: "pb", Value: wireFramed(4242, []byte{0}, pbPerson(5, "x", 0, ""))},
 		&kgo.Record{Topic: "pb", Value: append([]byte{1}, wireFramed(id1, []byte{0}, pbPerson(6, "x", 0, ""))[1:]...)},
 	)
+	var sce *kafka.SchemaChangeError
+	if err := readErr(t, src, "pb", nil); !errors.As(err, &sce) || sce.ID != id1 {
+		t.Fatalf("the first Person: %v", err)
+	}
+	if cat, err = src.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := cat.Streams[0]; st.Format != source.FormatRow || columns(st) != "id int8, name text, born timestamptz" {
+		t.Fatalf("stream %+v", st)
+	}
 	recs, states := readAll(t, src, []string{"pb"}, nil)
 	if len(recs) != 6 {
 		t.Fatalf("%d records: %+v", len(recs), recs)
@@ -119,11 +132,11 @@ func TestRegistryProtobuf(t *testing.T) {
 	// Message [1] (Pet) has columns Person's lack: the read reopens, and
 	// a Discover joins them in.
 	produce(t, cl, &kgo.Record{Topic: "pb", Value: wireFramed(id1, []byte{2, 2}, pbPerson(7, "cat", 0, ""))})
-	var sce *kafka.SchemaChangeError
 	if err := readErr(t, src, "pb", states); !errors.As(err, &sce) || sce.ID != id1 {
 		t.Fatalf("a Pet: %v", err)
 	}
-	// And so does version 2 of the subject.
+	// And so does version 2 of the subject (its Person and Pet: the
+	// types the values were seen with), before a value of it is read.
 	id2 := registerTyped(t, reg, "pb-value", pbV2, sr.TypeProtobuf)
 	produce(t, cl, &kgo.Record{Topic: "pb", Value: wireFramed(id2, []byte{0}, pbPerson(8, "bo", 0, "Oslo"))})
 	if cat, err = src.Discover(ctx); err != nil {
@@ -136,6 +149,68 @@ func TestRegistryProtobuf(t *testing.T) {
 	if len(recs) != 2 || strings.Join(rowText(t, recs[0].Payload), "|") != "7|<null>|<null>|<null>|cat" ||
 		strings.Join(rowText(t, recs[1].Payload), "|") != "8|bo|1970-01-01 00:00:00.000000|Oslo|<null>" {
 		t.Fatalf("records after the join %+v", recs)
+	}
+}
+
+// TestRegistryProtobufValueType: a file of a Key and a Value message
+// type under "<topic>-value", whose values are all Value ([1]): Discover
+// declares none of the types before a value is seen (not Key's id text),
+// then Value's alone, with its types (id int8), and a later version's
+// Value before a value of it is read.
+func TestRegistryProtobufValueType(t *testing.T) {
+	ctx := context.Background()
+	brokers := newCluster(t, 1, "kv")
+	reg, rcl := newRegistry(t)
+	const kvV1 = `syntax = "proto3"; package kv;
+message Key { string id = 1; }
+message Value { int64 id = 1; string name = 2; }`
+	id1 := registerTyped(t, reg, "kv-value", kvV1, sr.TypeProtobuf)
+	src := newSource(t, kafka.Config{Opts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, Topics: []string{"kv"},
+		Decoder: kafka.DecodeRegistry, Registry: rcl})
+	cat, err := src.Discover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := cat.Streams[0]; st.Format != source.FormatJSON || len(st.Columns) != 0 {
+		t.Fatalf("before any value: %+v", st)
+	}
+	value := func(id int64, name string) []byte {
+		v := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), uint64(id))
+		return protowire.AppendString(protowire.AppendTag(v, 2, protowire.BytesType), name)
+	}
+	cl := newClient(t, brokers)
+	produce(t, cl, &kgo.Record{Topic: "kv", Value: wireFramed(id1, []byte{2, 2}, value(42, "ann"))},
+		&kgo.Record{Topic: "kv", Value: wireFramed(id1, []byte{0x82, 0, 0x82, 0}, value(43, "bo"))}) // [1], long form
+	var sce *kafka.SchemaChangeError
+	if err := readErr(t, src, "kv", nil); !errors.As(err, &sce) || sce.ID != id1 {
+		t.Fatalf("the first value: %v", err)
+	}
+	if cat, err = src.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := columns(cat.Streams[0]); got != "id int8, name text" {
+		t.Fatalf("columns %s, want Value's: id int8, name text", got)
+	}
+	recs, states := readAll(t, src, []string{"kv"}, nil)
+	if len(recs) != 2 || strings.Join(rowText(t, recs[0].Payload), "|") != "42|ann" ||
+		strings.Join(rowText(t, recs[1].Payload), "|") != "43|bo" {
+		t.Fatalf("records %+v", recs)
+	}
+	// Version 2 moves Value first and adds a field: its Value joins in,
+	// by name, before any value of it is read; Key stays out.
+	id2 := registerTyped(t, reg, "kv-value", `syntax = "proto3"; package kv;
+message Value { int64 id = 1; string name = 2; optional string city = 3; }
+message Key { string id = 1; int32 shard = 2; }`, sr.TypeProtobuf)
+	if cat, err = src.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := columns(cat.Streams[0]); got != "id int8, name text, city text" {
+		t.Fatalf("columns with version 2: %s", got)
+	}
+	v := append(value(44, "cy"), protowire.AppendString(protowire.AppendTag(nil, 3, protowire.BytesType), "Oslo")...)
+	produce(t, cl, &kgo.Record{Topic: "kv", Value: wireFramed(id2, []byte{0}, v)})
+	if recs, _ = readAll(t, src, []string{"kv"}, states); len(recs) != 1 || strings.Join(rowText(t, recs[0].Payload), "|") != "44|cy|Oslo" {
+		t.Fatalf("version 2 records %+v", recs)
 	}
 }
 

@@ -3,6 +3,7 @@ package avrorow
 import (
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"io/fs"
 	"strings"
@@ -197,6 +198,59 @@ func MessageIndex(b []byte, path []int) (_ []int, n int) {
 		n += m
 	}
 	return path, n
+}
+
+// AppendMessageIndex appends path's message index in its shortest
+// encoding (a lone 0 for [0]), the one key of every encoding
+// MessageIndex reads as path.
+func AppendMessageIndex(dst []byte, path []int) []byte {
+	if len(path) == 1 && path[0] == 0 {
+		return append(dst, 0)
+	}
+	dst = binary.AppendVarint(dst, int64(len(path)))
+	for _, i := range path {
+		dst = binary.AppendVarint(dst, int64(i))
+	}
+	return dst
+}
+
+// Messages returns how many top-level message types the file has.
+func (f *ProtoFile) Messages() int { return f.fd.Messages().Len() }
+
+// MessageName returns the full name of the message at path (see
+// MessageIndex), or "" when the file has none there.
+func (f *ProtoFile) MessageName(path []int) string {
+	msgs := f.fd.Messages()
+	var md protoreflect.MessageDescriptor
+	for _, i := range path {
+		if i < 0 || i >= msgs.Len() {
+			return ""
+		}
+		md = msgs.Get(i)
+		msgs = md.Messages()
+	}
+	if md == nil {
+		return ""
+	}
+	return string(md.FullName())
+}
+
+// FindMessage returns the path of the message of full name name, nested
+// or not; ok is false when the file has none.
+func (f *ProtoFile) FindMessage(name string) (path []int, ok bool) {
+	var find func(msgs protoreflect.MessageDescriptors) bool
+	find = func(msgs protoreflect.MessageDescriptors) bool {
+		for i := range msgs.Len() {
+			md := msgs.Get(i)
+			path = append(path, i)
+			if string(md.FullName()) == name || strings.HasPrefix(name, string(md.FullName())+".") && find(md.Messages()) {
+				return true
+			}
+			path = path[:len(path)-1]
+		}
+		return false
+	}
+	return path, find(f.fd.Messages())
 }
 
 func zigzag(b []byte) (int64, int) {

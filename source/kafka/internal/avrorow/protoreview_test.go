@@ -248,3 +248,28 @@ message Top { Mid m = 1; }`)
 }
 
 func itoa(n int) string { return string(appendInt(nil, int64(n))) }
+
+// TestMessageIndexKey: every encoding of a message index has one key,
+// its shortest encoding.
+func TestMessageIndexKey(t *testing.T) {
+	for _, c := range []struct {
+		b    []byte
+		want []byte
+	}{
+		{[]byte{0}, []byte{0}},
+		{[]byte{0x80, 0}, []byte{0}},
+		{[]byte{2, 0}, []byte{0}},
+		{[]byte{2, 0x80, 0x80, 0}, []byte{0}},
+		{[]byte{2, 2}, []byte{2, 2}},
+		{[]byte{0x82, 0, 0x82, 0}, []byte{2, 2}},
+		{[]byte{4, 2, 6}, []byte{4, 2, 6}},
+	} {
+		idx, n := MessageIndex(c.b, nil)
+		if n != len(c.b) {
+			t.Fatalf("% x: read %d bytes", c.b, n)
+		}
+		if got := AppendMessageIndex(nil, idx); string(got) != string(c.want) {
+			t.Errorf("% x (%v): key % x, want % x", c.b, idx, got, c.want)
+		}
+	}
+}
