@@ -95,10 +95,24 @@
 // when absent; a proto3 field without presence is its default (0, "",
 // false, the enum's zero value), as any Protobuf reader sees it; an
 // absent repeated field is an empty list. A field given twice is read as
-// Protobuf reads it (the last scalar, messages merged). Unknown fields
-// are skipped; groups are not columns. A subject's columns (Discover)
-// are those of the file's first message type; a message of another type
-// joins its own as it is seen, as a new schema version does.
+// Protobuf reads it (the last scalar, messages merged), and so is a
+// oneof: only its member last on the wire has a value, the others are
+// null (left out of JSON text). Unknown fields are skipped, and so is a
+// known field that comes with another wire type than its own (as
+// protobuf-go reads it); groups are not columns. A Timestamp or Duration
+// outside its type's range (years 1 to 9999; ±315,576,000,000 s; nanos
+// within a second, of the seconds' sign) makes the message undecodable;
+// a Duration within it that an interval can't hold (past about 292
+// years) is held by the engine (out_of_range).
+//
+// A .proto file does not say which of its message types the subject's
+// values are; each value's message index does. A subject's columns
+// (Discover) are those of the message types the topic's values were
+// seen with, in every version of the subject that has a type of that
+// name; before any value is seen, a file of one message type declares
+// it, and a file of several declares no columns (the first message
+// reopens the attempt, as a new schema version does), never the columns
+// of a type the values may not be.
 //
 // JSON Schema: the value is JSON text; an object schema's properties are
 // the columns, in the order the schema lists them ("$ref"s to its
@@ -111,8 +125,14 @@
 // their join. Every column is nullable (absent is null, whatever
 // "required" says). A value of a JSON type its property's schema does not
 // allow (a string or a fraction for "integer") is a payload that does
-// not match its schema. Properties the schema does not list are not kept
-// (DecodeJSON keeps every field, inferring the columns).
+// not match its schema. "integer" takes an integral number written with
+// a fraction or an exponent (1.0, 1e3), written exactly as its digits;
+// one beyond int64 so written is undecodable (in plain digits the engine
+// holds it, out_of_range). A string with a \u escape of a lone UTF-16
+// surrogate is undecodable (no text holds it; it is not made U+FFFD).
+// "$ref" chains are followed to any length short of a cycle, which the
+// schema's compile refuses. Properties the schema does not list are not
+// kept (DecodeJSON keeps every field, inferring the columns).
 //
 // Keys framed in the wire format are decoded, with the schema their ID
 // names (registered under "<topic>-key", usually), as compact JSON text:
@@ -134,7 +154,8 @@
 // A message the source can't decode — not in the wire format (a wrong
 // magic byte), a schema ID the registry doesn't have, a schema that
 // doesn't compile, a Protobuf message index the file has no message for,
-// bytes that don't match the schema —
+// bytes that don't match the schema, a value outside its type's range
+// (above) —
 // is emitted as a record the engine quarantines (reason parse_error):
 // its payload says why, as text after one 0x7f byte, and the quarantine
 // line's split and seq name its topic, partition and offset (Position).
