@@ -55,6 +55,7 @@ func (w *writer) Commit(ctx context.Context, epoch uint64, committables []sink.C
 	if err := w.applyAll(ctx, epoch, byTable, applyDue); err != nil {
 		return err
 	}
+	w.maybeMaintain(ctx, byTable)
 	w.d.log.Debug("iceberg: epoch committed", "pipeline", w.pipeline, "epoch", epoch, "tables", len(byTable))
 	return nil
 }

@@ -200,6 +200,21 @@
 // Finish is finished by the next attempt's Recover, so its reads start a
 // new refresh.
 //
+// # Maintenance
+//
+// Destination.Maintain expires snapshots, compacts small data files
+// (rewriting the rows the delete files of a Merge table remove, and
+// dropping position-delete files and deletion vectors that apply only to
+// rewritten files) and removes orphan files, as MaintainOptions says; the
+// pipeline's markers are table properties, which none of it touches. A
+// host calls it when it likes (a cron, between syncs), or sets
+// Config.Maintenance to have lane 0's writer run it every
+// Maintenance.Every, between two Commits of a Sync or Run: the files the
+// writer knows are waiting for their group are never removed, and a
+// failed run is logged at Warn and tried again at the next interval. A
+// compaction moves the table, so the next Commit of a Merge table
+// rebuilds its key index (see Merge).
+//
 // # Limits
 //
 //   - Partition specs (TableConfig.Partition) apply when the destination

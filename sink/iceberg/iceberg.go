@@ -126,6 +126,11 @@ type Config struct {
 	// PositionDeletes.
 	MergeDeletes MergeDeletes
 
+	// Maintenance, when set, has lane 0's writer run Maintain on the
+	// namespace's tables every Maintenance.Every, between two Commits
+	// (see Maintenance). Default nil: the host calls Maintain.
+	Maintenance *Maintenance
+
 	// MaxCommitTries bounds how often Commit reloads a table and redoes
 	// its transaction after losing a race (another writer committed
 	// first: maintenance, or another attempt about to be fenced).
@@ -147,6 +152,7 @@ type Destination struct {
 	targetBytes int64
 	maxTries    int
 	group       Grouping
+	maintenance *Maintenance
 	deletes     MergeDeletes
 	log         *slog.Logger
 
@@ -200,6 +206,14 @@ func New(cfg Config) (*Destination, error) {
 	if group.Bytes < 0 || group.Interval < 0 {
 		return nil, fmt.Errorf("iceberg: Config.Grouping is negative (%d bytes, %v)", group.Bytes, group.Interval)
 	}
+	if m := cfg.Maintenance; m != nil && m.Every <= 0 {
+		return nil, fmt.Errorf("iceberg: Config.Maintenance.Every is %v: want a positive interval", m.Every)
+	}
+	var maint *Maintenance
+	if cfg.Maintenance != nil {
+		m := *cfg.Maintenance
+		maint = &m
+	}
 	tables := make(map[string]TableConfig, len(cfg.Tables))
 	for name, tc := range cfg.Tables {
 		if err := checkName("table", name); err != nil {
@@ -231,6 +245,7 @@ func New(cfg Config) (*Destination, error) {
 		targetBytes: cfg.TargetFileBytes,
 		maxTries:    cfg.MaxCommitTries,
 		group:       group,
+		maintenance: maint,
 		deletes:     cfg.MergeDeletes,
 		log:         cfg.Logger,
 		applied:     make(map[string]uint64),
@@ -304,15 +319,16 @@ func (d *Destination) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.W
 		specs[s.Table] = s
 	}
 	return &writer{
-		d:         d,
-		pipeline:  pipeline,
-		lane:      lane,
-		specs:     specs,
-		nonce:     hex.EncodeToString(b[:]),
-		pending:   make(map[string]*pendingTable),
-		carry:     make(map[string]*carried),
-		waitSince: make(map[string]time.Time),
-		indexes:   make(map[string]*keyIndex),
+		d:          d,
+		pipeline:   pipeline,
+		lane:       lane,
+		specs:      specs,
+		nonce:      hex.EncodeToString(b[:]),
+		pending:    make(map[string]*pendingTable),
+		carry:      make(map[string]*carried),
+		waitSince:  make(map[string]time.Time),
+		indexes:    make(map[string]*keyIndex),
+		maintained: time.Now(),
 	}, nil
 }
 

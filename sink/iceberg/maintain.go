@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/iceberg-go/table"
@@ -35,6 +37,9 @@ type MaintainOptions struct {
 	// Destination's Config.TargetFileBytes) with iceberg-go's compaction.
 	Compact         bool
 	TargetFileBytes int64
+
+	// keep are files orphan removal leaves (a writer's waiting files).
+	keep map[string]bool
 }
 
 // TableReport is what Maintain did to one table.
@@ -102,7 +107,25 @@ func (d *Destination) maintain(ctx context.Context, ident table.Identifier, opts
 			for i, g := range plan.Groups {
 				groups[i] = table.CompactionTaskGroup{PartitionKey: g.PartitionKey, Tasks: g.Tasks, TotalSizeBytes: g.TotalSizeBytes}
 			}
-			res, err := tbl.RewriteDataFiles(ctx, groups, table.RewriteDataFilesOptions{})
+			// Position-delete files that name rows of several data files
+			// are dead once every file they name is rewritten: removed in
+			// the same snapshot (iceberg-go removes deletion vectors and
+			// deletes of one file by itself).
+			rewritten := map[string]struct{}{}
+			for _, g := range plan.Groups {
+				for _, t := range g.Tasks {
+					rewritten[t.File.FilePath()] = struct{}{}
+				}
+			}
+			fsys, err := tbl.FS(ctx)
+			if err != nil {
+				return err
+			}
+			dead, err := compaction.CollectDeadPositionDeletes(ctx, fsys, tbl.CurrentSnapshot(), rewritten)
+			if err != nil {
+				return err
+			}
+			res, err := tbl.RewriteDataFiles(ctx, groups, table.RewriteDataFilesOptions{ExtraDeleteFilesToRemove: dead})
 			if err != nil {
 				return err
 			}
@@ -134,11 +157,26 @@ func (d *Destination) maintain(ctx context.Context, ident table.Identifier, opts
 		if err != nil {
 			return r, err
 		}
-		res, err := tbl.DeleteOrphanFiles(ctx, table.WithFilesOlderThan(opts.OrphansOlderThan))
+		cleanup := []table.OrphanCleanupOption{table.WithFilesOlderThan(opts.OrphansOlderThan)}
+		var kept atomic.Int64
+		if len(opts.keep) > 0 {
+			fsys, err := tbl.FS(ctx)
+			if err != nil {
+				return r, err
+			}
+			cleanup = append(cleanup, table.WithDeleteFunc(func(path string) error {
+				if opts.keep[path] {
+					kept.Add(1)
+					return nil
+				}
+				return fsys.Remove(path)
+			}))
+		}
+		res, err := tbl.DeleteOrphanFiles(ctx, cleanup...)
 		if err != nil {
 			return r, fmt.Errorf("delete orphan files: %w", err)
 		}
-		r.OrphansDeleted = len(res.DeletedFiles)
+		r.OrphansDeleted = len(res.DeletedFiles) - int(kept.Load())
 	}
 	d.log.Info("iceberg: table maintained", "table", r.Table, "expired", r.ExpiredSnapshots,
 		"orphans", r.OrphansDeleted, "rewritten", r.FilesRewritten, "written", r.FilesWritten)
@@ -159,4 +197,42 @@ func (d *Destination) retry(ctx context.Context, ident table.Identifier, op func
 		}
 	}
 	return errors.Join(errors.New("lost the race too often"), err)
+}
+
+// Maintenance has lane 0's writer run Maintain by itself, every Every,
+// from the commit goroutine between two Commits (Config.Maintenance).
+type Maintenance struct {
+	// Every is the time between runs, measured by lane 0's Commit calls:
+	// a Commit at least Every after the previous run (or the writer's
+	// Recover) runs Maintain once its table commits are done. Required
+	// (> 0).
+	Every time.Duration
+	// Options says what each run does. Its OrphansOlderThan must exceed
+	// the longest epoch (files of the epochs being written are in no
+	// snapshot or record yet); the files waiting for their group, which
+	// the writer knows, are never removed.
+	Options MaintainOptions
+}
+
+// maybeMaintain runs the Destination's Maintenance when it is due
+// (commit goroutine, after a Commit). A failure is logged, not returned:
+// the epoch is committed, and the next run tries again.
+func (w *writer) maybeMaintain(ctx context.Context, byTable map[string]*epochFiles) {
+	m := w.d.maintenance
+	if m == nil || time.Since(w.maintained) < m.Every {
+		return
+	}
+	w.maintained = time.Now()
+	keep := map[string]bool{}
+	for _, f := range byTable {
+		for _, fd := range append(slices.Clone(f.data), f.deletes...) {
+			keep[fd.Path] = true
+		}
+	}
+	opts := m.Options
+	opts.keep = keep
+	if _, err := w.d.Maintain(ctx, opts); err != nil {
+		w.d.log.Warn("iceberg: scheduled maintenance failed; it runs again in Config.Maintenance.Every",
+			"pipeline", w.pipeline, "err", err)
+	}
 }

@@ -55,6 +55,9 @@ type writer struct {
 	// fenceAt are tables of the pipeline whose fence an epoch without
 	// files is checked against (commit goroutine).
 	fenceAt []table.Identifier
+	// maintained is when lane 0 last ran Config.Maintenance (at first,
+	// when the writer was made).
+	maintained time.Time
 }
 
 // lastCommit is what the last Commit call was given: an epoch whose
