@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // The README's embedding snippet is Example (example_test.go) verbatim, so
@@ -98,7 +99,9 @@ func hasAnchor(t *testing.T, file, anchor string) bool {
 			switch {
 			case r == ' ':
 				b.WriteRune('-')
-			case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r > 127:
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				// GitHub keeps letters and digits of any script and
+				// drops the rest: punctuation, and symbols such as →.
 				b.WriteRune(r)
 			}
 		}
