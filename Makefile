@@ -70,7 +70,7 @@ test-go: tools
 	trap 'scripts/servers.sh stop' EXIT; \
 	set -x; \
 	scripts/test-servers.sh >"$$OPENETL_SERVERS_DIR/test-servers.out" 2>&1 & tsrv=$$!; \
-	trap 'kill $$tsrv 2>/dev/null; wait $$tsrv 2>/dev/null; scripts/servers.sh stop' EXIT; \
+	trap 'kill $$tsrv 2>/dev/null || true; wait $$tsrv 2>/dev/null || true; scripts/servers.sh stop' EXIT; \
 	OPENETL_PYTHON=$$(scripts/test-tools.sh) $(GO) test -count=1 ./...; \
 	if ! wait $$tsrv; then cat "$$OPENETL_SERVERS_DIR/test-servers.out"; exit 1; fi; \
 	cat "$$OPENETL_SERVERS_DIR/test-servers.out"; \
