@@ -183,6 +183,11 @@ func TestRunRidesOutServerRestart(t *testing.T) {
 	if err := testutil.Recv(t, "Run to stop", done); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+	// Close delivers the events still queued: an epoch's record is in
+	// the store before its epoch.committed event reaches the callback.
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
 	mu.Lock()
 	for _, e := range retries {
 		t.Logf("retry %d after %v: %s: %v", e.Retry, e.Wait, e.Cause, e.Err)

@@ -103,6 +103,9 @@ func (h *harness) sync() (etl.Result, error) {
 	defer cancel()
 	res, err := p.Sync(ctx)
 	h.last = res
+	if cerr := p.Close(ctx); err == nil && cerr != nil {
+		err = cerr
+	}
 	return res, err
 }
 
@@ -112,7 +115,13 @@ func (h *harness) run(ctx context.Context, epochEvery time.Duration) error {
 		return err
 	}
 	defer closeAll()
-	return p.Run(ctx)
+	err = p.Run(ctx)
+	// Close delivers the events still queued (the record of an epoch is
+	// on disk before its epoch.committed event reaches the callback).
+	if cerr := p.Close(context.Background()); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func (h *harness) lastCounts(stream string) int64 { return h.last.Streams[stream].Read }
