@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/sink"
@@ -178,6 +179,9 @@ type targetDest struct {
 	// destination.
 	fence   uint64
 	started map[commitKey]uint64
+	// views are the attempts' views of the destination, for dropStaged
+	// to hold.
+	views []*sinktest.FaultyDestination
 }
 
 type commitKey struct {
@@ -212,6 +216,9 @@ func (d *targetDest) view(a *attempt) (sink.Destination, func(), error) {
 		},
 		Observe: func(c sinktest.FakeDestCall, o sink.Outcome, err error) { d.observe(a, c, o, err) },
 	})
+	d.mu.Lock()
+	d.views = append(d.views, v)
+	d.mu.Unlock()
 	return v, v.Kill, nil
 }
 
@@ -274,6 +281,34 @@ func (d *targetDest) applies() ([]sinktest.FakeApply, bool) { return nil, false 
 func (d *targetDest) dropStaged() (int, error) {
 	if d.t.DropStaged == nil {
 		return 0, nil
+	}
+	// No attempt runs but zombies, yet a zombie paused at one call may
+	// have others under way (a lane's Write stalled while the Commit of
+	// an earlier epoch goes on). Staged data expires by age, never under
+	// a commit that has just found its files there: every view is held
+	// (its calls under way return, later ones wait) while it expires.
+	d.mu.Lock()
+	views := d.views
+	d.mu.Unlock()
+	held := make(chan func(), 1)
+	go func() {
+		rel := make([]func(), 0, len(views))
+		for _, v := range views {
+			rel = append(rel, v.Hold())
+		}
+		held <- func() {
+			for _, r := range rel {
+				r()
+			}
+		}
+	}()
+	t := time.NewTimer(d.s.opts.AttemptTimeout)
+	defer t.Stop()
+	select {
+	case release := <-held:
+		defer release()
+	case <-t.C:
+		return 0, fmt.Errorf("sim: a zombie's destination call did not return within %v: staged data cannot expire behind it", d.s.opts.AttemptTimeout)
 	}
 	return d.t.DropStaged(context.Background())
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path"
 	"reflect"
+	"sync"
 	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -56,6 +57,9 @@ type FaultyDestination struct {
 	inner sink.Destination
 	cfg   FaultConfig
 	dead  atomic.Bool
+	// hold is read-locked by each writer call while it is inside the
+	// wrapped writer, and locked by Hold.
+	hold sync.RWMutex
 }
 
 var (
@@ -77,6 +81,18 @@ func WithFaults(d sink.Destination, cfg FaultConfig) *FaultyDestination {
 // Kill makes this view and its writers refuse every later call with
 // ErrFakeKilled.
 func (d *FaultyDestination) Kill() { d.dead.Store(true) }
+
+// Hold pauses the view as a paused process is paused: it waits until no
+// writer call of the view is inside the wrapped destination (calls
+// blocked in the Control function are not), and keeps later calls from
+// reaching it until the returned function is called. A test uses it to
+// change the destination's storage behind a zombie's back (expire
+// staged files, say) without racing a call the zombie has under way.
+func (d *FaultyDestination) Hold() (release func()) {
+	d.hold.Lock()
+	var once sync.Once
+	return func() { once.Do(d.hold.Unlock) }
+}
 
 // Unwrap returns the wrapped destination.
 func (d *FaultyDestination) Unwrap() sink.Destination { return d.inner }
@@ -187,10 +203,13 @@ func (d *FaultyDestination) before(ctx context.Context, c FakeDestCall) (after e
 	if d.dead.Load() && after == nil {
 		return nil, ErrFakeKilled
 	}
+	d.hold.RLock() // released by observe, once the call returned
 	return after, nil
 }
 
+// observe ends a call that before let reach the wrapped writer.
 func (d *FaultyDestination) observe(c FakeDestCall, o sink.Outcome, err error) {
+	defer d.hold.RUnlock()
 	if d.cfg.Observe != nil {
 		d.cfg.Observe(c, o, err)
 	}

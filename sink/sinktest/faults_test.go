@@ -3,6 +3,8 @@ package sinktest_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -290,5 +292,86 @@ func TestFaultyDestinationForwardsClassifier(t *testing.T) {
 	bare := sinktest.WithFaults(sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{}), sinktest.FaultConfig{})
 	if bare.Permanent(errPermanent) {
 		t.Error("Permanent of a wrapped destination without a Classifier: true, want false")
+	}
+}
+
+// TestFaultyDestinationHold: Hold waits for a call under way inside the
+// wrapped destination to return, and a call made while the view is held
+// reaches it only after the release.
+func TestFaultyDestinationHold(t *testing.T) {
+	ctx := context.Background()
+	inner := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply})
+	var (
+		mu      sync.Mutex
+		order   []string
+		inWrite = make(chan struct{})
+		gate    = make(chan struct{})
+		passed  = make(chan struct{}, 1)
+		writes  int
+	)
+	note := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, s)
+	}
+	view := sinktest.WithFaults(inner, sinktest.FaultConfig{
+		Control: func(_ context.Context, c sinktest.FakeDestCall) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if c.Op == sinktest.FakeWrite {
+				if writes++; writes == 2 {
+					passed <- struct{}{}
+				}
+			}
+			return nil
+		},
+		Observe: func(c sinktest.FakeDestCall, _ sink.Outcome, _ error) {
+			if c.Op != sinktest.FakeWrite {
+				return
+			}
+			mu.Lock()
+			n := writes
+			mu.Unlock()
+			if n == 1 {
+				close(inWrite)
+				<-gate // the first Write is under way until the test says
+			}
+			note(fmt.Sprintf("write %d returned", n))
+		},
+	})
+	w, err := view.Writer(ctx, sink.WriterConfig{Pipeline: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recover(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	rec := fakeBatch(fakeRow{1, "insert", 1})
+	defer rec.Release()
+	errs := make(chan error, 2)
+	go func() { errs <- w.Write(ctx, "s", rec) }()
+	<-inWrite
+	held := make(chan func())
+	go func() {
+		release := view.Hold()
+		note("held")
+		held <- release
+	}()
+	close(gate)
+	release := <-held
+	go func() { errs <- w.Write(ctx, "s", rec) }()
+	<-passed // the second Write went past Control and waits for the view
+	note("released")
+	release()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"write 1 returned", "held", "released", "write 2 returned"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("order %q, want %q", order, want)
 	}
 }
