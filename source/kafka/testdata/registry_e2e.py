@@ -227,22 +227,27 @@ def dbz_events():
 
 def produce(brokers, registry, topic, phase):
     from confluent_kafka import Producer
-    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry import SchemaRegistryClient, topic_subject_name_strategy
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    sr = SchemaRegistryClient({"url": registry})
+    # A timeout, so an endpoint the registry never answers fails the
+    # test instead of hanging it; and the topic strategy named, because
+    # the default (associated names) first asks an associations API
+    # that Apicurio's Confluent endpoint does not have.
+    sr = SchemaRegistryClient({"url": registry, "timeout": 30})
+    conf = {"subject.name.strategy": topic_subject_name_strategy}
     p = Producer({"bootstrap.servers": brokers, "linger.ms": 0})
     vctx = SerializationContext(topic, MessageField.VALUE)
     kctx = SerializationContext(topic, MessageField.KEY)
     if phase in ROWS:
         schema = schema_v2() if phase == "v2" else SCHEMA_V1
-        ser = AvroSerializer(sr, json.dumps(schema))
+        ser = AvroSerializer(sr, json.dumps(schema), conf=conf)
         for r in ROWS[phase]():
             p.produce(topic, key=str(r["id"]).encode(), value=ser(r, vctx), partition=r["id"] % 2)
     elif phase == "debezium":
-        vser = AvroSerializer(sr, json.dumps(DBZ_ENVELOPE))
-        kser = AvroSerializer(sr, json.dumps(DBZ_KEY))
+        vser = AvroSerializer(sr, json.dumps(DBZ_ENVELOPE), conf=conf)
+        kser = AvroSerializer(sr, json.dumps(DBZ_KEY), conf=conf)
         for i, e in dbz_events():
             p.produce(topic, key=kser({"id": i}, kctx), value=None if e is None else vser(e, vctx), partition=0)
     else:

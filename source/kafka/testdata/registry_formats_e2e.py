@@ -203,14 +203,14 @@ def pb_expect(r):
 
 def pb_produce(brokers, registry, topic, phase):
     from confluent_kafka import Producer
-    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry import SchemaRegistryClient, topic_subject_name_strategy
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
     cls, kcls = pb_classes(2 if phase == "v2" else 1)
-    sr = SchemaRegistryClient({"url": registry})
-    ser = ProtobufSerializer(cls, sr, {})
+    sr = SchemaRegistryClient({"url": registry, "timeout": 30})  # see registry_e2e.py
+    ser = ProtobufSerializer(cls, sr, {"subject.name.strategy": topic_subject_name_strategy})
     # The key is the file's second message type: message index [1].
-    kser = ProtobufSerializer(kcls, sr, {})
+    kser = ProtobufSerializer(kcls, sr, {"subject.name.strategy": topic_subject_name_strategy})
     p = Producer({"bootstrap.servers": brokers, "linger.ms": 0})
     vctx = SerializationContext(topic, MessageField.VALUE)
     kctx = SerializationContext(topic, MessageField.KEY)
@@ -282,12 +282,12 @@ def js_expect(r):
 
 def js_produce(brokers, registry, topic, phase):
     from confluent_kafka import Producer
-    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry import SchemaRegistryClient, topic_subject_name_strategy
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
-    sr = SchemaRegistryClient({"url": registry})
-    ser = JSONSerializer(json.dumps(js_schema(phase)), sr)
-    kser = JSONSerializer(json.dumps(JS_KEY), sr)
+    sr = SchemaRegistryClient({"url": registry, "timeout": 30})  # see registry_e2e.py
+    ser = JSONSerializer(json.dumps(js_schema(phase)), sr, conf={"subject.name.strategy": topic_subject_name_strategy})
+    kser = JSONSerializer(json.dumps(JS_KEY), sr, conf={"subject.name.strategy": topic_subject_name_strategy})
     p = Producer({"bootstrap.servers": brokers, "linger.ms": 0})
     vctx = SerializationContext(topic, MessageField.VALUE)
     kctx = SerializationContext(topic, MessageField.KEY)
