@@ -42,6 +42,7 @@ var inBubble = map[string]func(*testing.T){
 	"TestReopenStartsANewAttempt":                   TestReopenStartsANewAttempt,
 	"TestResumePointsWithoutRecordsAreCheckpointed": TestResumePointsWithoutRecordsAreCheckpointed,
 	"TestRewindRenamesReopenWriters":                TestRewindRenamesReopenWriters,
+	"TestRetriedSyncCountsEpochPastCommitPoint":     TestRetriedSyncCountsEpochPastCommitPoint,
 	"TestRunLeavesNoGoroutines":                     TestRunLeavesNoGoroutines,
 	"TestRunStopEvents":                             TestRunStopEvents,
 	"TestRunStopRestartCycles":                      TestRunStopRestartCycles,

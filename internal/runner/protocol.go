@@ -162,6 +162,15 @@ func (r *runner) commitEpoch(ctx context.Context, ch *commitChain, epoch uint64,
 	if err != nil {
 		return committed{}, err
 	}
+	// The epoch is committed from here on, whatever the destination's
+	// Commit does (a Commit that fails is rolled forward by the next
+	// Recover): the attempt's Result counts it.
+	ref := rec.Ref()
+	ch.prev, ch.resume, ch.totals, ch.replay = &ref, rec.Resume, rec.Totals, rec.Replay
+	ch.counts = addCounts(ch.counts, info.counts)
+	ch.epochs++
+	c := committed{epoch: epoch, epochs: ch.epochs, counts: maps.Clone(ch.counts), totals: maps.Clone(ch.totals)}
+	r.lastCommit.Store(&c)
 	// 4. Commit: the epoch becomes visible; its side files are published
 	// once it is.
 	if err := r.commitDest(ectx, epoch, cs); err != nil {
@@ -179,13 +188,7 @@ func (r *runner) commitEpoch(ctx context.Context, ch *commitChain, epoch uint64,
 		ch.unacked = append([]epochStates{e}, ch.unacked...)
 	}
 
-	ref := rec.Ref()
-	ch.prev, ch.resume, ch.totals, ch.replay = &ref, rec.Resume, rec.Totals, rec.Replay
-	ch.counts = addCounts(ch.counts, info.counts)
-	ch.epochs++
 	r.epochCommitted(ctx, rec, ch.counts)
-	c := committed{epoch: epoch, epochs: ch.epochs, counts: maps.Clone(ch.counts), totals: maps.Clone(ch.totals)}
-	r.lastCommit.Store(&c)
 	if rec.Final {
 		if err := r.finishDest(ectx, epoch); err != nil {
 			return committed{}, err

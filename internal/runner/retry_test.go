@@ -11,7 +11,10 @@ import (
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/runner"
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source"
+	"github.com/openetl/etl/source/sourcetest"
 )
 
 // cutSource has one stream and nothing to read: each attempt's split
@@ -139,4 +142,47 @@ func TestRetryBudgetCountsOutages(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestRetriedSyncCountsEpochPastCommitPoint: the first attempt's
+// destination Commit fails after the epoch's record is at HEAD (the
+// commit point); the retried attempt's Recover rolls it forward. The
+// Sync's Result counts the epoch once, as the checkpoint's totals do.
+func TestRetriedSyncCountsEpochPastCommitPoint(t *testing.T) {
+	ctx := context.Background()
+	var commits atomic.Int32
+	fake := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{
+		Class: sink.StageAndApply,
+		Control: func(_ context.Context, c sinktest.FakeDestCall) error {
+			if c.Op == sinktest.FakeCommit && commits.Add(1) <= 2 { // the first try and its one retry
+				return errors.New("commit refused")
+			}
+			return nil
+		},
+	})
+	src := sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{Replay: source.ReplayExact,
+		Streams: []sourcetest.FakeStream{{Name: "s", Rows: 5}}})
+	store := checkpoint.NewMem()
+	cfg := runner.Config{Name: "p", Source: src, Destination: fake, Store: store, CommitRetries: 1, CommitBackoff: time.Millisecond,
+		Retry: &runner.RetryPolicy{Sync: true, Backoff: time.Millisecond, MaxBackoff: time.Millisecond}}
+	res, err := runner.Sync(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Generation < 2 {
+		t.Fatalf("the Sync ended in generation %d: the refused Commit did not end an attempt", res.Generation)
+	}
+	_, head, err := store.Head(ctx, "p")
+	if err != nil || head == nil {
+		t.Fatalf("HEAD: %v %v", head, err)
+	}
+	if got, want := res.Streams["s"], head.Totals["s"]; got != want || got.Read != 5 {
+		t.Errorf("Result counts %+v, the checkpoint's totals %+v: want both to read 5", got, want)
+	}
+	if res.Epochs < 1 {
+		t.Errorf("Result.Epochs %d, want the epoch whose Commit failed counted", res.Epochs)
+	}
+	if rows := fake.Rows("s"); len(rows) != 5 {
+		t.Errorf("destination has %d rows, want 5", len(rows))
+	}
 }
