@@ -769,11 +769,19 @@ func (w *writer) takeBack(ctx context.Context, name string, epoch uint64) error 
 		}
 		// Walk back from the current snapshot past other writers' (e.g.
 		// compaction) to the epoch's, then past them.
+		// A parent that was expired (Maintain's ExpireOlderThan) is not
+		// the table's start: emptying the table there would drop every
+		// older epoch's rows, so the walk stops with an error instead.
+		var expired *int64
 		parent := func(s *table.Snapshot) *table.Snapshot {
 			if s.ParentSnapshotID == nil {
 				return nil
 			}
-			return tbl.SnapshotByID(*s.ParentSnapshotID)
+			p := tbl.SnapshotByID(*s.ParentSnapshotID)
+			if p == nil && expired == nil {
+				expired = s.ParentSnapshotID
+			}
+			return p
 		}
 		s := tbl.CurrentSnapshot()
 		for s != nil {
@@ -799,6 +807,12 @@ func (w *writer) takeBack(ctx context.Context, name string, epoch uint64) error 
 				}
 				break
 			}
+		}
+		if s == nil && expired != nil {
+			return fmt.Errorf("iceberg: table %v: can't take back epoch %d: the snapshot before it (%d) was expired, "+
+				"so the table can't be rolled back to it (emptying the table would lose older epochs' rows); "+
+				"expire snapshots only while no epoch is lost (Maintain after a clean Sync) and keep more of them (RetainLast)",
+				ident, epoch, *expired)
 		}
 		tx := tbl.NewTransaction()
 		if s != nil {
