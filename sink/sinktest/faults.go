@@ -198,12 +198,13 @@ func (d *FaultyDestination) before(ctx context.Context, c FakeDestCall) (after e
 			after = err
 		}
 	}
+	d.hold.RLock() // released by observe, once the call returned
 	// A fault on another goroutine may have killed the view while the
-	// control function ran (or blocked).
+	// control function ran (or blocked), or while Hold held the call.
 	if d.dead.Load() && after == nil {
+		d.hold.RUnlock()
 		return nil, ErrFakeKilled
 	}
-	d.hold.RLock() // released by observe, once the call returned
 	return after, nil
 }
 
