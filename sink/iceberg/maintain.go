@@ -40,6 +40,10 @@ type MaintainOptions struct {
 
 	// keep are files orphan removal leaves (a writer's waiting files).
 	keep map[string]bool
+	// pipeline, when set, limits the run to the tables carrying that
+	// pipeline's markers (a writer's schedule: another pipeline sharing
+	// the namespace has waiting files this writer doesn't know).
+	pipeline string
 }
 
 // TableReport is what Maintain did to one table.
@@ -70,11 +74,21 @@ func (d *Destination) Maintain(ctx context.Context, opts MaintainOptions) ([]Tab
 		return nil, err
 	}
 	var idents []table.Identifier
-	for ident, err := range d.cat.ListTables(ctx, d.ns) {
+	if opts.pipeline != "" {
+		tbls, err := d.pipelineTables(ctx, opts.pipeline)
 		if err != nil {
-			return nil, fmt.Errorf("iceberg: list tables of %v: %w", d.ns, err)
+			return nil, err
 		}
-		idents = append(idents, ident)
+		for _, tbl := range tbls {
+			idents = append(idents, tbl.Identifier())
+		}
+	} else {
+		for ident, err := range d.cat.ListTables(ctx, d.ns) {
+			if err != nil {
+				return nil, fmt.Errorf("iceberg: list tables of %v: %w", d.ns, err)
+			}
+			idents = append(idents, ident)
+		}
 	}
 	var out []TableReport
 	for _, ident := range idents {
@@ -207,10 +221,12 @@ type Maintenance struct {
 	// Recover) runs Maintain once its table commits are done. Required
 	// (> 0).
 	Every time.Duration
-	// Options says what each run does. Its OrphansOlderThan must exceed
-	// the longest epoch (files of the epochs being written are in no
-	// snapshot or record yet); the files waiting for their group, which
-	// the writer knows, are never removed.
+	// Options says what each run does, to the tables that carry this
+	// writer's pipeline's markers only (another pipeline sharing the
+	// namespace has files waiting that this writer doesn't know). Its
+	// OrphansOlderThan must exceed the longest epoch (files of the epochs
+	// being written are in no snapshot or record yet); the files waiting
+	// for their group, which the writer knows, are never removed.
 	Options MaintainOptions
 }
 
@@ -230,7 +246,7 @@ func (w *writer) maybeMaintain(ctx context.Context, byTable map[string]*epochFil
 		}
 	}
 	opts := m.Options
-	opts.keep = keep
+	opts.keep, opts.pipeline = keep, w.pipeline
 	if _, err := w.d.Maintain(ctx, opts); err != nil {
 		w.d.log.Warn("iceberg: scheduled maintenance failed; it runs again in Config.Maintenance.Every",
 			"pipeline", w.pipeline, "err", err)
