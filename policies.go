@@ -22,8 +22,13 @@ import (
 // unkeyed hash of the raw key: whoever reads the table and can guess a
 // key (a small integer, an email address) can confirm the guess against
 // _openetl_id, so hashing a key column hides it only as well as the key
-// is hard to guess. The quarantine (_quarantine/) and held values
-// (_held/) keep the source's raw rows, before any policy.
+// is hard to guess. The same goes for a stream without a key, whose ID
+// hashes the source's whole raw row (or message) with its seq: a reader
+// who sees the columns left and _openetl_seq can confirm a guess at an
+// excluded, masked or hashed value against _openetl_id, so on a keyless
+// stream these rules hide a value only as well as it is hard to guess.
+// The quarantine (_quarantine/) and held values (_held/) keep the
+// source's raw rows, before any policy.
 type ColumnRule struct {
 	rules []engine.Rule
 	err   error
@@ -200,7 +205,9 @@ func group(op engine.CondOp, cs []Condition) Condition {
 // Columns sets column policies of stream (see ColumnRule), run inside the
 // engine on every batch, before any transform (Builder.Transform) and
 // before the rows reach Go: an excluded, hashed or masked value never
-// leaves the engine. Several calls add rules. Build checks them against
+// leaves the engine as a value (ColumnRule says what _openetl_id still
+// lets a reader confirm, on a keyless stream above all). Several calls
+// add rules. Build checks them against
 // the source's catalog: a declared (SQL) stream's column must exist and
 // be of a type its rule takes; on a merged stream (Mode Merge) the key
 // columns can't be excluded, nulled, masked or truncated (rows would lose
@@ -234,10 +241,15 @@ func (b *Builder) Columns(stream string, rules ...ColumnRule) *Builder {
 // the openetl.rows.filtered metric), not quarantined: per stream, read =
 // written + filtered + quarantined. Deletes always pass. On a stream
 // merged by key (Mode Merge) an insert or update that fails c is written
-// as a delete of its key instead (its other columns null), so the table
-// holds exactly the source rows that match, also when a row stops
-// matching; those rows are counted as written. One filter per stream:
-// combine conditions with And and Or.
+// as a delete of its key instead (its other columns null), so a row that
+// stops matching leaves the table; those rows are counted as written. A
+// destination that keeps soft deletes (a _openetl_deleted column) keeps
+// such a delete as a tombstone row even for a key it never held, so use
+// hard deletes where most rows fail the filter. A column the filter names
+// that a row lacks is unknown (the row fails), and on an undeclared
+// (JSON) merge stream Build can't check the names: a misspelt column, or
+// a Rename's new name instead of the source's, turns every row into a
+// delete. One filter per stream: combine conditions with And and Or.
 func (b *Builder) Filter(stream string, c Condition) *Builder {
 	if stream == "" {
 		b.errs = append(b.errs, errors.New("filter: no stream name"))
