@@ -54,9 +54,10 @@ func IsPermanent(err error) bool {
 	if errors.As(err, &classified) {
 		return true
 	}
-	if isCancel(err) {
-		return false
-	}
+	// A fence (and the other permanent conditions) before cancellation
+	// too: a fenced attempt's error joins the cancellation of the lanes
+	// it stopped, and a retry would claim the pipeline again, fencing
+	// the copy that fenced it.
 	var be *BuildError
 	if IsFenced(err) || errors.As(err, &be) {
 		return true
@@ -66,6 +67,9 @@ func IsPermanent(err error) bool {
 		if errors.Is(err, target) {
 			return true
 		}
+	}
+	if isCancel(err) {
+		return false
 	}
 	return markedPermanent(err)
 }

@@ -193,6 +193,10 @@ func TestErrorPredicates(t *testing.T) {
 		{nil, false, false},
 		{context.Canceled, false, false},
 		{fenced, true, false},
+		// A fenced attempt's error joins its lanes' cancellation: still
+		// permanent, or a retrying Run claims again and fences its twin.
+		{errors.Join(fenced, context.Canceled), true, false},
+		{errors.Join(errors.New("connection refused"), context.Canceled), false, false},
 		{fmt.Errorf("x: %w", sink.ErrFenced), true, false},
 		{fmt.Errorf("level: %w", delivery.ErrUnmet), true, false},
 		{fmt.Errorf("open: %w", source.ErrPositionLost), true, false},
