@@ -43,6 +43,7 @@ var inBubble = map[string]func(*testing.T){
 	"TestResumePointsWithoutRecordsAreCheckpointed": TestResumePointsWithoutRecordsAreCheckpointed,
 	"TestRewindRenamesReopenWriters":                TestRewindRenamesReopenWriters,
 	"TestRetriedSyncCountsEpochPastCommitPoint":     TestRetriedSyncCountsEpochPastCommitPoint,
+	"TestRetryStopsWhenOvertaken":                   TestRetryStopsWhenOvertaken,
 	"TestRunLeavesNoGoroutines":                     TestRunLeavesNoGoroutines,
 	"TestRunStopEvents":                             TestRunStopEvents,
 	"TestRunStopRestartCycles":                      TestRunStopRestartCycles,

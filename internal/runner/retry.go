@@ -209,6 +209,9 @@ func attempts(ctx context.Context, cfg Config, bounded bool) (Result, error) {
 		if retry == nil || retry.permanent(err) {
 			return total, err
 		}
+		if ferr := overtaken(ctx, cfg, res.Generation, err); ferr != nil {
+			return total, ferr
+		}
 		now := time.Now()
 		if retries == 0 {
 			outageStart = now
@@ -254,4 +257,23 @@ func (m *Monitor) retried() {
 	m.mu.Lock()
 	m.waiting = false
 	m.mu.Unlock()
+}
+
+// overtaken returns a fenced error when a newer generation than gen (the
+// failed attempt's claim; 0: it claimed none) holds the pipeline: the
+// attempt failed because another copy took over (its error may say so
+// only as a side effect: a staged file the newer copy collected, a lane
+// cancelled), and retrying would claim the pipeline back and fence that
+// copy in turn. It returns nil when HEAD can't be read (the retry finds
+// out) or gen still holds it.
+func overtaken(ctx context.Context, cfg Config, gen checkpoint.Generation, err error) error {
+	if gen == 0 {
+		return nil
+	}
+	g, _, herr := cfg.Store.Head(ctx, cfg.Name)
+	if herr != nil || g <= gen {
+		return nil
+	}
+	return fmt.Errorf("%w: pipeline %q: generation %d claimed it after %d, which failed: %w",
+		checkpoint.ErrFenced, cfg.Name, g, gen, err)
 }

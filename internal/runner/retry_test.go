@@ -186,3 +186,50 @@ func TestRetriedSyncCountsEpochPastCommitPoint(t *testing.T) {
 		t.Errorf("destination has %d rows, want 5", len(rows))
 	}
 }
+
+// TestRetryStopsWhenOvertaken: another copy claims the pipeline while a
+// retrying Run's attempt is under way, and the attempt then fails with
+// an error that is not itself a fence (a transient Commit failure). The
+// Run returns a fenced error instead of retrying: a retry would claim
+// the pipeline back and fence the other copy.
+func TestRetryStopsWhenOvertaken(t *testing.T) {
+	ctx := context.Background()
+	var overtaken atomic.Bool
+	reached := make(chan struct{})
+	goOn := make(chan struct{})
+	var once sync.Once
+	fake := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{
+		Class: sink.StageAndApply,
+		Control: func(_ context.Context, c sinktest.FakeDestCall) error {
+			if c.Op != sinktest.FakeCommit {
+				return nil
+			}
+			once.Do(func() { close(reached); <-goOn })
+			if overtaken.Load() {
+				return errors.New("connection reset by peer")
+			}
+			return nil
+		},
+	})
+	src := sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{Replay: source.ReplayExact,
+		Streams: []sourcetest.FakeStream{{Name: "s", Rows: 5}}})
+	store := checkpoint.NewMem()
+	cfg := runner.Config{Name: "p", Source: src, Destination: fake, Store: store, CommitRetries: 1, CommitBackoff: time.Millisecond,
+		Retry: &runner.RetryPolicy{Budget: time.Minute, Backoff: time.Millisecond, MaxBackoff: time.Millisecond}}
+	done := make(chan error, 1)
+	go func() { done <- runner.Run(ctx, cfg) }()
+	<-reached
+	gen, _, err := store.Claim(ctx, "p") // the other copy
+	if err != nil {
+		t.Fatal(err)
+	}
+	overtaken.Store(true)
+	close(goOn)
+	err = <-done
+	if !errors.Is(err, checkpoint.ErrFenced) {
+		t.Fatalf("Run: %v, want a fenced error", err)
+	}
+	if g, _, err := store.Head(ctx, "p"); err != nil || g != gen {
+		t.Fatalf("HEAD held by generation %d (%v), want the other copy's %d", g, err, gen)
+	}
+}
