@@ -12,6 +12,13 @@ if [ "$(uname -s)/$(uname -m)" != "Linux/x86_64" ]; then
 	exit 1
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/openetl/cargo-target}"
+# Two builds sharing the target directory (two clones, or a clone and a
+# worktree) would otherwise race: cargo locks the directory only while it
+# builds, so one build could copy out the library the other just made from
+# different sources. Hold a lock from the build through the copy.
+mkdir -p "$CARGO_TARGET_DIR"
+exec 9>"$CARGO_TARGET_DIR/openetl-engine-build.lock"
+flock 9
 # Build the staticlib alone: with the rlib crate type beside it, rustc
 # skips fat LTO and the archive is several times larger.
 cargo rustc --release --locked --lib --crate-type staticlib --manifest-path "$here/rust/Cargo.toml"
