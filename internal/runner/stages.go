@@ -225,6 +225,18 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 	if table == "" {
 		table = b.Stream
 	}
+	if rt := r.router.table(b.Stream); rt != nil {
+		// A routed stream's rows go to its route's table, under the
+		// table's schema (route_schema.go).
+		rec, changed, err := rt.conform(b.Stream, out.Record)
+		if err != nil {
+			return &PermanentError{By: CauseEngine, Err: fmt.Errorf("stream %q: %w", b.Stream, err)}
+		}
+		if changed {
+			r.log.Info("routed table's schema widened", "stream", b.Stream, "table", rt.table)
+		}
+		out.Record, table = rec, rt.table
+	}
 	// A transformed stream's schema checks come after its transform, on
 	// the lanes (transform.go).
 	if r.cfg.Transforms[b.Stream] == nil {
