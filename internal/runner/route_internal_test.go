@@ -89,7 +89,7 @@ func TestConform(t *testing.T) {
 		if extra {
 			b.Field(1).(*array.StringBuilder).AppendValues([]string{"a", "b"}, nil)
 		}
-		b.Field(len(fields) - 1).(*array.Int64Builder).AppendValues([]int64{10, 11}, nil)
+		b.Field(len(fields)-1).(*array.Int64Builder).AppendValues([]int64{10, 11}, nil)
 		return b.NewRecordBatch()
 	}
 	rt := &routedTable{table: "orders"}
