@@ -187,7 +187,7 @@ func (b *Builder) Deletes(d sink.Deletes, streams ...string) *Builder {
 // shards (the stream name is hashed into it).
 //
 // Counts, Status, metrics, quarantine and held values stay per source
-// stream: a routed stream's quarantined records are filed under its own
+// stream (StreamStatus.Table names the routed table): a routed stream's quarantined records are filed under its own
 // name (and Replay takes that name), its held values too, with the
 // routed table in their "table" field. Guarantees notes the route in
 // each routed stream's reason.

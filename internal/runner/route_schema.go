@@ -457,5 +457,21 @@ func (r *runner) setUpRouter(catalog source.Catalog, streams []string, caps sink
 		return err
 	}
 	r.router = rt
+	// Status says where each stream goes: a routed one to its table.
+	tables := map[string]string{}
+	for _, spec := range r.specs {
+		tables[spec.Stream] = spec.Table
+	}
+	r.state.update(func(st *Status) {
+		for _, s := range streams {
+			t := tables[s]
+			if route, ok := r.cfg.routeOf(s); ok {
+				t = tables[route.Table]
+			}
+			x := st.Streams[s]
+			x.Table = t
+			st.Streams[s] = x
+		}
+	})
 	return nil
 }

@@ -115,6 +115,14 @@ func TestRouteShardsToParquet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeAll()
+	if _, err := p.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{s1, s2} {
+		if got := p.Status().Streams[s].Table; got != base {
+			t.Errorf("Status: stream %s's table %q, want %q", s, got, base)
+		}
+	}
 	for _, g := range p.Guarantees() {
 		if !strings.Contains(g.Reason, "routed by") || !strings.Contains(g.Reason, "_openetl_stream = \""+g.Stream+"\"") {
 			t.Errorf("guarantee of %s: %q does not say it is routed", g.Stream, g.Reason)
