@@ -1,6 +1,8 @@
 package etl_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -15,8 +17,11 @@ import (
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/testutil"
+	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/parquet"
+	"github.com/openetl/etl/sink/sinktest"
 	"github.com/openetl/etl/source"
+	"github.com/openetl/etl/source/faker"
 )
 
 // jsonShards is a source of keyed JSON streams, one split each, whose
@@ -162,5 +167,63 @@ print(json.dumps(out))
 	}
 	if second == 0 {
 		t.Errorf("no file holds the second Sync's rows: %q", schemas)
+	}
+}
+
+// TestRouteHeldValues: a routed stream's held values are filed under the
+// stream's own name, their lines naming the routed table; the rows reach
+// the routed table without the held column, with their origin.
+func TestRouteHeldValues(t *testing.T) {
+	const rows = 200
+	src, err := faker.New(faker.Config{Rows: rows, Streams: []string{faker.Orders}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{
+		Class:        sink.StageAndApply,
+		Capabilities: sink.Capabilities{IdentifierCase: "upper", Unsupported: []string{"float64"}},
+	})
+	store := checkpoint.NewMem()
+	p, err := etl.NewPipeline("held").From(src).To(dst).Checkpoints(store).Route("ord*", "all_orders").Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Sync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Streams[faker.Orders]
+	if c.Written != rows || c.Held == 0 {
+		t.Fatalf("counts %+v: want %d written and some held", c, rows)
+	}
+	got := dst.Rows("ALL_ORDERS")
+	if len(got) != rows {
+		t.Fatalf("%d rows in ALL_ORDERS, want %d", len(got), rows)
+	}
+	for _, r := range got {
+		if _, ok := r.Values["AMOUNT"]; ok || r.Values[sink.ColumnStream] != faker.Orders {
+			t.Fatalf("row %v: want no AMOUNT, and %s %q", r.Values, sink.ColumnStream, faker.Orders)
+		}
+	}
+	var lines int64
+	for e := uint64(1); e <= res.Epoch; e++ {
+		b, err := store.ReadFile(context.Background(), "held", etl.HeldName(faker.Orders, e))
+		if err != nil {
+			continue // an epoch may hold nothing
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			var l struct{ Stream, Table string }
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Fatal(err)
+			}
+			if l.Stream != faker.Orders || l.Table != "ALL_ORDERS" {
+				t.Fatalf("held line %s: want stream %q, table ALL_ORDERS", sc.Bytes(), faker.Orders)
+			}
+			lines++
+		}
+	}
+	if lines != c.Held {
+		t.Fatalf("%d held lines, counts say %d", lines, c.Held)
 	}
 }

@@ -208,8 +208,12 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 	if len(out.Held) > 0 {
 		k := sideKey{kindHeld, b.Stream}
 		buf := side[k]
+		table := out.Table
+		if rt := r.router.table(b.Stream); rt != nil {
+			table = rt.table // filed under the stream, naming the table its rows go to
+		}
 		for i, h := range out.Held {
-			buf = r.appendHeld(buf, m, h, out.Table, epoch)
+			buf = r.appendHeld(buf, m, h, table, epoch)
 			if i == 0 || h.Column != out.Held[i-1].Column || h.Reason != out.Held[i-1].Reason {
 				r.reportHeld(heldSeen, b.Stream, h, epoch)
 			}
