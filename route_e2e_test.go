@@ -61,8 +61,8 @@ func (sp *jsonShard) ID() source.SplitID { return source.SplitID(sp.stream) }
 func (sp *jsonShard) Read(ctx context.Context, e source.Emitter, bounded bool) error {
 	for i := sp.from; i < len(sp.recs); i++ {
 		var doc struct{ ID json.Number }
-		if err := json.Unmarshal([]byte(sp.recs[i]), &doc); err != nil {
-			return err
+		if json.Unmarshal([]byte(sp.recs[i]), &doc) != nil {
+			doc.ID = "bad" // the engine quarantines it
 		}
 		if err := e.Record(sp.stream, source.OpInsert, int64(i+1), []byte(doc.ID), []byte(sp.recs[i])); err != nil {
 			return err
@@ -84,7 +84,7 @@ func (sp *jsonShard) Read(ctx context.Context, e source.Emitter, bounded bool) e
 // integer stream only. pyarrow reads the second Sync's files with v
 // double and w string: the table's schema, joined in the first Sync,
 // starts the second from the engine's state, not from the first batch it
-// meets.
+// meets. Its quarantined record is filed under its own stream.
 func TestRouteJSONNeverNarrows(t *testing.T) {
 	dir := t.TempDir()
 	bucket, err := fileblob.OpenBucket(dir, &fileblob.Options{Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
@@ -98,8 +98,8 @@ func TestRouteJSONNeverNarrows(t *testing.T) {
 	}
 	src := &jsonShards{recs: map[string][]string{
 		"ev_a": {`{"id":1,"v":1}`, `{"id":2,"v":2}`, `{"id":3,"v":3}`},
-		"ev_b": {`{"id":1,"v":1.5,"w":"x"}`},
-	}, shown: map[string]int{"ev_a": 1, "ev_b": 1}}
+		"ev_b": {`{"id":1,"v":1.5,"w":"x"}`, `not json`},
+	}, shown: map[string]int{"ev_a": 1, "ev_b": 2}}
 	store := checkpoint.NewMem()
 	sync := func() etl.Result {
 		t.Helper()
@@ -114,8 +114,19 @@ func TestRouteJSONNeverNarrows(t *testing.T) {
 		}
 		return res
 	}
-	if res := sync(); res.Streams["ev_a"].Written != 1 || res.Streams["ev_b"].Written != 1 {
+	res := sync()
+	if res.Streams["ev_a"].Written != 1 || res.Streams["ev_b"].Written != 1 || res.Streams["ev_b"].Quarantined != 1 {
 		t.Fatalf("first sync %+v", res.Streams)
+	}
+	// The routed stream's quarantine is filed under its own name.
+	var quarantined []string
+	for e := uint64(1); e <= res.Epoch; e++ {
+		if b, err := store.ReadFile(context.Background(), "jr", etl.QuarantineName("ev_b", e)); err == nil {
+			quarantined = append(quarantined, strings.Split(strings.TrimSpace(string(b)), "\n")...)
+		}
+	}
+	if len(quarantined) != 1 || !strings.Contains(quarantined[0], `"stream":"ev_b"`) || !strings.Contains(quarantined[0], `"payload":"not json"`) {
+		t.Errorf("ev_b's quarantine: %q, want its one record", quarantined)
 	}
 	src.shown["ev_a"] = 3
 	if res := sync(); res.Streams["ev_a"].Written != 2 || res.Streams["ev_b"].Written != 0 {
