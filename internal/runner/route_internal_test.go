@@ -118,3 +118,40 @@ func TestConform(t *testing.T) {
 		t.Errorf("columns %s", s)
 	}
 }
+
+// BenchmarkConform times a routed batch's cast to its table's schema:
+// 8192 rows of an int32 key cast to int64, a float64 and a string kept,
+// and the origin column.
+func BenchmarkConform(b *testing.B) {
+	const n = 8192
+	fields := []arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+		{Name: "f", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+		{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "_openetl_seq", Type: arrow.PrimitiveTypes.Int64}}
+	rb := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema(fields, nil))
+	defer rb.Release()
+	for i := range n {
+		rb.Field(0).(*array.Int32Builder).Append(int32(i))
+		rb.Field(1).(*array.Float64Builder).Append(float64(i) / 3)
+		rb.Field(2).(*array.StringBuilder).Append("some text value")
+		rb.Field(3).(*array.Int64Builder).Append(int64(i))
+	}
+	rec := rb.NewRecordBatch()
+	defer rec.Release()
+	rt := &routedTable{table: "t"}
+	wide := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64, Nullable: true}}, nil)
+	if _, err := rt.widen("other_shard", wide); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		rec.Retain()
+		out, _, err := rt.conform("orders_2024_01", rec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out.Release()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/row")
+}

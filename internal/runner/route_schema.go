@@ -278,6 +278,10 @@ type routedTable struct {
 	data  []arrow.Field // the shards' columns, joined, in order of first appearance
 	meta  []arrow.Field // the engine's metadata columns
 	sc    *arrow.Schema // data, meta, ColumnStream; nil until the first batch
+	// origins holds each stream's ColumnStream column, as long as the
+	// longest batch yet; batches take slices of it. Left to the garbage
+	// collector with the router (Go memory: no Release needed).
+	origins map[string]arrow.Array
 }
 
 // router keeps the routed tables' schemas of an attempt. Only the engine
@@ -377,15 +381,33 @@ func (t *routedTable) conform(stream string, rec arrow.RecordBatch) (arrow.Recor
 		}
 		cols = append(cols, cast)
 	}
-	b := array.NewStringBuilder(memory.DefaultAllocator)
-	b.Reserve(n)
-	b.ReserveData(n * len(stream))
-	for range n {
-		b.Append(stream)
-	}
-	cols = append(cols, b.NewArray())
-	b.Release()
+	cols = append(cols, t.origin(stream, n))
 	return array.NewRecordBatch(t.sc, cols, int64(n)), changed, nil
+}
+
+// origin returns n rows of ColumnStream set to stream: a slice of a
+// column kept per stream, grown as batches grow, so that a batch costs
+// no copy of the name per row.
+func (t *routedTable) origin(stream string, n int) arrow.Array {
+	if t.origins == nil {
+		t.origins = map[string]arrow.Array{}
+	}
+	a := t.origins[stream]
+	if a == nil || a.Len() < n {
+		if a != nil {
+			a.Release()
+		}
+		b := array.NewStringBuilder(memory.DefaultAllocator)
+		b.Reserve(n)
+		b.ReserveData(n * len(stream))
+		for range n {
+			b.Append(stream)
+		}
+		a = b.NewArray()
+		b.Release()
+		t.origins[stream] = a
+	}
+	return array.NewSlice(a, 0, int64(n))
 }
 
 // newRouter makes the attempt's router, its tables' schemas seeded from
