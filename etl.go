@@ -166,6 +166,51 @@ func (b *Builder) Deletes(d sink.Deletes, streams ...string) *Builder {
 	return b
 }
 
+// Route writes every stream read whose name matches pattern into one
+// destination table, table: sharded tables orders_2024_01,
+// orders_2024_02, ... into orders with Route("orders_2024_*", "orders").
+// Patterns have path.Match's syntax and match the whole stream name as
+// the source's catalog has it (a Postgres table outside the public
+// schema is "schema.table"). Several routes may share a table. Default:
+// each stream is its own table.
+//
+// The routed table's schema is the join of its streams' schemas under
+// the engine's widening rules (package engine: int4 and int8 make int8,
+// an integer and a float a double, an integer and numeric(p,s) a numeric
+// holding both, any two text types text; a column one stream lacks is
+// null in its rows), cast in the runner before the destination sees a
+// batch; it only widens, across restarts too. Each row carries the
+// column _openetl_stream (sink.ColumnStream: utf8, never null) naming the
+// stream it came from, after the other metadata columns, and a keyed
+// table's key is (_openetl_stream, the streams' key): equal keys of two
+// shards are two rows, merged apart. _openetl_id already differs across
+// shards (the stream name is hashed into it).
+//
+// Counts, Status, metrics, quarantine and held values stay per source
+// stream (StreamStatus.Table names the routed table): a routed stream's quarantined records are filed under its own
+// name (and Replay takes that name), its held values too, with the
+// routed table in their "table" field. Guarantees notes the route in
+// each routed stream's reason.
+//
+// Build fails, naming the route and stream, when a pattern is empty or
+// malformed or given twice, when a table name is empty or starts with
+// _openetl_, when a stream matches two patterns, when a pattern matches
+// no stream read (a typo would otherwise write nothing, silently), when
+// the streams of one table differ in declared or inferred schema, type
+// system, mode, deletes or key, when their declared columns' types don't
+// join short of making text of numbers or times, when a routed stream
+// has a Go Transform (not supported yet: a transform's output is checked
+// per stream, while the table's schema is joined before the lanes), and
+// when a routed table's name is another table's of the pipeline (that of
+// an unrouted stream or another route's, compared without case). Each
+// attempt checks again against the catalog then: a shard added later
+// joins its table; nested JSON columns join only when equal, and an
+// attempt meeting two that differ fails (permanently) naming them.
+func (b *Builder) Route(pattern, table string) *Builder {
+	b.cfg.Routes = append(b.cfg.Routes, runner.Route{Pattern: pattern, Table: table})
+	return b
+}
+
 // Lanes sets the number of writer lanes, each with its own destination
 // Writer; rows are routed to lanes by a hash of their key. Default 1.
 func (b *Builder) Lanes(n int) *Builder { b.cfg.Lanes = n; return b }
@@ -275,6 +320,7 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 	cfg.JSON = maps.Clone(cfg.JSON)
 	cfg.Steps = slices.Clone(cfg.Steps)
 	cfg.Transforms = maps.Clone(cfg.Transforms)
+	cfg.Routes = slices.Clone(cfg.Routes)
 	cfg.Rules = maps.Clone(cfg.Rules)
 	cfg.Filters = maps.Clone(cfg.Filters)
 	cfg.Retry = retryPolicy(b.retry)

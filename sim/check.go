@@ -34,6 +34,7 @@ func (s *sim) check() {
 	s.checkApplies()
 	s.checkAcks(head)
 	s.checkStaged(head)
+	s.checkRoutes()
 	for _, st := range s.w.streams {
 		s.checkStream(st.Name, head)
 	}
@@ -339,7 +340,7 @@ func (s *sim) checkStream(name string, head *checkpoint.Record) {
 	}
 
 	merged := ds.Mode == delivery.Merge
-	vis, live, err := s.dst.contents(name, merged)
+	vis, live, err := s.contents(name, merged)
 	if err != nil {
 		s.violate("stream %s: %v", name, err)
 		return
@@ -405,7 +406,7 @@ func (s *sim) checkProgress(when string) {
 		if err != nil || g.Level < delivery.EffectivelyOnce {
 			continue
 		}
-		rows, err := s.dst.keyed(st.Name)
+		rows, err := s.keyed(st.Name)
 		if err != nil {
 			s.violate("stream %s: %s: %v", st.Name, when, err)
 			continue

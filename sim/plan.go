@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/internal/runner"
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/sourcetest"
@@ -148,6 +149,10 @@ type workload struct {
 	// filter a flaky one with flakyFilter.
 	transforms  map[string]transformKind
 	flakyFilter bool
+	// routes send streams into shared tables (Options.Routes); routed
+	// maps each routed stream to its table.
+	routes []runner.Route
+	routed map[string]string
 }
 
 func (w *workload) String() string {
@@ -160,6 +165,7 @@ func (w *workload) String() string {
 		if k := w.transforms[s.Name]; k != tfNone {
 			fmt.Fprintf(&b, " transform=%v", k)
 		}
+		b.WriteString(w.routeNote(s.Name))
 	}
 	return b.String()
 }
@@ -286,6 +292,9 @@ func newWorkload(seed uint64, opts Options, decl *declared) *workload {
 				w.transforms[s.Name] = k
 			}
 		}
+	}
+	if opts.Routes && decl == nil {
+		w.drawRoutes(seed)
 	}
 	return w
 }

@@ -170,6 +170,14 @@ type Options struct {
 	// and then, at random: a transform that is not deterministic, which
 	// the checks must catch (the package's own tests).
 	flakyFilter bool
+	// Routes sends some streams into shared tables (etl.Builder.Route),
+	// picked by the seed from a random stream of its own: streams alike
+	// in key and mode (and without a transform) share a table three
+	// times in four; the checks then read each stream's rows out of its
+	// table by _openetl_stream and check that every row names its
+	// record's stream. The rest of a seed's workload and faults stays the
+	// same. Ignored with a Target. Default false.
+	Routes bool
 	// Target, when set, runs the simulation against a real destination
 	// instead of a sinktest.FakeDestination: the destination's Class and
 	// Capabilities replace the ones the seed would pick (so the
@@ -362,7 +370,7 @@ func (s *sim) storeLost(n int) error {
 	head := s.store.head()
 	visible := 0
 	for _, st := range s.w.streams {
-		vis, _, err := s.dst.contents(st.Name, s.w.modes[st.Name] == delivery.Merge)
+		vis, _, err := s.contents(st.Name, s.w.modes[st.Name] == delivery.Merge)
 		if err != nil {
 			return fmt.Errorf("sim: reading stream %s: %w", st.Name, err)
 		}

@@ -11,6 +11,11 @@ package sink
 //	_openetl_seq       int64: the record's position in its source (seq)
 //	_openetl_synced_at timestamp[us, UTC]: when the pipeline read it
 //
+// A table that several streams are routed into (etl.Builder.Route) has,
+// after those, ColumnStream:
+//
+//	_openetl_stream    utf8, never null: the source stream the row came from
+//
 // A merge destination that keeps deleted rows as tombstones marks them
 // with a boolean ColumnDeleted.
 const (
@@ -21,6 +26,7 @@ const (
 	ColumnSeq      = "_openetl_seq"
 	ColumnSyncedAt = "_openetl_synced_at"
 	ColumnDeleted  = "_openetl_deleted"
+	ColumnStream   = "_openetl_stream"
 )
 
 // The values of ColumnOp.

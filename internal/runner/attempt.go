@@ -34,6 +34,7 @@ type runner struct {
 	firstEpoch uint64
 
 	streamSet map[string]bool
+	router    *router                   // nil without routes
 	checked   map[string]*checkedSchema // by table: what a sink.SchemaChecker said (engine stage)
 	specs     []sink.StreamSpec         // what the writers were told
 	splits    []source.Split
@@ -336,9 +337,13 @@ func (r *runner) setUp(ctx context.Context, catalog source.Catalog, streams []st
 		for _, name := range streams {
 			specs = append(specs, specOf(catalog, name, cfg, caps, names))
 		}
+		if specs, err = routeSpecs(cfg, catalog, caps, specs); err != nil {
+			eng.Close()
+			return &PermanentError{By: CauseOther, Err: err}
+		}
 		if r.writers != nil && slices.EqualFunc(specs, open, sameSpec) {
 			r.eng = eng
-			return nil
+			return r.setUpRouter(catalog, streams, caps)
 		}
 		if err := r.checkSpecs(specs); err != nil {
 			eng.Close()
@@ -371,7 +376,7 @@ func (r *runner) setUp(ctx context.Context, catalog source.Catalog, streams []st
 		}
 		if r.head == head {
 			r.eng = eng
-			return nil
+			return r.setUpRouter(catalog, streams, caps)
 		}
 		// The log was rewound: the engine starts from the record it now
 		// resumes from.
@@ -663,14 +668,23 @@ func Guarantees(cfg Config, catalog source.Catalog, streams []string) ([]deliver
 		errs = append(errs, err)
 	}
 	noteTransforms(cfg, gs)
+	routeErr := checkRoutes(cfg, catalog, streams)
+	errs = append(errs, routeErr)
 	if sc, ok := cfg.Destination.(sink.SpecChecker); ok {
 		caps := cfg.Destination.Capabilities()
+		var specs []sink.StreamSpec
 		for i, name := range streams {
 			if _, err := delivery.Decide(ds[i], cfg.Required); errors.Is(err, delivery.ErrInvalid) {
 				continue // said already: a mode the destination doesn't declare, say
 			}
-			if err := sc.CheckStream(specOf(catalog, name, cfg, caps, nil)); err != nil {
-				errs = append(errs, fmt.Errorf("destination: stream %q: %w", name, err))
+			specs = append(specs, specOf(catalog, name, cfg, caps, nil))
+		}
+		if routeErr == nil {
+			specs, _ = routeSpecs(cfg, catalog, caps, specs) // a routed table's one spec
+		}
+		for _, spec := range specs {
+			if err := sc.CheckStream(spec); err != nil {
+				errs = append(errs, fmt.Errorf("destination: stream %q: %w", spec.Stream, err))
 			}
 		}
 	}
@@ -861,6 +875,9 @@ func CheckPipeline(ctx context.Context, cfg Config, catalog source.Catalog) erro
 	specs := make([]sink.StreamSpec, 0, len(streams))
 	for _, name := range streams {
 		specs = append(specs, specOf(catalog, name, r.cfg, caps, names))
+	}
+	if specs, err = routeSpecs(cfg, catalog, caps, specs); err != nil {
+		return nil // Guarantees reports it
 	}
 	if err := pc.CheckPipeline(ctx, sink.WriterConfig{Pipeline: cfg.Name, Streams: specs}); err != nil {
 		return fmt.Errorf("destination: %w", err)

@@ -77,6 +77,9 @@ type Config struct {
 	// Transforms sets streams' Go transforms by name (see Transform and
 	// etl.Builder.Transform); default none.
 	Transforms map[string]Transform
+	// Routes send streams matching a pattern into one table each (see
+	// Route and etl.Builder.Route); default none.
+	Routes []Route
 	// Lanes is the number of writer lanes; default 1.
 	Lanes int
 	// BatchRows and BatchBytes bound a raw batch handed to the engine;
@@ -288,6 +291,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("transform: stream %q: nil function", name))
 		}
 	}
+	errs = append(errs, validateRoutes(c.Routes)...)
 	seen := map[string]bool{}
 	for _, s := range c.Streams {
 		if s == "" || seen[s] {

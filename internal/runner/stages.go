@@ -208,8 +208,12 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 	if len(out.Held) > 0 {
 		k := sideKey{kindHeld, b.Stream}
 		buf := side[k]
+		table := out.Table
+		if rt := r.router.table(b.Stream); rt != nil {
+			table = rt.table // filed under the stream, naming the table its rows go to
+		}
 		for i, h := range out.Held {
-			buf = r.appendHeld(buf, m, h, out.Table, epoch)
+			buf = r.appendHeld(buf, m, h, table, epoch)
 			if i == 0 || h.Column != out.Held[i-1].Column || h.Reason != out.Held[i-1].Reason {
 				r.reportHeld(heldSeen, b.Stream, h, epoch)
 			}
@@ -224,6 +228,18 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 	table := out.Table
 	if table == "" {
 		table = b.Stream
+	}
+	if rt := r.router.table(b.Stream); rt != nil {
+		// A routed stream's rows go to its route's table, under the
+		// table's schema (route_schema.go).
+		rec, changed, err := rt.conform(b.Stream, out.Record)
+		if err != nil {
+			return &PermanentError{By: CauseEngine, Err: fmt.Errorf("stream %q: %w", b.Stream, err)}
+		}
+		if changed {
+			r.log.Info("routed table's schema widened", "stream", b.Stream, "table", rt.table)
+		}
+		out.Record, table = rec, rt.table
 	}
 	// A transformed stream's schema checks come after its transform, on
 	// the lanes (transform.go).

@@ -96,6 +96,11 @@ type StreamStatus struct {
 	Snapshotting      bool
 	SnapshotDone      int64
 	SnapshotEstimated int64
+	// Table is the destination table the stream is written to, under
+	// the destination's naming rules: for a routed stream
+	// (Builder.Route) the table it shares with the others routed there.
+	// Set once the attempt's writers are open; empty before.
+	Table string
 }
 
 // attemptState is one attempt's Status, updated by the runner's

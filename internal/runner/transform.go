@@ -471,6 +471,7 @@ func noteTransforms(cfg Config, gs []delivery.Guarantee) {
 		if note := policyNote(cfg, gs[i].Stream); note != "" {
 			gs[i].Reason += note
 		}
+		gs[i].Reason += routeNote(cfg, gs[i].Stream)
 		if cfg.Transforms[gs[i].Stream] != nil {
 			gs[i].Reason += "; its rows pass through a Go transform (Builder.Transform), so it delivers what the transform returns, at this level only if the transform is deterministic"
 		}

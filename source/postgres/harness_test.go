@@ -31,6 +31,7 @@ type harness struct {
 	logger        *slog.Logger                      // the pipeline's, when set
 	onEvent       func(etl.Event)                   // the pipeline's, when set
 	retry         *etl.Retry                        // the pipeline's, when set
+	options       func(*etl.Builder) *etl.Builder   // more of the pipeline's options, when set
 }
 
 func newHarness(t *testing.T, d string, cfg postgres.Config) *harness {
@@ -83,6 +84,9 @@ func (h *harness) build(epochEvery time.Duration) (*etl.Pipeline, func(), error)
 	}
 	if h.retry != nil {
 		b = b.Retry(*h.retry)
+	}
+	if h.options != nil {
+		b = h.options(b)
 	}
 	p, err := b.Build()
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source/postgres"
@@ -42,6 +43,9 @@ func child() int {
 	h := &harness{d: os.Getenv("OPENETL_PG_DSN"), tables: os.Getenv("OPENETL_PG_TABLES"), ckpts: os.Getenv("OPENETL_PG_CKPTS"),
 		cfg: postgres.Config{Publication: os.Getenv("OPENETL_PG_PUB"), Slot: os.Getenv("OPENETL_PG_SLOT"),
 			SnapshotChunkRows: chunk, StatusInterval: 200 * time.Millisecond, Protocol: proto, StreamedTxnMemory: 256 << 10}}
+	if pattern, table, ok := strings.Cut(os.Getenv("OPENETL_PG_ROUTE"), "="); ok {
+		h.options = func(b *etl.Builder) *etl.Builder { return b.Route(pattern, table) }
+	}
 	if err := h.run(context.Background(), 20*time.Millisecond); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
