@@ -15,9 +15,12 @@
 # PGMATRIX_RUN overrides the tests run (a go test -run pattern; '.' runs
 # the whole package, about 90 s a version); PGMATRIX_SKIP the tests left
 # out (default: the two that start Debian 15 servers of their own, so
-# would test 15 again); extra arguments after -- go to the test binary. A version whose DSN is unset
-# fails the run, unless OPENETL_SKIP_SERVERS=1. Prints one line per
-# version with its server version, the tests passed, and the seconds.
+# would test 15 again); arguments after -- go to the test binary. A
+# version whose DSN is unset fails the run, unless OPENETL_SKIP_SERVERS=1,
+# and so does a version where no test passed. Prints one line per
+# version: its server's version, the tests passed, the seconds taken.
+# SIGTERM (make test stopping it when its plain pass fails) stops the
+# test binary and the pipeline processes it started, by process group.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 run=${PGMATRIX_RUN:-'^(TestTypesGolden|TestKillDuringSnapshotAndStreaming)$'}
@@ -34,6 +37,7 @@ done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 (cd "$root" && ${GO:-go} test -c -o "$tmp/postgres.test" ./source/postgres/)
+cd "$root/source/postgres" # the tests read testdata/ from there
 rc=0
 for v in "${versions[@]}"; do
   var=OPENETL_TEST_PG${v}_DSN
@@ -48,12 +52,22 @@ for v in "${versions[@]}"; do
     continue
   fi
   t0=$SECONDS
-  if (cd "$root/source/postgres" && OPENETL_TEST_POSTGRES_DSN=$d OPENETL_TEST_POSTGRES_MAJOR=$v \
-    "$tmp/postgres.test" -test.count=1 -test.v -test.timeout 15m -test.run "$run" -test.skip "$skip" "$@") >"$tmp/pg$v.log" 2>&1; then
-    echo "pgmatrix: $(grep -m1 -o 'PostgreSQL [0-9.]*' "$tmp/pg$v.log" || echo "PostgreSQL $v"): ok," \
-      "$(grep -c '^--- PASS' "$tmp/pg$v.log") passed ($(grep '^--- PASS' "$tmp/pg$v.log" | awk '{print $3}' | paste -sd ' ')) in $((SECONDS - t0))s"
+  # setsid: a process group of its own (the background child is no group
+  # leader, so setsid execs in place and $! is the test binary), which
+  # the kill test's pipeline children join: the TERM trap stops them all.
+  OPENETL_TEST_POSTGRES_DSN=$d OPENETL_TEST_POSTGRES_MAJOR=$v setsid "$tmp/postgres.test" -test.count=1 \
+    -test.v -test.timeout 15m -test.run "$run" -test.skip "$skip" "$@" >"$tmp/pg$v.log" 2>&1 &
+  child=$!
+  trap 'echo "pgmatrix: stopping the tests (pid $child)" >&2; kill -TERM -- "-$child" 2>/dev/null || true; exit 143' TERM INT
+  code=0
+  wait "$child" || code=$?
+  trap - TERM INT
+  passed=$(grep -c '^--- PASS' "$tmp/pg$v.log" || true)
+  if [ "$code" = 0 ] && [ "$passed" -gt 0 ]; then
+    echo "pgmatrix: $(grep -m1 -o 'PostgreSQL [0-9.]*' "$tmp/pg$v.log" || echo "PostgreSQL $v"): ok, $passed passed" \
+      "($(grep '^--- PASS' "$tmp/pg$v.log" | awk '{print $3}' | paste -sd ' ')) in $((SECONDS - t0))s"
   else
-    echo "pgmatrix: PostgreSQL $v: FAILED in $((SECONDS - t0))s:" >&2
+    echo "pgmatrix: PostgreSQL $v: FAILED (exit $code, $passed passed) in $((SECONDS - t0))s:" >&2
     grep -v '^=== ' "$tmp/pg$v.log" | tail -60 >&2
     rc=1
   fi
