@@ -61,19 +61,27 @@ RACE_SKIP := TestKill|SIGKILL|TestChaos
 # the servers scripts/servers.sh installs (once, into CACHE) and starts on
 # loopback for the duration (S3: versitygw, GCS: fake-gcs-server, Azure:
 # Azurite, Kafka: Apache Kafka 4.1.1 in KRaft mode from Maven Central,
-# PostgreSQL 15 and ClickHouse 18.16 from Debian, and the services of
+# PostgreSQL 15 and ClickHouse 18.16 from Debian, PostgreSQL 16 and 17
+# from Maven Central and 18 from PyPI, and the services of
 # scripts/services/). `env=$$(...)` rather than eval "$$(...)": a failed
 # start must fail the target. scripts/test-servers.sh (the installs wait
-# for a held dpkg lock) runs beside the plain pass: it is mostly waiting.
+# for a held dpkg lock) and scripts/test-pgmatrix.sh (source/postgres's
+# golden type-table and kill tests on PostgreSQL 16, 17 and 18) run beside
+# the plain pass: the first is mostly waiting, the second is one kill
+# test at a time.
 test-go: tools
 	@set -e; unset OPENETL_SERVERS_DIR; env=$$(scripts/servers.sh start); eval "$$env"; \
 	trap 'scripts/servers.sh stop' EXIT; \
 	set -x; \
+	export OPENETL_PYTHON=$$(scripts/test-tools.sh); \
 	scripts/test-servers.sh >"$$OPENETL_SERVERS_DIR/test-servers.out" 2>&1 & tsrv=$$!; \
-	trap 'kill $$tsrv 2>/dev/null || true; wait $$tsrv 2>/dev/null || true; scripts/servers.sh stop' EXIT; \
-	OPENETL_PYTHON=$$(scripts/test-tools.sh) $(GO) test -count=1 ./...; \
+	scripts/test-pgmatrix.sh >"$$OPENETL_SERVERS_DIR/test-pgmatrix.out" 2>&1 & tpgm=$$!; \
+	trap 'kill $$tsrv $$tpgm 2>/dev/null || true; wait $$tsrv $$tpgm 2>/dev/null || true; scripts/servers.sh stop' EXIT; \
+	$(GO) test -count=1 ./...; \
 	if ! wait $$tsrv; then cat "$$OPENETL_SERVERS_DIR/test-servers.out"; exit 1; fi; \
 	cat "$$OPENETL_SERVERS_DIR/test-servers.out"; \
+	if ! wait $$tpgm; then cat "$$OPENETL_SERVERS_DIR/test-pgmatrix.out"; exit 1; fi; \
+	cat "$$OPENETL_SERVERS_DIR/test-pgmatrix.out"; \
 	for f in FuzzSyncJSON FuzzSyncRows; do $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 5s .; done; \
 	$(GO) test -count=1 -race -skip '$(RACE_SKIP)' ./internal/... ./checkpoint/... ./sink/... ./source/...; \
 	CGO_ENABLED=0 $(GO) test -count=1 -run TestBuildWithoutCgo .

@@ -1,5 +1,5 @@
-// Package postgres reads tables from PostgreSQL (12 or later, tested on
-// 15) through logical replication: a consistent snapshot of a
+// Package postgres reads tables from PostgreSQL (12 or later; tested on
+// 15, 16, 17 and 18) through logical replication: a consistent snapshot of a
 // publication's tables that hands over to the slot's pgoutput change
 // stream without losing or repeating a change.
 //

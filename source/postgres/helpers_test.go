@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,7 +16,11 @@ import (
 )
 
 // dsn returns the test server's DSN (scripts/servers.sh start postgres).
-// Without one the test fails, unless OPENETL_SKIP_SERVERS=1.
+// Without one the test fails, unless OPENETL_SKIP_SERVERS=1. When
+// OPENETL_TEST_POSTGRES_MAJOR is set (scripts/test-pgmatrix.sh sets it
+// with the DSN of a pg16, pg17 or pg18 server), the server must be of
+// that major version: a matrix run pointed at the wrong server fails
+// rather than passing for a version it never saw.
 func dsn(t *testing.T) string {
 	t.Helper()
 	d := os.Getenv("OPENETL_TEST_POSTGRES_DSN")
@@ -25,7 +30,42 @@ func dsn(t *testing.T) string {
 		}
 		t.Fatal("OPENETL_TEST_POSTGRES_DSN is not set: start Postgres with scripts/servers.sh start postgres, or set OPENETL_SKIP_SERVERS=1")
 	}
+	if want := os.Getenv("OPENETL_TEST_POSTGRES_MAJOR"); want != "" {
+		// Per DSN: a test with a server of its own (testutil.PrivateServer)
+		// changes OPENETL_TEST_POSTGRES_DSN.
+		serversMu.Lock()
+		v, seen := servers[d]
+		if !seen {
+			v = version(d)
+			servers[d] = v
+		}
+		serversMu.Unlock()
+		if major, _, _ := strings.Cut(v, "."); major != want {
+			t.Fatalf("OPENETL_TEST_POSTGRES_MAJOR=%s, but the server of OPENETL_TEST_POSTGRES_DSN is %s", want, v)
+		}
+		if !seen {
+			t.Logf("server: PostgreSQL %s", v)
+		}
+	}
 	return d
+}
+
+var (
+	serversMu sync.Mutex
+	servers   = map[string]string{} // DSN: server_version
+)
+
+// version returns the server_version of the server at d ("16.10"), or
+// why it can't.
+func version(d string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgconn.Connect(ctx, d)
+	if err != nil {
+		return "unreachable (" + err.Error() + ")"
+	}
+	defer c.Close(context.Background())
+	return c.ParameterStatus("server_version")
 }
 
 var unique atomic.Int64
