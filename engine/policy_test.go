@@ -210,3 +210,57 @@ func TestPolicyHashLengths(t *testing.T) {
 	}
 	equal(t, "hashes", cells(t, push(t, e, b).Record, "v"), want)
 }
+
+// TestPolicyIDHidesValues plays a reader of the table who knows the
+// published _openetl_id function, the stream, the seq and every column
+// delivered, and hashes guesses at a value the rules hid: no guess may
+// match, the right one included. Before the fix the ID hashed the raw
+// payload (keyless) or raw key, and the right guess matched.
+func TestPolicyIDHidesValues(t *testing.T) {
+	const ssn = "123456789"
+	doc := func(id, ssn string) string { return fmt.Sprintf(`{"id":%q,"name":"ann","ssn":%q}`, id, ssn) }
+	// Guesses around the secret, the secret among them.
+	guesses := make([]string, 0, 2000)
+	for i := range 2000 {
+		guesses = append(guesses, fmt.Sprintf("1234%05d", 56000+i))
+	}
+	for _, tc := range []struct {
+		name  string
+		spec  engine.StreamSpec
+		key   string                   // the record's key ("" keyless)
+		guess func(g string) [2]string // key and payload with the guess
+	}{
+		{"keyless exclude", engine.StreamSpec{Name: "t", Rules: []engine.Rule{{Kind: engine.RuleExclude, Column: "ssn"}}},
+			"", func(g string) [2]string { return [2]string{"", doc("7", g)} }},
+		{"keyless mask", engine.StreamSpec{Name: "t", Rules: []engine.Rule{{Kind: engine.RuleMask, Column: "ssn", N: 4}}},
+			"", func(g string) [2]string { return [2]string{"", doc("7", g)} }},
+		{"keyless hash", engine.StreamSpec{Name: "t", Rules: []engine.Rule{{Kind: engine.RuleHash, Column: "ssn", Key: testKey}}},
+			"", func(g string) [2]string { return [2]string{"", doc("7", g)} }},
+		{"merged, key hashed", engine.StreamSpec{Name: "t", Keyed: true, Key: []string{"id"}, Merge: true,
+			Rules: []engine.Rule{{Kind: engine.RuleHash, Column: "id", Key: testKey}}},
+			ssn, func(g string) [2]string { return [2]string{g, ""} }},
+		{"append, key masked", engine.StreamSpec{Name: "t", Keyed: true, Key: []string{"id"},
+			Rules: []engine.Rule{{Kind: engine.RuleMask, Column: "id", N: 2}}},
+			ssn, func(g string) [2]string { return [2]string{g, ""} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{tc.spec}})
+			payload := doc("7", ssn)
+			if tc.key != "" {
+				payload = doc(ssn, "0")
+			}
+			out := push(t, e, batch("t", rec{source.OpInsert, 42, tc.key, payload}))
+			got := cells(t, out.Record, "_openetl_id")[0]
+			for _, g := range guesses {
+				kp := tc.guess(g)
+				if goID("t", kp[0], kp[1], 42) == got {
+					t.Fatalf("the guess %s is confirmed by _openetl_id", g)
+				}
+			}
+			// Deterministic: the same record, again, gets the same ID.
+			e2 := newEngine(t, engine.Config{Streams: []engine.StreamSpec{tc.spec}})
+			again := push(t, e2, batch("t", rec{source.OpInsert, 1, "x", `{"id":"x"}`}, rec{source.OpInsert, 42, tc.key, payload}))
+			equal(t, "ID on replay", cells(t, again.Record, "_openetl_id")[1], got)
+		})
+	}
+}

@@ -867,6 +867,7 @@ impl Engine {
                     &mut sc.pol_rows,
                     &mut lane_offsets,
                     &mut sc.pol_eval,
+                    keyed,
                 )?;
                 (&sc.pol_rows[..], Some(a))
             }
@@ -912,7 +913,15 @@ fn finish(
         });
     }
     fields.extend(meta::fields());
-    let mut m = meta::columns(stream.as_bytes(), rows, out_rows, synced_at_micros, id_buf)?;
+    let from = applied.as_ref().and_then(|a| a.id_from.as_ref());
+    let mut m = meta::columns(
+        stream.as_bytes(),
+        rows,
+        out_rows,
+        synced_at_micros,
+        id_buf,
+        from,
+    )?;
     if let Some(a) = &applied
         && !a.to_delete.is_empty()
     {

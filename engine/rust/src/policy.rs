@@ -135,13 +135,19 @@ impl HmacKey {
         HmacKey { inner, outer, id }
     }
 
-    /// HMAC-SHA-256 of `v`, as 64 lowercase hex digits into `out`.
+    /// HMAC-SHA-256 of `v`.
     #[inline]
-    pub fn hex(&self, v: &[u8], out: &mut Vec<u8>) {
+    pub fn digest(&self, v: &[u8]) -> [u8; 32] {
         let mut st = self.inner;
         let ih = finish(&mut st, 64, v);
         let mut st = self.outer;
-        let d = finish(&mut st, 64, &ih);
+        finish(&mut st, 64, &ih)
+    }
+
+    /// HMAC-SHA-256 of `v`, as 64 lowercase hex digits into `out`.
+    #[inline]
+    pub fn hex(&self, v: &[u8], out: &mut Vec<u8>) {
+        let d = self.digest(v);
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut buf = [0u8; 64];
         for (i, b) in d.iter().enumerate() {
@@ -822,12 +828,15 @@ pub struct Applied {
     pub dropped: usize,
     /// Per kept row, whether it became a delete; empty when none did.
     pub to_delete: Vec<bool>,
+    /// What the rows' IDs hash, when not the raw key or payload (see
+    /// [`crate::policy_id`]).
+    pub id_from: Option<crate::policy_id::IdFrom>,
 }
 
 /// Applies `p` to one push's output columns: `srcs` are the columns'
 /// source names, `fields` and `cols` the columns (destination names);
-/// `ops` is each row's op code. Dropped rows are removed from `out_rows`
-/// and `lane_offsets` too.
+/// `ops` is each row's op code; `keyed`: the records carry a key.
+/// Dropped rows are removed from `out_rows` and `lane_offsets` too.
 #[allow(clippy::too_many_arguments)]
 pub fn apply(
     p: &Policies,
@@ -838,11 +847,13 @@ pub fn apply(
     out_rows: &mut Vec<u32>,
     lane_offsets: &mut [usize],
     scratch: &mut Vec<u8>,
+    keyed: bool,
 ) -> Result<Applied, Error> {
     let n = ops.len();
     let mut applied = Applied {
         dropped: 0,
         to_delete: Vec::new(),
+        id_from: None,
     };
     let mut any_delete = false;
     if let Some(f) = &p.filter {
@@ -925,6 +936,8 @@ pub fn apply(
             }
         }
     }
+    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    applied.id_from = p.id_from(keyed, &names, cols);
     Ok(applied)
 }
 
