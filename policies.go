@@ -18,12 +18,13 @@ import (
 //
 // The record ID (_openetl_id) never depends on a value a rule removed
 // or altered: a reader who can guess an excluded, masked or hashed value
-// can't confirm the guess against _openetl_id. A keyed stream whose key
-// columns no rule changes (Rename aside) keeps the ID of the raw key and
-// seq, the same with or without policies. When key columns are hashed,
-// the ID hashes the raw key's HMAC under the hash key instead; when a
-// key column is otherwise changed (append streams), and on every keyless
-// stream with a column rule, it hashes the row as delivered (package
+// can't confirm the guess against _openetl_id. A record with a key
+// whose key columns no rule changes (Rename aside) keeps the ID of the
+// raw key and seq, the same with or without policies. When key columns
+// are hashed, the ID hashes the raw key's HMAC under the hash key
+// instead; when a key column is otherwise changed (append streams), and
+// for every record without a key on a stream with a column rule, it
+// hashes the row as delivered (package
 // engine has the definition). Either is deterministic, so replays get
 // the same IDs, but adding or changing such a rule (or the hash key)
 // changes the stream's IDs from then on: a destination that skips rows

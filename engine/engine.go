@@ -210,10 +210,10 @@
 // _openetl_id never depends on a value a rule removed or altered, so a
 // reader can't confirm a guess at one by hashing it with the ID function
 // below. It is computed from the raw key, seq and payload as below when
-// no rule changes what they give away: on a Keyed stream no Key column
-// under a rule other than RuleRename, on a keyless one no rule at all (a
-// Filter alone changes nothing). Otherwise the key or payload part is
-// replaced:
+// no rule changes what they give away: for a record with a key, no Key
+// column under a rule other than RuleRename; for one without, no rule
+// at all (a Filter alone changes nothing). Otherwise the key or payload
+// part is replaced:
 //
 //	0x03 ‖ HMAC-SHA-256(k, key)                    Key columns hashed (k: the first hashed Key column's Key), none otherwise changed
 //	0x04 ‖ u32le(len(row)) ‖ row                   any other change: the row as delivered

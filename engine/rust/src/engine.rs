@@ -867,7 +867,6 @@ impl Engine {
                     &mut sc.pol_rows,
                     &mut lane_offsets,
                     &mut sc.pol_eval,
-                    keyed,
                 )?;
                 (&sc.pol_rows[..], Some(a))
             }

@@ -22,7 +22,7 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use crate::error::Error;
 use crate::input::RawRows;
-use crate::policy_id::{self, IdFrom};
+use crate::policy_id::{self, IdFrom, Part};
 
 /// Names every metadata column starts with; source fields may not.
 pub const RESERVED_PREFIX: &str = "_openetl_";
@@ -116,20 +116,36 @@ fn record_id_after_prefix(key: &[u8], payload: &[u8], seq: i64, scratch: &mut Ve
 /// ‖ i64le(seq)
 /// ```
 ///
-/// `i` is the record's output row.
-fn record_id_from(from: &IdFrom, key: &[u8], i: usize, seq: i64, scratch: &mut Vec<u8>) -> u128 {
-    match from {
-        IdFrom::Hmac(h) => {
+/// per record by whether it has a key (see [`IdFrom`]); otherwise as
+/// [`record_id_after_prefix`]. `i` is the record's output row.
+fn record_id_from(
+    from: &IdFrom,
+    key: &[u8],
+    payload: &[u8],
+    i: usize,
+    seq: i64,
+    scratch: &mut Vec<u8>,
+) -> u128 {
+    let part = if key.is_empty() {
+        from.keyless
+    } else {
+        from.keyed
+    };
+    match (part, &from.hmac) {
+        (Part::Hmac, Some(h)) => {
             scratch.push(3);
             scratch.extend_from_slice(&h.digest(key));
         }
-        IdFrom::Row(cols) => {
+        (Part::Row, _) => {
             scratch.push(4);
             let at = scratch.len();
             scratch.extend_from_slice(&[0; 4]);
-            policy_id::encode_row(cols, i, scratch);
+            policy_id::encode_row(&from.row, i, scratch);
             let len = (scratch.len() - at - 4) as u32;
             scratch[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        }
+        _ => {
+            return record_id_after_prefix(key, payload, seq, scratch);
         }
     }
     scratch.extend_from_slice(&seq.to_le_bytes());
@@ -288,9 +304,14 @@ pub fn columns(
         let seq = rows.seq(r);
         let key = rows.key(r);
         let payload = if key.is_empty() { rows.payload(r) } else { &[] };
+        // Records whose ID the policies change (see [`IdFrom`]).
+        let from = from.filter(|f| {
+            let part = if key.is_empty() { f.keyless } else { f.keyed };
+            part != Part::Raw
+        });
         let hash = if let Some(from) = from {
             scratch.truncate(prefix);
-            Some(record_id_from(from, key, j, seq, scratch))
+            Some(record_id_from(from, key, payload, j, seq, scratch))
         } else if short_ok {
             record_id_short(&mut short, prefix, key, payload, seq)
         } else {

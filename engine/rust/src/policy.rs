@@ -835,7 +835,7 @@ pub struct Applied {
 
 /// Applies `p` to one push's output columns: `srcs` are the columns'
 /// source names, `fields` and `cols` the columns (destination names);
-/// `ops` is each row's op code; `keyed`: the records carry a key.
+/// `ops` is each row's op code.
 /// Dropped rows are removed from `out_rows` and `lane_offsets` too.
 #[allow(clippy::too_many_arguments)]
 pub fn apply(
@@ -847,7 +847,6 @@ pub fn apply(
     out_rows: &mut Vec<u32>,
     lane_offsets: &mut [usize],
     scratch: &mut Vec<u8>,
-    keyed: bool,
 ) -> Result<Applied, Error> {
     let n = ops.len();
     let mut applied = Applied {
@@ -937,7 +936,7 @@ pub fn apply(
         }
     }
     let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
-    applied.id_from = p.id_from(keyed, &names, cols);
+    applied.id_from = p.id_from(&names, cols);
     Ok(applied)
 }
 

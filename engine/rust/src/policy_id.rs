@@ -7,15 +7,15 @@
 //! hashing the guess. So the ID must be a function only of what the
 //! destination receives:
 //!
-//! * keyed, no key column under a rule that changes values: the raw key,
-//!   as without policies ([`IdFrom`] is `None`);
-//! * keyed, key columns hashed (and no other key column changed):
-//!   HMAC-SHA-256 of the raw key under the first hashed key column's key,
-//!   so without that key a guess can't be confirmed ([`IdFrom::Hmac`]);
+//! * a record with a key, no key column under a rule that changes
+//!   values: the raw key, as without policies ([`Part::Raw`]);
+//! * key columns hashed (and no other key column changed): HMAC-SHA-256
+//!   of the raw key under the first hashed key column's key, so without
+//!   that key a guess can't be confirmed ([`Part::Hmac`]);
 //! * any other key change (an append stream's key masked, truncated,
-//!   nulled or left out), and every keyless stream with a column rule:
-//!   the row as delivered ([`IdFrom::Row`]), its columns after every
-//!   policy.
+//!   nulled or left out), and every record without a key on a stream
+//!   with a column rule: the row as delivered ([`Part::Row`]), its
+//!   columns after every policy.
 //!
 //! Each is deterministic (policies are), so replays get the same IDs.
 
@@ -28,21 +28,30 @@ use arrow_schema::DataType;
 
 use crate::policy::{Action, HmacKey, Policies};
 
-/// What `_openetl_id` hashes besides the stream and seq, when not the
-/// raw key or payload.
-pub enum IdFrom {
-    /// The raw key's HMAC under this key.
-    Hmac(Box<HmacKey>),
-    /// The delivered row: (output name, column), sorted by name.
-    Row(Vec<(String, ArrayRef)>),
+/// What a record's `_openetl_id` hashes besides the stream and seq.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The raw key or payload, as without policies.
+    Raw,
+    /// The raw key's HMAC under the policies' first hashed key column's
+    /// key.
+    Hmac,
+    /// The row as delivered.
+    Row,
 }
 
-/// How a stream's IDs are derived (see the module doc); `None`: as
-/// without policies.
-pub enum Basis<'a> {
-    Raw,
-    Hmac(&'a HmacKey),
-    Row,
+/// What a push's IDs hash, when some are not the raw key or payload.
+/// Which applies is decided per record, by whether it has a key (as
+/// without policies), so a record's ID doesn't depend on its batch.
+pub struct IdFrom {
+    /// Records with a key.
+    pub keyed: Part,
+    /// Records without one.
+    pub keyless: Part,
+    pub hmac: Option<Box<HmacKey>>,
+    /// The delivered row: (output name, column), sorted by name; empty
+    /// unless a part is [`Part::Row`].
+    pub row: Vec<(String, ArrayRef)>,
 }
 
 impl Policies {
@@ -56,14 +65,12 @@ impl Policies {
                 .is_some_and(|inc| !inc.iter().any(|c| c == src))
     }
 
-    /// How the IDs of a stream with these policies are derived; `keyed`:
-    /// the records carry a key. Fixed for the stream's configuration, so
-    /// the same record gets the same ID whatever batch it is in.
-    pub fn id_basis(&self, keyed: bool) -> Basis<'_> {
+    /// How the IDs of records with a key, and of those without, are
+    /// derived; fixed by the configuration. With the first, the hash key
+    /// of [`Part::Hmac`].
+    pub fn id_parts(&self) -> (Part, Part, Option<&HmacKey>) {
         let rules = self.include.is_some() || !self.actions.is_empty() || !self.renames.is_empty();
-        if !keyed {
-            return if rules { Basis::Row } else { Basis::Raw };
-        }
+        let keyless = if rules { Part::Row } else { Part::Raw };
         let mut hmac = None;
         for k in &self.key {
             if !self.changes(k) {
@@ -73,29 +80,39 @@ impl Policies {
                 Some(Action::Hash(h)) => {
                     hmac.get_or_insert(&**h);
                 }
-                _ => return Basis::Row,
+                _ => return (Part::Row, keyless, None),
             }
         }
-        hmac.map_or(Basis::Raw, Basis::Hmac)
+        match hmac {
+            Some(h) => (Part::Hmac, keyless, Some(h)),
+            None => (Part::Raw, keyless, None),
+        }
     }
 
     /// What the IDs of a push's output hash, given its columns after the
-    /// policies (`fields`' names, `cols`).
-    pub fn id_from(&self, keyed: bool, names: &[&str], cols: &[ArrayRef]) -> Option<IdFrom> {
-        match self.id_basis(keyed) {
-            Basis::Raw => None,
-            Basis::Hmac(h) => Some(IdFrom::Hmac(Box::new(h.clone()))),
-            Basis::Row => {
-                let mut v: Vec<(String, ArrayRef)> = names
-                    .iter()
-                    .zip(cols)
-                    .filter(|(_, c)| *c.data_type() != DataType::Null)
-                    .map(|(n, c)| (n.to_string(), Arc::clone(c)))
-                    .collect();
-                v.sort_by(|a, b| a.0.cmp(&b.0));
-                Some(IdFrom::Row(v))
-            }
+    /// policies (`fields`' names, `cols`); `None`: the raw key or
+    /// payload, as without policies.
+    pub fn id_from(&self, names: &[&str], cols: &[ArrayRef]) -> Option<IdFrom> {
+        let (keyed, keyless, hmac) = self.id_parts();
+        if keyed == Part::Raw && keyless == Part::Raw {
+            return None;
         }
+        let mut row: Vec<(String, ArrayRef)> = Vec::new();
+        if keyed == Part::Row || keyless == Part::Row {
+            row = names
+                .iter()
+                .zip(cols)
+                .filter(|(_, c)| *c.data_type() != DataType::Null)
+                .map(|(n, c)| (n.to_string(), Arc::clone(c)))
+                .collect();
+            row.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        Some(IdFrom {
+            keyed,
+            keyless,
+            hmac: hmac.map(|h| Box::new(h.clone())),
+            row,
+        })
     }
 }
 

@@ -145,13 +145,18 @@ fn a_hashed_key_ids_by_its_hmac() {
 
 #[test]
 fn ids_without_a_changed_value_are_as_before() {
-    // Keyed, rules on other columns only; a filter alone.
-    for (keyed, rules) in [
-        (true, r#"{"kind":"exclude","column":"ssn"}"#),
-        (true, r#"{"kind":"rename","column":"id","to":"ident"}"#),
-        (false, ""),
+    // Keyed, rules on other columns only (also where the stream isn't
+    // declared keyed but its records carry keys); no rule at all.
+    for (keyed, key, rules) in [
+        (true, "42", r#"{"kind":"exclude","column":"ssn"}"#),
+        (false, "42", r#"{"kind":"exclude","column":"ssn"}"#),
+        (
+            true,
+            "42",
+            r#"{"kind":"rename","column":"id","to":"ident"}"#,
+        ),
+        (false, "", ""),
     ] {
-        let key = if keyed { "42" } else { "" };
         let payload = r#"{"id":42,"ssn":"123"}"#;
         let r = push(&cfg(keyed, false, rules), &[(7, key, payload)]);
         let want = record_id_hex(b"t", key.as_bytes(), payload.as_bytes(), 7);

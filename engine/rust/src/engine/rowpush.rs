@@ -310,7 +310,6 @@ impl Engine {
                     &mut sc.out_rows,
                     &mut lane_offsets,
                     &mut sc.pol_eval,
-                    keyed,
                 )?)
             }
         };
