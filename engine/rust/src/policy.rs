@@ -625,6 +625,7 @@ fn eval<'a>(c: &Cond, n: usize, col: &impl Fn(&str) -> Option<&'a ArrayRef>, out
         },
         Cond::In(name, ls) => match col(name) {
             None => out.resize(n, U),
+            Some(a) if in_set(a, n, ls, out) => {}
             Some(a) => {
                 out.resize(n, F);
                 let mut tmp = Vec::with_capacity(n);
@@ -675,6 +676,121 @@ fn eval<'a>(c: &Cond, n: usize, col: &impl Fn(&str) -> Option<&'a ArrayRef>, out
             }
         }
     }
+}
+
+/// `In` over an integer, float or utf8 column with its literals in
+/// sorted sets, one binary search per row (the general path compares
+/// every literal with every row); false, and `out` untouched, for other
+/// columns. Same logic as that path: a null, a NaN or no match where
+/// some literal can't be compared (another type, a NaN) is unknown.
+fn in_set(a: &ArrayRef, n: usize, ls: &[Lit], out: &mut Vec<u8>) -> bool {
+    fn sorted<T: PartialOrd>(mut v: Vec<T>) -> Vec<T> {
+        v.sort_by(|x, y| x.partial_cmp(y).unwrap_or(std::cmp::Ordering::Equal));
+        v
+    }
+    fn has<T: PartialOrd>(set: &[T], v: &T) -> bool {
+        set.binary_search_by(|x| x.partial_cmp(v).unwrap_or(std::cmp::Ordering::Less))
+            .is_ok()
+    }
+    let dt = a.data_type();
+    let miss = |odd: bool| if odd { U } else { F };
+    if dt.is_integer() || dt.is_floating() {
+        let ints = sorted(
+            ls.iter()
+                .filter_map(|l| match l {
+                    Lit::Int(x) => Some(*x as i128),
+                    _ => None,
+                })
+                .collect::<Vec<_>>(),
+        );
+        let floats = sorted(
+            ls.iter()
+                .filter_map(|l| match l {
+                    Lit::Float(x) if !x.is_nan() => Some(*x),
+                    Lit::Int(x) if dt.is_floating() => Some(*x as f64),
+                    _ => None,
+                })
+                .collect::<Vec<_>>(),
+        );
+        let odd = ls.iter().any(|l| match l {
+            Lit::Float(x) => x.is_nan(),
+            Lit::Int(_) => false,
+            _ => true,
+        });
+        macro_rules! ints {
+            ($t:ty) => {{
+                let p = a.as_primitive::<$t>();
+                out.extend((0..n).map(|i| {
+                    if p.is_null(i) {
+                        return U;
+                    }
+                    let v = p.value(i) as i128;
+                    if has(&ints, &v) || has(&floats, &(v as f64)) {
+                        T
+                    } else {
+                        miss(odd)
+                    }
+                }));
+            }};
+        }
+        macro_rules! floats {
+            ($t:ty) => {{
+                let p = a.as_primitive::<$t>();
+                out.extend((0..n).map(|i| {
+                    if p.is_null(i) {
+                        return U;
+                    }
+                    let v = p.value(i) as f64;
+                    if v.is_nan() {
+                        miss(!ls.is_empty())
+                    } else if has(&floats, &v) {
+                        T
+                    } else {
+                        miss(odd)
+                    }
+                }));
+            }};
+        }
+        out.clear();
+        match dt {
+            DataType::Int8 => ints!(Int8Type),
+            DataType::Int16 => ints!(Int16Type),
+            DataType::Int32 => ints!(Int32Type),
+            DataType::Int64 => ints!(Int64Type),
+            DataType::UInt8 => ints!(UInt8Type),
+            DataType::UInt16 => ints!(UInt16Type),
+            DataType::UInt32 => ints!(UInt32Type),
+            DataType::UInt64 => ints!(UInt64Type),
+            DataType::Float32 => floats!(Float32Type),
+            DataType::Float64 => floats!(Float64Type),
+            _ => return false,
+        }
+        return true;
+    }
+    if *dt == DataType::Utf8 {
+        let strs = sorted(
+            ls.iter()
+                .filter_map(|l| match l {
+                    Lit::Str(x) => Some(x.as_bytes()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>(),
+        );
+        let odd = ls.iter().any(|l| !matches!(l, Lit::Str(_)));
+        let s = a.as_string::<i32>();
+        out.clear();
+        out.extend((0..n).map(|i| {
+            if s.is_null(i) {
+                U
+            } else if strs.binary_search(&s.value(i).as_bytes()).is_ok() {
+                T
+            } else {
+                miss(odd)
+            }
+        }));
+        return true;
+    }
+    false
 }
 
 fn and3(a: u8, b: u8) -> u8 {
@@ -822,6 +938,38 @@ pub const DROP: u8 = 1;
 /// Kept as a delete of its key.
 pub const TO_DELETE: u8 = 2;
 
+/// Evaluates `p`'s filter over `n` rows whose columns `col` finds by
+/// source name, into `out`: per row [`KEEP`], [`DROP`] or, on a merged
+/// stream, [`TO_DELETE`]. Deletes (`ops`) always pass. Returns the rows
+/// dropped and whether any became a delete.
+pub fn decide<'a>(
+    p: &Policies,
+    n: usize,
+    col: &impl Fn(&str) -> Option<&'a ArrayRef>,
+    ops: &[u8],
+    out: &mut Vec<u8>,
+) -> (usize, bool) {
+    let Some(f) = &p.filter else {
+        out.clear();
+        out.resize(n, KEEP);
+        return (0, false);
+    };
+    eval(f, n, col, out);
+    let (mut dropped, mut any_delete) = (0, false);
+    for (d, &op) in out.iter_mut().zip(ops) {
+        *d = if *d == T || op == meta::OP_DELETE {
+            KEEP
+        } else if p.merge {
+            any_delete = true;
+            TO_DELETE
+        } else {
+            dropped += 1;
+            DROP
+        };
+    }
+    (dropped, any_delete)
+}
+
 /// What [`apply`] did to the rows.
 pub struct Applied {
     /// Rows the filter dropped.
@@ -837,6 +985,8 @@ pub struct Applied {
 /// source names, `fields` and `cols` the columns (destination names);
 /// `ops` is each row's op code.
 /// Dropped rows are removed from `out_rows` and `lane_offsets` too.
+/// `pre_dropped`: the caller has applied the filter already (see
+/// [`decide`]), dropping that many rows; the columns have the kept rows.
 #[allow(clippy::too_many_arguments)]
 pub fn apply(
     p: &Policies,
@@ -847,6 +997,7 @@ pub fn apply(
     out_rows: &mut Vec<u32>,
     lane_offsets: &mut [usize],
     scratch: &mut Vec<u8>,
+    pre_dropped: Option<usize>,
 ) -> Result<Applied, Error> {
     let n = ops.len();
     let mut applied = Applied {
@@ -855,19 +1006,15 @@ pub fn apply(
         id_from: None,
     };
     let mut any_delete = false;
-    if let Some(f) = &p.filter {
-        let col = |name: &str| srcs.iter().position(|s| s == name).map(|i| &cols[i]);
-        eval(f, n, &col, scratch);
-        for (d, &op) in scratch.iter_mut().zip(ops) {
-            *d = if *d == T || op == meta::OP_DELETE {
-                KEEP
-            } else if p.merge {
-                any_delete = true;
-                TO_DELETE
-            } else {
-                applied.dropped += 1;
-                DROP
-            };
+    match pre_dropped {
+        Some(d) => applied.dropped = d,
+        None => {
+            if p.filter.is_some() {
+                let col = |name: &str| srcs.iter().position(|s| s == name).map(|i| &cols[i]);
+                let (d, del) = decide(p, n, &col, ops, scratch);
+                applied.dropped = d;
+                any_delete = del;
+            }
         }
     }
     // The columns left out go first: nothing more is done to them.
@@ -880,7 +1027,7 @@ pub fn apply(
         let mut i = 0;
         srcs.retain(|_| (keep[i], i += 1).0);
     }
-    if applied.dropped > 0 {
+    if applied.dropped > 0 && pre_dropped.is_none() {
         // Lane boundaries over the kept rows: the kept rows before each
         // old boundary.
         let (mut kept, mut j) = (0, 0);
