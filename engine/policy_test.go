@@ -11,6 +11,7 @@ import (
 
 	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/source"
+	"github.com/zeebo/xxh3"
 )
 
 var testKey = engine.HashKey("k3y-for-tests")
@@ -263,4 +264,43 @@ func TestPolicyIDHidesValues(t *testing.T) {
 			equal(t, "ID on replay", cells(t, again.Record, "_openetl_id")[1], got)
 		})
 	}
+}
+
+// TestPolicyIDLayouts computes the IDs that policies change in Go, from
+// the layouts in the package doc, independently of the engine.
+func TestPolicyIDLayouts(t *testing.T) {
+	le32 := func(b []byte, n int) []byte { return append(b, byte(n), byte(n>>8), byte(n>>16), byte(n>>24)) }
+	id := func(stream string, part []byte, seq int64) string {
+		b := le32(nil, len(stream))
+		b = append(b, stream...)
+		b = append(b, part...)
+		for i := range 8 {
+			b = append(b, byte(uint64(seq)>>(8*i)))
+		}
+		h := xxh3.Hash128(b).Bytes()
+		return hex.EncodeToString(h[:])
+	}
+	// A hashed key: 0x03 ‖ HMAC-SHA-256(k, key).
+	m := hmac.New(sha256.New, testKey)
+	m.Write([]byte("42"))
+	hashed := id("t", append([]byte{3}, m.Sum(nil)...), 7)
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{{Name: "t", Keyed: true, Key: []string{"id"}, Merge: true,
+		Rules: []engine.Rule{{Kind: engine.RuleHash, Column: "id", Key: testKey}}}}})
+	out := push(t, e, batch("t", rec{source.OpInsert, 7, "42", `{"id":42}`}))
+	equal(t, "hashed key ID", cells(t, out.Record, "_openetl_id")[0], hashed)
+
+	// A keyless row: 0x04 ‖ u32le(len(row)) ‖ row, the non-null values
+	// by name: "a" text "x", "b" bool true ("n" null, "ssn" excluded).
+	var row []byte
+	row = le32(row, 1)
+	row = append(row, 'a', 1)
+	row = le32(row, 1)
+	row = append(row, 'x')
+	row = le32(row, 1)
+	row = append(row, 'b', 3, 1)
+	rowID := id("t", append(le32([]byte{4}, len(row)), row...), 9)
+	e = newEngine(t, engine.Config{Streams: []engine.StreamSpec{{Name: "t",
+		Rules: []engine.Rule{{Kind: engine.RuleExclude, Column: "ssn"}}}}})
+	out = push(t, e, batch("t", rec{source.OpInsert, 9, "", `{"b":true,"ssn":"123456789","a":"x","n":null}`}))
+	equal(t, "keyless row ID", cells(t, out.Record, "_openetl_id")[0], rowID)
 }
