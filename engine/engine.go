@@ -228,7 +228,9 @@
 // column does), deterministic across replays; two records of one seq
 // that differ only in what the rules removed get one ID, as they are
 // one row at the destination. Adding, removing or changing such a rule
-// (or the hash key) changes the stream's IDs from then on.
+// (or the hash key) changes the stream's IDs from then on, and so does,
+// for the row form, a JSON column widening between two reads of a
+// record (its values encode by their Arrow type).
 //
 // # Metadata columns
 //
