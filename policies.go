@@ -16,19 +16,22 @@ import (
 // the source does (before any Rename); a column takes at most one of
 // Exclude, SetNull, HashHMAC, Mask and the truncations.
 //
-// The record ID (_openetl_id) is computed from the source's key and seq
-// before any policy, so it is the same with or without policies, and
-// across replays. For a hashed key column that means the ID is an
-// unkeyed hash of the raw key: whoever reads the table and can guess a
-// key (a small integer, an email address) can confirm the guess against
-// _openetl_id, so hashing a key column hides it only as well as the key
-// is hard to guess. The same goes for a stream without a key, whose ID
-// hashes the source's whole raw row (or message) with its seq: a reader
-// who sees the columns left and _openetl_seq can confirm a guess at an
-// excluded, masked or hashed value against _openetl_id, so on a keyless
-// stream these rules hide a value only as well as it is hard to guess.
-// The quarantine (_quarantine/) and held values (_held/) keep the
-// source's raw rows, before any policy.
+// The record ID (_openetl_id) never depends on a value a rule removed
+// or altered: a reader who can guess an excluded, masked or hashed value
+// can't confirm the guess against _openetl_id. A record with a key
+// whose key columns no rule changes (Rename aside) keeps the ID of the
+// raw key and seq, the same with or without policies. When key columns
+// are hashed, the ID hashes the raw key's HMAC under the hash key
+// instead; when a key column is otherwise changed (append streams), and
+// for every record without a key on a stream with a column rule, it
+// hashes the row as delivered (package
+// engine has the definition). Either is deterministic, so replays get
+// the same IDs, but adding or changing such a rule (or the hash key)
+// changes the stream's IDs from then on: a destination that skips rows
+// by ID takes records read again across that change as new. Two records
+// of a keyless stream with one seq that differ only in what the rules
+// removed get one ID. The quarantine (_quarantine/) and held values
+// (_held/) keep the source's raw rows, before any policy.
 type ColumnRule struct {
 	rules []engine.Rule
 	err   error
@@ -205,8 +208,8 @@ func group(op engine.CondOp, cs []Condition) Condition {
 // Columns sets column policies of stream (see ColumnRule), run inside the
 // engine on every batch, before any transform (Builder.Transform) and
 // before the rows reach Go: an excluded, hashed or masked value never
-// leaves the engine as a value (ColumnRule says what _openetl_id still
-// lets a reader confirm, on a keyless stream above all). Several calls
+// leaves the engine as a value, nor shapes _openetl_id (ColumnRule says
+// how the ID is derived then). Several calls
 // add rules. Build checks them against
 // the source's catalog: a declared (SQL) stream's column must exist and
 // be of a type its rule takes; on a merged stream (Mode Merge) the key

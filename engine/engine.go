@@ -207,9 +207,30 @@
 // otherwise widens to utf8), so every value takes it; a field with the
 // name a rename gives another column is left out.
 //
-// _openetl_id is computed from the record's raw key, seq and payload as
-// below, whatever the policies: it does not change when a policy is
-// added, nor when the key column is hashed.
+// _openetl_id never depends on a value a rule removed or altered, so a
+// reader can't confirm a guess at one by hashing it with the ID function
+// below. It is computed from the raw key, seq and payload as below when
+// no rule changes what they give away: for a record with a key, no Key
+// column under a rule other than RuleRename; for one without, no rule
+// at all (a Filter alone changes nothing). Otherwise the key or payload
+// part is replaced:
+//
+//	0x03 ‖ HMAC-SHA-256(k, key)                    Key columns hashed (k: the first hashed Key column's Key), none otherwise changed
+//	0x04 ‖ u32le(len(row)) ‖ row                   any other change: the row as delivered
+//
+// where row is, per column of the output with a non-null value, in
+// order of the output names' bytes, u32le(len(name)) ‖ name ‖ value:
+// text 0x01 ‖ u32le(len) ‖ UTF-8, binary 0x02 ‖ u32le(len) ‖ bytes, bool
+// 0x03 ‖ 0 or 1, other scalars 0x04 ‖ u32le(width) ‖ little-endian
+// value, structs 0x05 ‖ their non-null fields as above ‖ 0xff, lists
+// 0x06 ‖ u32le(n) ‖ each element (0xfe when null). So the ID is a
+// function of what the destination gets (the HMAC-ed key joins as the
+// column does), deterministic across replays; two records of one seq
+// that differ only in what the rules removed get one ID, as they are
+// one row at the destination. Adding, removing or changing such a rule
+// (or the hash key) changes the stream's IDs from then on, and so does,
+// for the row form, a JSON column widening between two reads of a
+// record (its values encode by their Arrow type).
 //
 // # Metadata columns
 //

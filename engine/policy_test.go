@@ -11,6 +11,7 @@ import (
 
 	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/source"
+	"github.com/zeebo/xxh3"
 )
 
 var testKey = engine.HashKey("k3y-for-tests")
@@ -209,4 +210,97 @@ func TestPolicyHashLengths(t *testing.T) {
 		b.Append(uint8(source.OpInsert), int64(n), nil, fmt.Appendf(nil, `{"v":%q}`, v))
 	}
 	equal(t, "hashes", cells(t, push(t, e, b).Record, "v"), want)
+}
+
+// TestPolicyIDHidesValues plays a reader of the table who knows the
+// published _openetl_id function, the stream, the seq and every column
+// delivered, and hashes guesses at a value the rules hid: no guess may
+// match, the right one included. Before the fix the ID hashed the raw
+// payload (keyless) or raw key, and the right guess matched.
+func TestPolicyIDHidesValues(t *testing.T) {
+	const ssn = "123456789"
+	doc := func(id, ssn string) string { return fmt.Sprintf(`{"id":%q,"name":"ann","ssn":%q}`, id, ssn) }
+	// Guesses around the secret, the secret among them.
+	guesses := make([]string, 0, 2000)
+	for i := range 2000 {
+		guesses = append(guesses, fmt.Sprintf("1234%05d", 56000+i))
+	}
+	for _, tc := range []struct {
+		name  string
+		spec  engine.StreamSpec
+		key   string                   // the record's key ("" keyless)
+		guess func(g string) [2]string // key and payload with the guess
+	}{
+		{"keyless exclude", engine.StreamSpec{Name: "t", Rules: []engine.Rule{{Kind: engine.RuleExclude, Column: "ssn"}}},
+			"", func(g string) [2]string { return [2]string{"", doc("7", g)} }},
+		{"keyless mask", engine.StreamSpec{Name: "t", Rules: []engine.Rule{{Kind: engine.RuleMask, Column: "ssn", N: 4}}},
+			"", func(g string) [2]string { return [2]string{"", doc("7", g)} }},
+		{"keyless hash", engine.StreamSpec{Name: "t", Rules: []engine.Rule{{Kind: engine.RuleHash, Column: "ssn", Key: testKey}}},
+			"", func(g string) [2]string { return [2]string{"", doc("7", g)} }},
+		{"merged, key hashed", engine.StreamSpec{Name: "t", Keyed: true, Key: []string{"id"}, Merge: true,
+			Rules: []engine.Rule{{Kind: engine.RuleHash, Column: "id", Key: testKey}}},
+			ssn, func(g string) [2]string { return [2]string{g, ""} }},
+		{"append, key masked", engine.StreamSpec{Name: "t", Keyed: true, Key: []string{"id"},
+			Rules: []engine.Rule{{Kind: engine.RuleMask, Column: "id", N: 2}}},
+			ssn, func(g string) [2]string { return [2]string{g, ""} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{tc.spec}})
+			payload := doc("7", ssn)
+			if tc.key != "" {
+				payload = doc(ssn, "0")
+			}
+			out := push(t, e, batch("t", rec{source.OpInsert, 42, tc.key, payload}))
+			got := cells(t, out.Record, "_openetl_id")[0]
+			for _, g := range guesses {
+				kp := tc.guess(g)
+				if goID("t", kp[0], kp[1], 42) == got {
+					t.Fatalf("the guess %s is confirmed by _openetl_id", g)
+				}
+			}
+			// Deterministic: the same record, again, gets the same ID.
+			e2 := newEngine(t, engine.Config{Streams: []engine.StreamSpec{tc.spec}})
+			again := push(t, e2, batch("t", rec{source.OpInsert, 1, "x", `{"id":"x"}`}, rec{source.OpInsert, 42, tc.key, payload}))
+			equal(t, "ID on replay", cells(t, again.Record, "_openetl_id")[1], got)
+		})
+	}
+}
+
+// TestPolicyIDLayouts computes the IDs that policies change in Go, from
+// the layouts in the package doc, independently of the engine.
+func TestPolicyIDLayouts(t *testing.T) {
+	le32 := func(b []byte, n int) []byte { return append(b, byte(n), byte(n>>8), byte(n>>16), byte(n>>24)) }
+	id := func(stream string, part []byte, seq int64) string {
+		b := le32(nil, len(stream))
+		b = append(b, stream...)
+		b = append(b, part...)
+		for i := range 8 {
+			b = append(b, byte(uint64(seq)>>(8*i)))
+		}
+		h := xxh3.Hash128(b).Bytes()
+		return hex.EncodeToString(h[:])
+	}
+	// A hashed key: 0x03 ‖ HMAC-SHA-256(k, key).
+	m := hmac.New(sha256.New, testKey)
+	m.Write([]byte("42"))
+	hashed := id("t", append([]byte{3}, m.Sum(nil)...), 7)
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{{Name: "t", Keyed: true, Key: []string{"id"}, Merge: true,
+		Rules: []engine.Rule{{Kind: engine.RuleHash, Column: "id", Key: testKey}}}}})
+	out := push(t, e, batch("t", rec{source.OpInsert, 7, "42", `{"id":42}`}))
+	equal(t, "hashed key ID", cells(t, out.Record, "_openetl_id")[0], hashed)
+
+	// A keyless row: 0x04 ‖ u32le(len(row)) ‖ row, the non-null values
+	// by name: "a" text "x", "b" bool true ("n" null, "ssn" excluded).
+	var row []byte
+	row = le32(row, 1)
+	row = append(row, 'a', 1)
+	row = le32(row, 1)
+	row = append(row, 'x')
+	row = le32(row, 1)
+	row = append(row, 'b', 3, 1)
+	rowID := id("t", append(le32([]byte{4}, len(row)), row...), 9)
+	e = newEngine(t, engine.Config{Streams: []engine.StreamSpec{{Name: "t",
+		Rules: []engine.Rule{{Kind: engine.RuleExclude, Column: "ssn"}}}}})
+	out = push(t, e, batch("t", rec{source.OpInsert, 9, "", `{"b":true,"ssn":"123456789","a":"x","n":null}`}))
+	equal(t, "keyless row ID", cells(t, out.Record, "_openetl_id")[0], rowID)
 }

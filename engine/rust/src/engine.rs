@@ -395,6 +395,7 @@ impl Engine {
         let mut quarantined = Vec::new();
         let lanes = self.cfg.lanes;
         let payload_buf = rows.payload_buffer();
+        let pols = self.policies.get(stream);
 
         for i in 0..rows.len() {
             let op = rows.op(i);
@@ -451,7 +452,7 @@ impl Engine {
                     col_bytes: &mut sc.col_bytes,
                     opts,
                     classify: false,
-                    policies: self.policies.get(stream),
+                    policies: pols,
                 };
                 let r = json::scan_object(payload, &mut sc.key_buf, &mut sc.arena, &mut sink);
                 classify = sink.classify;
@@ -650,32 +651,14 @@ impl Engine {
             });
         }
 
+        let pol = self.policies.get(stream);
         // Columns the policies leave out (and the filter doesn't read)
         // are not built.
-        let skip: Vec<bool> = match self.policies.get(stream) {
+        let skip: Vec<bool> = match pol {
             Some(p) => schema.columns.iter().map(|c| p.skips(&c.name)).collect(),
             None => Vec::new(),
         };
         let skipped = |i: usize| skip.get(i).copied().unwrap_or(false);
-        let mut builders: Vec<ColumnBuilder> = schema
-            .columns
-            .iter()
-            .zip(&sc.col_bytes)
-            .enumerate()
-            .map(|(i, (c, &bytes))| ColumnBuilder::new(c.ty, n, if skipped(i) { 0 } else { bytes }))
-            .collect();
-        // Nested columns: one tape node (or none) per output row.
-        let mut slots: Vec<Vec<u32>> = schema
-            .columns
-            .iter()
-            .map(|c| {
-                if c.ty == ColumnType::Nested {
-                    vec![tape::NONE; n]
-                } else {
-                    Vec::new()
-                }
-            })
-            .collect();
         // Nested columns whose shape has parts the destination can't
         // write: the part it can (None: nothing, the column is held).
         let unsupported = &self.cfg.unsupported;
@@ -706,6 +689,129 @@ impl Engine {
                     }
             })
             .collect();
+        let in_order: &[u32] = if lanes > 1 {
+            &sc.out_rows
+        } else {
+            &sc.accepted
+        };
+        // The filter first, on an append stream whose filter reads plain
+        // columns only: those are built for every row, the filter
+        // decides, and the other columns are built for the kept rows
+        // only (the dropped ones are parsed, never built nor copied).
+        let mut pre: Option<PreFilter> = None;
+        if let Some(p) = pol
+            && let Some(f) = &p.filter
+            && !p.merge
+        {
+            let reads: Vec<bool> = schema.columns.iter().map(|c| f.reads(&c.name)).collect();
+            let plain = schema.columns.iter().enumerate().all(|(i, c)| {
+                !reads[i] || (c.ty != ColumnType::Nested && c.tree.is_none() && !held_cols[i])
+            });
+            if plain {
+                let mut fb: Vec<Option<ColumnBuilder>> = schema
+                    .columns
+                    .iter()
+                    .zip(&sc.col_bytes)
+                    .zip(&reads)
+                    .map(|((c, &bytes), &r)| r.then(|| ColumnBuilder::new(c.ty, n, bytes)))
+                    .collect();
+                for row in 0..n {
+                    let k = if lanes > 1 {
+                        sc.order[row] as usize
+                    } else {
+                        row
+                    };
+                    let (a, b) = (sc.bounds[k] as usize, sc.bounds[k + 1] as usize);
+                    for cell in &sc.cells[a..b] {
+                        if let Some(b) = fb[cell.col as usize].as_mut() {
+                            b.push(row, cell, payload_buf, &sc.arena)?;
+                        }
+                    }
+                }
+                let fcols = fb
+                    .into_iter()
+                    .map(|b| b.map(|b| b.finish(n)).transpose())
+                    .collect::<Result<Vec<_>, Error>>()?;
+                sc.pol_ops.clear();
+                sc.pol_ops
+                    .extend(in_order.iter().map(|&r| rows.op(r as usize)));
+                let col = |name: &str| schema.lookup(name).and_then(|i| fcols[i].as_ref());
+                let (dropped, _) = policy::decide(p, n, &col, &sc.pol_ops, &mut sc.pol_eval);
+                let keep = &sc.pol_eval;
+                let mut map = Vec::with_capacity(n);
+                let mut next = 0u32;
+                for &d in keep.iter() {
+                    map.push(if d == policy::DROP {
+                        GONE
+                    } else {
+                        next += 1;
+                        next - 1
+                    });
+                }
+                sc.pol_rows.clear();
+                sc.pol_rows.extend(
+                    in_order
+                        .iter()
+                        .zip(keep.iter())
+                        .filter(|(_, d)| **d != policy::DROP)
+                        .map(|(&r, _)| r),
+                );
+                let kept_ops: Vec<u8> = sc
+                    .pol_ops
+                    .iter()
+                    .zip(keep.iter())
+                    .filter(|(_, d)| **d != policy::DROP)
+                    .map(|(&o, _)| o)
+                    .collect();
+                sc.pol_ops.clear();
+                sc.pol_ops.extend_from_slice(&kept_ops);
+                let filter = (dropped > 0).then(|| {
+                    let pred: arrow_array::BooleanArray =
+                        keep.iter().map(|d| Some(*d != policy::DROP)).collect();
+                    arrow_select::filter::FilterBuilder::new(&pred)
+                        .optimize()
+                        .build()
+                });
+                let mut built = Vec::with_capacity(fcols.len());
+                for (i, c) in fcols.into_iter().enumerate() {
+                    built.push(match (c, &filter) {
+                        (Some(_), _) if p.dropped(&schema.columns[i].name) => None,
+                        (Some(c), Some(f)) => Some(f.filter(c.as_ref())?),
+                        (c, _) => c,
+                    });
+                }
+                pre = Some(PreFilter {
+                    map,
+                    dropped,
+                    built: built.into_iter().map(|c| c.map(Some)).collect(),
+                    reads,
+                });
+            }
+        }
+        let m = pre.as_ref().map_or(n, |p| n - p.dropped);
+        let prebuilt = |i: usize| pre.as_ref().is_some_and(|p| p.reads[i]);
+        let mut builders: Vec<ColumnBuilder> = schema
+            .columns
+            .iter()
+            .zip(&sc.col_bytes)
+            .enumerate()
+            .map(|(i, (c, &bytes))| {
+                let bytes = if skipped(i) || prebuilt(i) { 0 } else { bytes };
+                ColumnBuilder::new(c.ty, m, bytes)
+            })
+            .collect();
+        // Nested columns: one tape node (or none) per output row.
+        let mut slots: Vec<Vec<u32>> = schema
+            .columns
+            .iter()
+            .map(|c| {
+                if c.ty == ColumnType::Nested {
+                    vec![tape::NONE; m]
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
         // Per column, where its cells go: a builder, the held values or
         // the nested slots (one test per cell in the loop below).
         const TO_BUILDER: u8 = 0;
@@ -716,7 +822,7 @@ impl Engine {
             .zip(&slots)
             .enumerate()
             .map(|(i, (&h, s))| {
-                if skipped(i) {
+                if skipped(i) || prebuilt(i) {
                     TO_SKIP
                 } else if h {
                     TO_HELD
@@ -727,14 +833,20 @@ impl Engine {
                 }
             })
             .collect();
+        let map: Option<&[u32]> = pre.as_ref().map(|p| &p.map[..]);
         let mut held: Vec<(u32, usize, Vec<u8>)> = Vec::new();
         let mut put = |row: usize, k: usize| -> Result<(), Error> {
+            // The row's output index; GONE: the filter dropped it (its
+            // held values are still kept, as before the filter ran first).
+            let row = map.map_or(row as u32, |m| m[row]);
             let (a, b) = (sc.bounds[k] as usize, sc.bounds[k + 1] as usize);
             for cell in &sc.cells[a..b] {
                 let col = cell.col as usize;
                 let to = dest[col];
                 if to == TO_BUILDER {
-                    builders[col].push(row, cell, payload_buf, &sc.arena)?;
+                    if row != GONE {
+                        builders[col].push(row as usize, cell, payload_buf, &sc.arena)?;
+                    }
                     continue;
                 }
                 if to == TO_SKIP {
@@ -756,7 +868,9 @@ impl Engine {
                 }
                 if cell.kind == Kind::Nested {
                     let node = u32::try_from(cell.num).unwrap_or(tape::NONE);
-                    slots[col][row] = node;
+                    if row != GONE {
+                        slots[col][row as usize] = node;
+                    }
                     // A value with more than the column's Arrow type
                     // holds (an empty object where the type has no
                     // struct) is also kept whole, so nothing is lost.
@@ -782,10 +896,19 @@ impl Engine {
                 put(k, k)?;
             }
         }
-        let out_rows: &[u32] = if lanes > 1 {
-            &sc.out_rows
-        } else {
-            &sc.accepted
+        let mut lane_offsets = lane_offsets;
+        // The output's input rows (with a filter run first: in
+        // sc.pol_rows, which the policies' step below takes).
+        let out_rows: &[u32] = match &pre {
+            Some(p) => {
+                // Lane boundaries over the kept rows.
+                for off in lane_offsets.iter_mut() {
+                    *off = p.map[..*off].iter().filter(|&&r| r != GONE).count();
+                }
+                &[]
+            }
+            None if lanes > 1 => &sc.out_rows,
+            None => &sc.accepted,
         };
 
         let mut fields: Vec<Field> = schema
@@ -797,7 +920,6 @@ impl Engine {
                 Field::new(c.name.as_str(), dt, true)
             })
             .collect();
-        let pol = self.policies.get(stream);
         let table = apply_names(
             &self.cfg.naming,
             &mut self.tables,
@@ -810,6 +932,7 @@ impl Engine {
         if pol.is_some() {
             srcs.extend(schema.columns.iter().map(|c| c.name.clone()));
         }
+        let mut built = pre.as_mut().map(|p| std::mem::take(&mut p.built));
         let mut cols: Vec<ArrayRef> = Vec::with_capacity(fields.len() + 4);
         for (i, ((b, c), slot)) in builders
             .into_iter()
@@ -817,16 +940,20 @@ impl Engine {
             .zip(&slots)
             .enumerate()
         {
+            if let Some(a) = built.as_mut().and_then(|v| v[i].take()) {
+                cols.push(a.unwrap_or_else(|| Arc::new(arrow_array::NullArray::new(m))));
+                continue;
+            }
             match (&c.tree, c.ty) {
                 // Left out below.
                 _ if held_cols[i] || skipped(i) => {
-                    cols.push(Arc::new(arrow_array::NullArray::new(n)))
+                    cols.push(Arc::new(arrow_array::NullArray::new(m)))
                 }
                 (Some(t), ColumnType::Nested) => {
                     let t = partial[i].unwrap_or(t);
                     cols.push(tape::build(t, &mut sc.tape, payload_buf, slot)?);
                 }
-                _ => cols.push(b.finish(n)?),
+                _ => cols.push(b.finish(m)?),
             }
         }
         if !held.is_empty() || held_cols.iter().any(|&h| h) {
@@ -849,15 +976,17 @@ impl Engine {
                 srcs.retain(|_| (!held_cols[i], i += 1).0);
             }
         }
-        let mut lane_offsets = lane_offsets;
         let (out_rows, applied) = match pol {
             None => (out_rows, None),
             Some(p) => {
-                sc.pol_rows.clear();
-                sc.pol_rows.extend_from_slice(out_rows);
-                sc.pol_ops.clear();
-                sc.pol_ops
-                    .extend(out_rows.iter().map(|&r| rows.op(r as usize)));
+                let pre_dropped = pre.as_ref().map(|p| p.dropped);
+                if pre.is_none() {
+                    sc.pol_rows.clear();
+                    sc.pol_rows.extend_from_slice(out_rows);
+                    sc.pol_ops.clear();
+                    sc.pol_ops
+                        .extend(out_rows.iter().map(|&r| rows.op(r as usize)));
+                }
                 let a = policy::apply(
                     p,
                     &mut srcs,
@@ -867,6 +996,7 @@ impl Engine {
                     &mut sc.pol_rows,
                     &mut lane_offsets,
                     &mut sc.pol_eval,
+                    pre_dropped,
                 )?;
                 (&sc.pol_rows[..], Some(a))
             }
@@ -885,6 +1015,22 @@ impl Engine {
             applied,
         )
     }
+}
+
+/// An output row the filter dropped (see [`PreFilter`]).
+const GONE: u32 = u32::MAX;
+
+/// A push whose filter ran before its columns were built.
+struct PreFilter {
+    /// Per output row (before the filter), its row among the kept, or
+    /// [`GONE`].
+    map: Vec<u32>,
+    dropped: usize,
+    /// Per column, those the filter read, built and filtered (`Some(None)`:
+    /// left out by the policies).
+    built: Vec<Option<Option<ArrayRef>>>,
+    /// Per column, whether the filter reads it.
+    reads: Vec<bool>,
 }
 
 /// Adds the metadata columns to a push's output and makes its record.
@@ -912,7 +1058,15 @@ fn finish(
         });
     }
     fields.extend(meta::fields());
-    let mut m = meta::columns(stream.as_bytes(), rows, out_rows, synced_at_micros, id_buf)?;
+    let from = applied.as_ref().and_then(|a| a.id_from.as_ref());
+    let mut m = meta::columns(
+        stream.as_bytes(),
+        rows,
+        out_rows,
+        synced_at_micros,
+        id_buf,
+        from,
+    )?;
     if let Some(a) = &applied
         && !a.to_delete.is_empty()
     {

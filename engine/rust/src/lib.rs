@@ -41,6 +41,7 @@ pub mod meta;
 pub mod names;
 pub mod nested;
 pub mod policy;
+pub mod policy_id;
 pub mod quarantine;
 pub mod route;
 pub mod rows;

@@ -22,6 +22,7 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use crate::error::Error;
 use crate::input::RawRows;
+use crate::policy_id::{self, IdFrom, Part};
 
 /// Names every metadata column starts with; source fields may not.
 pub const RESERVED_PREFIX: &str = "_openetl_";
@@ -102,6 +103,51 @@ fn record_id_after_prefix(key: &[u8], payload: &[u8], seq: i64, scratch: &mut Ve
     scratch.push(tag);
     scratch.extend_from_slice(&(body.len() as u32).to_le_bytes());
     scratch.extend_from_slice(body);
+    scratch.extend_from_slice(&seq.to_le_bytes());
+    xxh3_128(scratch)
+}
+
+/// [`record_id_after_prefix`] for a record whose policies change what
+/// the raw key or payload would give away (see [`crate::policy_id`]):
+///
+/// ```text
+/// ‖ 0x03 ‖ HMAC-SHA-256(hash key, key)        keys of hashed key columns
+/// ‖ 0x04 ‖ u32le(len(row)) ‖ row              the delivered row, encoded
+/// ‖ i64le(seq)
+/// ```
+///
+/// per record by whether it has a key (see [`IdFrom`]); otherwise as
+/// [`record_id_after_prefix`]. `i` is the record's output row.
+fn record_id_from(
+    from: &IdFrom,
+    key: &[u8],
+    payload: &[u8],
+    i: usize,
+    seq: i64,
+    scratch: &mut Vec<u8>,
+) -> u128 {
+    let part = if key.is_empty() {
+        from.keyless
+    } else {
+        from.keyed
+    };
+    match (part, &from.hmac) {
+        (Part::Hmac, Some(h)) => {
+            scratch.push(3);
+            scratch.extend_from_slice(&h.digest(key));
+        }
+        (Part::Row, _) => {
+            scratch.push(4);
+            let at = scratch.len();
+            scratch.extend_from_slice(&[0; 4]);
+            policy_id::encode_row(&from.row, i, scratch);
+            let len = (scratch.len() - at - 4) as u32;
+            scratch[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        }
+        _ => {
+            return record_id_after_prefix(key, payload, seq, scratch);
+        }
+    }
     scratch.extend_from_slice(&seq.to_le_bytes());
     xxh3_128(scratch)
 }
@@ -234,6 +280,7 @@ pub fn columns(
     order: &[u32],
     synced_at_micros: i64,
     scratch: &mut Vec<u8>,
+    from: Option<&IdFrom>,
 ) -> Result<[ArrayRef; 4], Error> {
     let n = order.len();
     // Every offset below fits: the largest, n * 32, is checked here.
@@ -252,12 +299,20 @@ pub fn columns(
     if short_ok {
         short[..prefix].copy_from_slice(scratch);
     }
-    for &r in order {
+    for (j, &r) in order.iter().enumerate() {
         let r = r as usize;
         let seq = rows.seq(r);
         let key = rows.key(r);
         let payload = if key.is_empty() { rows.payload(r) } else { &[] };
-        let hash = if short_ok {
+        // Records whose ID the policies change (see [`IdFrom`]).
+        let from = from.filter(|f| {
+            let part = if key.is_empty() { f.keyless } else { f.keyed };
+            part != Part::Raw
+        });
+        let hash = if let Some(from) = from {
+            scratch.truncate(prefix);
+            Some(record_id_from(from, key, payload, j, seq, scratch))
+        } else if short_ok {
             record_id_short(&mut short, prefix, key, payload, seq)
         } else {
             None

@@ -5,8 +5,10 @@
 //! [`Policies::naming_key`]): a renamed column is named from its new name.
 //!
 //! Everything is columnar and per batch: a filter is evaluated node by
-//! node over whole columns, and each rewritten column is built into one
-//! buffer; nothing is allocated per row. Policies are configuration only:
+//! node over whole columns ([`filter`]; on append streams the push runs
+//! it before building the other columns, see [`decide`]), and each
+//! rewritten column is built into one buffer; nothing is allocated per
+//! row. Policies are configuration only:
 //! none of this is in the engine's saved state (the hash key least of
 //! all), and the key never appears in a message or a `Debug` output.
 
@@ -14,8 +16,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Decimal128Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type,
-    UInt16Type, UInt32Type, UInt64Type,
+    Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use arrow_array::{Array, ArrayRef, BinaryArray, StringArray, make_array};
 use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
@@ -25,6 +26,9 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::meta;
+
+pub mod filter;
+pub use filter::{DROP, KEEP, TO_DELETE, decide};
 
 /// A filter literal, typed.
 #[derive(Clone, Debug, PartialEq)]
@@ -135,13 +139,19 @@ impl HmacKey {
         HmacKey { inner, outer, id }
     }
 
-    /// HMAC-SHA-256 of `v`, as 64 lowercase hex digits into `out`.
+    /// HMAC-SHA-256 of `v`.
     #[inline]
-    pub fn hex(&self, v: &[u8], out: &mut Vec<u8>) {
+    pub fn digest(&self, v: &[u8]) -> [u8; 32] {
         let mut st = self.inner;
         let ih = finish(&mut st, 64, v);
         let mut st = self.outer;
-        let d = finish(&mut st, 64, &ih);
+        finish(&mut st, 64, &ih)
+    }
+
+    /// HMAC-SHA-256 of `v`, as 64 lowercase hex digits into `out`.
+    #[inline]
+    pub fn hex(&self, v: &[u8], out: &mut Vec<u8>) {
+        let d = self.digest(v);
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut buf = [0u8; 64];
         for (i, b) in d.iter().enumerate() {
@@ -587,247 +597,23 @@ fn lit(v: &Value) -> Result<Lit, String> {
     .ok_or_else(|| format!("filter: bad literal {v}"))
 }
 
-// Truth values of a row's condition.
-const F: u8 = 0;
-const T: u8 = 1;
-const U: u8 = 2;
-
-/// Evaluates `c` over `n` rows into `out` (F, T or U per row). `col`
-/// finds a column by source name.
-fn eval<'a>(c: &Cond, n: usize, col: &impl Fn(&str) -> Option<&'a ArrayRef>, out: &mut Vec<u8>) {
-    out.clear();
-    match c {
-        Cond::IsNull(name) | Cond::NotNull(name) => {
-            let want_null = matches!(c, Cond::IsNull(_));
-            match col(name) {
-                None => out.resize(n, if want_null { T } else { F }),
-                Some(a) => out.extend((0..n).map(|i| (a.is_null(i) == want_null) as u8)),
-            }
-        }
-        Cond::Cmp(name, op, l) => match col(name) {
-            None => out.resize(n, U),
-            Some(a) => cmp_col(
-                a,
-                n,
-                out,
-                |o| match o {
-                    None => U,
-                    Some(o) => op_holds(*op, o) as u8,
-                },
-                l,
-            ),
-        },
-        Cond::In(name, ls) => match col(name) {
-            None => out.resize(n, U),
-            Some(a) => {
-                out.resize(n, F);
-                let mut tmp = Vec::with_capacity(n);
-                for l in ls {
-                    tmp.clear();
-                    cmp_col(
-                        a,
-                        n,
-                        &mut tmp,
-                        |o| match o {
-                            None => U,
-                            Some(o) => (o == std::cmp::Ordering::Equal) as u8,
-                        },
-                        l,
-                    );
-                    for (r, t) in out.iter_mut().zip(&tmp) {
-                        *r = or3(*r, *t);
-                    }
-                }
-                if ls.is_empty() {
-                    for (i, r) in out.iter_mut().enumerate() {
-                        if a.is_null(i) {
-                            *r = U;
-                        }
-                    }
-                }
-            }
-        },
-        Cond::And(cs) | Cond::Or(cs) => {
-            let and = matches!(c, Cond::And(_));
-            out.resize(n, if and { T } else { F });
-            let mut tmp = Vec::with_capacity(n);
-            for c in cs {
-                eval(c, n, col, &mut tmp);
-                for (r, t) in out.iter_mut().zip(&tmp) {
-                    *r = if and { and3(*r, *t) } else { or3(*r, *t) };
-                }
-            }
-        }
-        Cond::Not(c) => {
-            eval(c, n, col, out);
-            for r in out.iter_mut() {
-                *r = match *r {
-                    T => F,
-                    F => T,
-                    u => u,
-                };
-            }
-        }
-    }
-}
-
-fn and3(a: u8, b: u8) -> u8 {
-    if a == F || b == F {
-        F
-    } else if a == T && b == T {
-        T
-    } else {
-        U
-    }
-}
-
-fn or3(a: u8, b: u8) -> u8 {
-    if a == T || b == T {
-        T
-    } else if a == F && b == F {
-        F
-    } else {
-        U
-    }
-}
-
-fn op_holds(op: CmpOp, o: std::cmp::Ordering) -> bool {
-    use std::cmp::Ordering::*;
-    match op {
-        CmpOp::Eq => o == Equal,
-        CmpOp::Ne => o != Equal,
-        CmpOp::Lt => o == Less,
-        CmpOp::Le => o != Greater,
-        CmpOp::Gt => o == Greater,
-        CmpOp::Ge => o != Less,
-    }
-}
-
-/// Pushes, per row, `f` of the ordering of the row's value against `l`
-/// (None: null, or not comparable).
-fn cmp_col(
-    a: &ArrayRef,
-    n: usize,
-    out: &mut Vec<u8>,
-    f: impl Fn(Option<std::cmp::Ordering>) -> u8,
-    l: &Lit,
-) {
-    use std::cmp::Ordering;
-    macro_rules! ints {
-        ($t:ty) => {{
-            let p = a.as_primitive::<$t>();
-            for i in 0..n {
-                let o = if p.is_null(i) {
-                    None
-                } else {
-                    let v = p.value(i) as i128;
-                    match l {
-                        Lit::Int(x) => Some(v.cmp(&(*x as i128))),
-                        Lit::Float(x) => (v as f64).partial_cmp(x),
-                        _ => None,
-                    }
-                };
-                out.push(f(o));
-            }
-        }};
-    }
-    macro_rules! floats {
-        ($t:ty) => {{
-            let p = a.as_primitive::<$t>();
-            for i in 0..n {
-                let o = if p.is_null(i) {
-                    None
-                } else {
-                    let v = p.value(i) as f64;
-                    match l {
-                        Lit::Int(x) => v.partial_cmp(&(*x as f64)),
-                        Lit::Float(x) => v.partial_cmp(x),
-                        _ => None,
-                    }
-                };
-                out.push(f(o));
-            }
-        }};
-    }
-    match a.data_type() {
-        DataType::Int8 => ints!(Int8Type),
-        DataType::Int16 => ints!(Int16Type),
-        DataType::Int32 => ints!(Int32Type),
-        DataType::Int64 => ints!(Int64Type),
-        DataType::UInt8 => ints!(UInt8Type),
-        DataType::UInt16 => ints!(UInt16Type),
-        DataType::UInt32 => ints!(UInt32Type),
-        DataType::UInt64 => ints!(UInt64Type),
-        DataType::Float32 => floats!(Float32Type),
-        DataType::Float64 => floats!(Float64Type),
-        DataType::Decimal128(_, s) => {
-            let s = *s;
-            let p = a.as_primitive::<Decimal128Type>();
-            let scaled = match l {
-                Lit::Int(x) if s >= 0 => 10i128
-                    .checked_pow(s as u32)
-                    .and_then(|m| (*x as i128).checked_mul(m)),
-                _ => None,
-            };
-            for i in 0..n {
-                let o = if p.is_null(i) {
-                    None
-                } else {
-                    let v = p.value(i);
-                    match (l, scaled) {
-                        (Lit::Int(_), Some(x)) => Some(v.cmp(&x)),
-                        (Lit::Int(x), None) => {
-                            (v as f64 / 10f64.powi(s as i32)).partial_cmp(&(*x as f64))
-                        }
-                        (Lit::Float(x), _) => (v as f64 / 10f64.powi(s as i32)).partial_cmp(x),
-                        _ => None,
-                    }
-                };
-                out.push(f(o));
-            }
-        }
-        DataType::Utf8 => {
-            let s = a.as_string::<i32>();
-            for i in 0..n {
-                let o = match l {
-                    Lit::Str(x) if !s.is_null(i) => Some(s.value(i).as_bytes().cmp(x.as_bytes())),
-                    _ => None,
-                };
-                out.push(f(o));
-            }
-        }
-        DataType::Boolean => {
-            let b = a.as_boolean();
-            for i in 0..n {
-                let o: Option<Ordering> = match l {
-                    Lit::Bool(x) if !b.is_null(i) => Some(b.value(i).cmp(x)),
-                    _ => None,
-                };
-                out.push(f(o));
-            }
-        }
-        _ => out.resize(out.len() + n, f(None)),
-    }
-}
-
-/// Per output row, what the filter decided.
-pub const KEEP: u8 = 0;
-pub const DROP: u8 = 1;
-/// Kept as a delete of its key.
-pub const TO_DELETE: u8 = 2;
-
 /// What [`apply`] did to the rows.
 pub struct Applied {
     /// Rows the filter dropped.
     pub dropped: usize,
     /// Per kept row, whether it became a delete; empty when none did.
     pub to_delete: Vec<bool>,
+    /// What the rows' IDs hash, when not the raw key or payload (see
+    /// [`crate::policy_id`]).
+    pub id_from: Option<crate::policy_id::IdFrom>,
 }
 
 /// Applies `p` to one push's output columns: `srcs` are the columns'
 /// source names, `fields` and `cols` the columns (destination names);
-/// `ops` is each row's op code. Dropped rows are removed from `out_rows`
-/// and `lane_offsets` too.
+/// `ops` is each row's op code.
+/// Dropped rows are removed from `out_rows` and `lane_offsets` too.
+/// `pre_dropped`: the caller has applied the filter already (see
+/// [`decide`]), dropping that many rows; the columns have the kept rows.
 #[allow(clippy::too_many_arguments)]
 pub fn apply(
     p: &Policies,
@@ -838,26 +624,24 @@ pub fn apply(
     out_rows: &mut Vec<u32>,
     lane_offsets: &mut [usize],
     scratch: &mut Vec<u8>,
+    pre_dropped: Option<usize>,
 ) -> Result<Applied, Error> {
     let n = ops.len();
     let mut applied = Applied {
         dropped: 0,
         to_delete: Vec::new(),
+        id_from: None,
     };
     let mut any_delete = false;
-    if let Some(f) = &p.filter {
-        let col = |name: &str| srcs.iter().position(|s| s == name).map(|i| &cols[i]);
-        eval(f, n, &col, scratch);
-        for (d, &op) in scratch.iter_mut().zip(ops) {
-            *d = if *d == T || op == meta::OP_DELETE {
-                KEEP
-            } else if p.merge {
-                any_delete = true;
-                TO_DELETE
-            } else {
-                applied.dropped += 1;
-                DROP
-            };
+    match pre_dropped {
+        Some(d) => applied.dropped = d,
+        None => {
+            if p.filter.is_some() {
+                let col = |name: &str| srcs.iter().position(|s| s == name).map(|i| &cols[i]);
+                let (d, del) = decide(p, n, &col, ops, scratch);
+                applied.dropped = d;
+                any_delete = del;
+            }
         }
     }
     // The columns left out go first: nothing more is done to them.
@@ -870,7 +654,7 @@ pub fn apply(
         let mut i = 0;
         srcs.retain(|_| (keep[i], i += 1).0);
     }
-    if applied.dropped > 0 {
+    if applied.dropped > 0 && pre_dropped.is_none() {
         // Lane boundaries over the kept rows: the kept rows before each
         // old boundary.
         let (mut kept, mut j) = (0, 0);
@@ -925,6 +709,8 @@ pub fn apply(
             }
         }
     }
+    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    applied.id_from = p.id_from(&names, cols);
     Ok(applied)
 }
 

@@ -310,6 +310,7 @@ impl Engine {
                     &mut sc.out_rows,
                     &mut lane_offsets,
                     &mut sc.pol_eval,
+                    None,
                 )?)
             }
         };
