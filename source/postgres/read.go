@@ -743,8 +743,7 @@ func checkSlotIdle(ctx context.Context, repl *pgconn.PgConn, slot string) error 
 // configured one, or by default 2 on Postgres 14+ (streaming of
 // transactions in progress) and 1 before.
 func (s *Source) protocol(repl *pgconn.PgConn) (int, error) {
-	version := repl.ParameterStatus("server_version")
-	major, _ := strconv.Atoi(version[:digits(version)]) // "15.18 (Debian 15.18-1)"
+	version, major := repl.ParameterStatus("server_version"), serverMajor(repl)
 	switch {
 	case s.cfg.Protocol == 0 && major >= 14:
 		return 2, nil
@@ -754,6 +753,14 @@ func (s *Source) protocol(repl *pgconn.PgConn) (int, error) {
 		return 0, fmt.Errorf("postgres: Config.Protocol 2 needs Postgres 14 or later; the server is %q", version)
 	}
 	return s.cfg.Protocol, nil
+}
+
+// serverMajor returns the major version of c's server (15 for
+// "15.18 (Debian 15.18-1)"), 0 when it can't tell.
+func serverMajor(c *pgconn.PgConn) int {
+	v := c.ParameterStatus("server_version")
+	major, _ := strconv.Atoi(v[:digits(v)])
+	return major
 }
 
 // digits returns the length of v's leading run of decimal digits.
