@@ -36,7 +36,9 @@ type Config struct {
 	// Required; lowercase letters, digits and '_' only, at most 63 bytes.
 	Publication string
 	// CreatePublication creates the publication, FOR TABLE Tables, when it
-	// does not exist yet. An existing publication is used as it is.
+	// does not exist yet; on Postgres 18+ WITH (publish_generated_columns =
+	// stored), so stored generated columns are streamed. An existing
+	// publication is used as it is.
 	// Default false: a missing publication is an error.
 	CreatePublication bool
 	// Tables lists the tables ("name" or "schema.name") a created
@@ -156,8 +158,9 @@ func (e *TruncateError) Error() string {
 // ErrSchemaChanged and source.ErrReopen, so the runner starts a new
 // attempt at once, which declares the new shape (Discover reads it from
 // the catalog), snapshots an added table and continues where this one
-// stopped; a host sees it only if that keeps failing. Dropped columns
-// need no new attempt: they are null from then on.
+// stopped; a host sees it only if that keeps failing. A declared column
+// the stream stops sending (dropped, or taken out of the publication)
+// does the same: the new attempt no longer declares it.
 type SchemaChangeError struct {
 	Stream string
 	Detail string        // which column changed, and how
