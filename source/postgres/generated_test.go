@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openetl/etl"
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source/postgres"
 )
@@ -176,5 +177,55 @@ func TestColumnLeavesStream(t *testing.T) {
 				t.Errorf("rows\n%q\nwant\n%q", got, want)
 			}
 		})
+	}
+}
+
+// TestGeneratedColumnsPublishedLater: on 18, a publication given
+// publish_generated_columns = stored between syncs makes the next sync
+// declare the stored generated column and read the table again, so the
+// rows not changed since get its value.
+func TestGeneratedColumnsPublishedLater(t *testing.T) {
+	d := dsn(t)
+	if serverMajor(t, d) < 18 {
+		t.Skip("publish_generated_columns is Postgres 18's")
+	}
+	tbl, pub, slot := name("genlater"), name("pub"), name("slot")
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY, a int4, g int4 GENERATED ALWAYS AS (a * 2) STORED)", tbl),
+		fmt.Sprintf("INSERT INTO %s (id, a) VALUES (1, 10)", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	t.Cleanup(func() { execSQL(t, d, "DROP PUBLICATION IF EXISTS "+pub) })
+	dropSlotAtCleanup(t, d, slot)
+	h := newHarness(t, d, postgres.Config{Publication: pub, Slot: slot})
+	events := newEventLog()
+	h.onEvent = events.add
+	if _, err := h.sync(); err != nil {
+		t.Fatal(err)
+	}
+	events.wait(t)
+	execSQL(t, d, fmt.Sprintf("ALTER PUBLICATION %s SET (publish_generated_columns = stored)", pub),
+		fmt.Sprintf("INSERT INTO %s (id, a) VALUES (2, 20)", tbl))
+	res, err := h.sync()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res.Streams[tbl]; c.Read != 3 {
+		t.Errorf("counts %+v, want 3 read (the table again and the insert)", c)
+	}
+	var schemaEvents []string
+	for _, e := range events.wait(t) {
+		if e.Kind == etl.EventSchemaChanged {
+			schemaEvents = append(schemaEvents, e.Column+" "+e.Change+": "+e.Detail)
+		}
+	}
+	t.Logf("schema.changed: %q", schemaEvents)
+	if len(schemaEvents) != 1 || !strings.HasPrefix(schemaEvents[0], "g ") {
+		t.Errorf("schema.changed events %q, want one for g", schemaEvents)
+	}
+	m := map[string]string{}
+	for _, r := range readRows(t, h.tables, tbl) {
+		m[fmt.Sprint(r["id"])] = fmt.Sprintf("%v %v", r["a"], r["g"])
+	}
+	if want := map[string]string{"1": "10 20", "2": "20 40"}; fmt.Sprint(m) != fmt.Sprint(want) {
+		t.Errorf("applied by key in seq order: %v, want the table %v", m, want)
 	}
 }
