@@ -31,8 +31,8 @@
 // (an update that changes only the primary key is an update of the
 // index's key, and one that changes the index's columns a delete of the
 // old one).
-// The snapshot reads the same columns, so a value the change stream
-// lacks is never declared, to arrive null there. pgoutput sends no
+// The snapshot reads the same columns, so no column is declared that
+// the change stream would leave null. pgoutput sends no
 // generated column before Postgres 18; on 18 it sends stored ones when
 // the publication has publish_generated_columns = stored, which the
 // source sets on a publication it creates (Config.CreatePublication),
