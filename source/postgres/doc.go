@@ -20,7 +20,9 @@
 //
 // Each table of the publication is a FormatRow stream with CDC set,
 // named after the table ("orders"; "billing.invoices" outside schema
-// public). Its columns are the table's, in attribute order, typed with
+// public). Its columns are those the publication sends (all of the
+// table's, less those outside its column list and the generated ones
+// pgoutput leaves out), in attribute order, typed with
 // pg_type names (int4, numeric(12,2), timestamptz, _text ...: package
 // engine maps them to Arrow) — except enum types, declared
 // enum('label',...) in label order, which the engine marks as enums —
@@ -29,6 +31,15 @@
 // (an update that changes only the primary key is an update of the
 // index's key, and one that changes the index's columns a delete of the
 // old one).
+// The snapshot reads the same columns, so no column is declared that
+// the change stream would leave null. pgoutput sends no
+// generated column before Postgres 18; on 18 it sends stored ones when
+// the publication has publish_generated_columns = stored, which the
+// source sets on a publication it creates (Config.CreatePublication),
+// and virtual ones never. On 18, ALTER PUBLICATION ... SET
+// (publish_generated_columns = stored) adds the stored generated columns
+// of a publication you own; the next Open declares them and reads the
+// table again for them (a schema.changed event).
 // Values travel in Postgres's text form, with DateStyle ISO, TimeZone
 // UTC, extra_float_digits 3 and bytea_output hex set on both connections,
 // so a value reads the same in the snapshot and in the stream.
@@ -108,10 +119,11 @@
 //     columns outlive updates of other columns. A TOASTed key column is
 //     always filled: the server sends the old key with such an update.
 //   - Schema changes: relation messages are matched to the declared
-//     columns by name. A column dropped reads as null from then on. A
-//     column added, or a type changed, after the attempt read the catalog
-//     stops the stream with a *SchemaChangeError (ErrSchemaChanged) once
-//     the changes before it are read. The error also matches
+//     columns by name. A column added, a type changed, or a declared
+//     column the stream no longer sends (dropped, or taken out of the
+//     publication), after the attempt read the catalog stops the stream
+//     with a *SchemaChangeError (ErrSchemaChanged) naming the table and
+//     column, once the changes before it are read. The error also matches
 //     source.ErrReopen, so the runner starts a new attempt by itself,
 //     which declares the new shape and continues from the last
 //     checkpoint; a Sync or Run goes on without returning. A table added

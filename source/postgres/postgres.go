@@ -36,7 +36,9 @@ type Config struct {
 	// Required; lowercase letters, digits and '_' only, at most 63 bytes.
 	Publication string
 	// CreatePublication creates the publication, FOR TABLE Tables, when it
-	// does not exist yet. An existing publication is used as it is.
+	// does not exist yet; on Postgres 18+ WITH (publish_generated_columns =
+	// stored), so stored generated columns are streamed. An existing
+	// publication is used as it is.
 	// Default false: a missing publication is an error.
 	CreatePublication bool
 	// Tables lists the tables ("name" or "schema.name") a created
@@ -156,8 +158,9 @@ func (e *TruncateError) Error() string {
 // ErrSchemaChanged and source.ErrReopen, so the runner starts a new
 // attempt at once, which declares the new shape (Discover reads it from
 // the catalog), snapshots an added table and continues where this one
-// stopped; a host sees it only if that keeps failing. Dropped columns
-// need no new attempt: they are null from then on.
+// stopped; a host sees it only if that keeps failing. A declared column
+// the stream stops sending (dropped, or taken out of the publication)
+// does the same: the new attempt no longer declares it.
 type SchemaChangeError struct {
 	Stream string
 	Detail string        // which column changed, and how
@@ -465,6 +468,12 @@ func (s *Source) tables(ctx context.Context) ([]*table, error) {
 			idents = append(idents, strings.Join(parts, "."))
 		}
 		sql := "CREATE PUBLICATION " + quoteIdent(s.cfg.Publication) + " FOR TABLE " + strings.Join(idents, ", ")
+		if serverMajor(c) >= 18 {
+			// Stored generated columns then travel in the change stream
+			// as in the snapshot; before 18 pgoutput never sends them,
+			// and they are left out of the streams (see published).
+			sql += " WITH (publish_generated_columns = stored)"
+		}
 		if _, err := queryText(ctx, c, sql); err != nil {
 			return nil, fmt.Errorf("postgres: create publication %q: %w", s.cfg.Publication, err)
 		}
@@ -478,7 +487,8 @@ func (s *Source) tables(ctx context.Context) ([]*table, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One row per column of every published table, in attribute order,
+	// One row per column that pgoutput sends of every published table
+	// (see published), in attribute order,
 	// with its position in the key: the primary key's, or under REPLICA
 	// IDENTITY USING INDEX that index's (the key Postgres logs changes
 	// of).
@@ -506,7 +516,7 @@ JOIN pg_namespace n ON n.nspname = pt.schemaname
 JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 JOIN pg_type t ON t.oid = a.atttypid
-WHERE pt.pubname = `+quoteLiteral(s.cfg.Publication)+`
+WHERE pt.pubname = `+quoteLiteral(s.cfg.Publication)+published(serverMajor(c))+`
 ORDER BY n.nspname, c.relname, a.attnum`)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: read publication %q: %w", s.cfg.Publication, err)
@@ -555,6 +565,25 @@ ORDER BY n.nspname, c.relname, a.attnum`)
 	}
 	slices.SortFunc(out, func(a, b *table) int { return strings.Compare(a.stream.Name, b.stream.Name) })
 	return out, nil
+}
+
+// published returns the condition, on pg_publication_tables pt and
+// pg_attribute a, that keeps the columns pgoutput sends on a server of
+// that major version, so that the snapshot and the change stream carry
+// the same columns and no column is declared that the stream would
+// leave null. pgoutput leaves out a column outside the publication's
+// column list (15+), and a generated column: always before 18, whose
+// attnames still lists it; on 18 unless the publication has
+// publish_generated_columns = stored (attnames then says which are
+// sent), and a virtual one always.
+func published(major int) string {
+	switch {
+	case major >= 18:
+		return " AND a.attname = ANY(pt.attnames) AND a.attgenerated <> 'v'"
+	case major >= 15:
+		return " AND a.attname = ANY(pt.attnames) AND a.attgenerated = ''"
+	}
+	return " AND a.attgenerated = ''"
 }
 
 // isUndefinedObject reports a Postgres "undefined_object" error (no

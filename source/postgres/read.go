@@ -67,7 +67,7 @@ func (sp *split) Lag() (behind int64, unit string, age time.Duration, ok bool) {
 // sends them, to the table's declared ones.
 type relation struct {
 	table *table
-	src   []int // per declared column: the index in the stream's tuples, or -1 (null)
+	src   []int // per declared column: the index in the stream's tuples, or -1 (added since: null)
 }
 
 func (sp *split) ID() source.SplitID { return sp.id }
@@ -614,12 +614,12 @@ func (sp *split) heartbeat(ctx context.Context) error {
 }
 
 // relation maps a relation message's columns to its table's declared
-// ones, by name. A column the declaration lacks, or one whose type
-// differs, is a schema change when it comes in a transaction that
-// committed after the attempt read the catalog (a *SchemaChangeError);
-// before, the catalog is newer than the
-// stream (a column since dropped is skipped, a changed type's values are
-// read as the declared type).
+// ones, by name. A column the declaration lacks, one whose type
+// differs, or a declared column the message lacks, is a schema change
+// when it comes in a transaction that committed after the attempt read
+// the catalog (a *SchemaChangeError); before, the catalog is newer than
+// the stream (a column since dropped is skipped, one since added reads
+// null, a changed type's values are read as the declared type).
 func (sp *split) relation(m *pglogrepl.RelationMessage, at pglogrepl.LSN) (*relation, error) {
 	t := sp.lookup(m)
 	if t == nil {
@@ -646,6 +646,17 @@ func (sp *split) relation(m *pglogrepl.RelationMessage, at pglogrepl.LSN) (*rela
 		}
 		if j >= 0 {
 			r.src[j] = i
+		}
+	}
+	// A declared column the stream doesn't send would read as null, a
+	// value nobody read: dropped since the catalog was read, or left out
+	// of the publication (a column list, publish_generated_columns). A
+	// new attempt declares what the stream sends. Before the catalog
+	// read, the column is one added since: null is what the row had.
+	for j, i := range r.src {
+		if i < 0 && at > t.discovered {
+			return nil, &SchemaChangeError{Stream: t.stream.Name, LSN: at,
+				Detail: fmt.Sprintf("column %q is not in the change stream (dropped, or left out of the publication)", t.stream.Columns[j].Name)}
 		}
 	}
 	return r, nil
@@ -743,8 +754,7 @@ func checkSlotIdle(ctx context.Context, repl *pgconn.PgConn, slot string) error 
 // configured one, or by default 2 on Postgres 14+ (streaming of
 // transactions in progress) and 1 before.
 func (s *Source) protocol(repl *pgconn.PgConn) (int, error) {
-	version := repl.ParameterStatus("server_version")
-	major, _ := strconv.Atoi(version[:digits(version)]) // "15.18 (Debian 15.18-1)"
+	version, major := repl.ParameterStatus("server_version"), serverMajor(repl)
 	switch {
 	case s.cfg.Protocol == 0 && major >= 14:
 		return 2, nil
@@ -754,6 +764,14 @@ func (s *Source) protocol(repl *pgconn.PgConn) (int, error) {
 		return 0, fmt.Errorf("postgres: Config.Protocol 2 needs Postgres 14 or later; the server is %q", version)
 	}
 	return s.cfg.Protocol, nil
+}
+
+// serverMajor returns the major version of c's server (15 for
+// "15.18 (Debian 15.18-1)"), 0 when it can't tell.
+func serverMajor(c *pgconn.PgConn) int {
+	v := c.ParameterStatus("server_version")
+	major, _ := strconv.Atoi(v[:digits(v)])
+	return major
 }
 
 // digits returns the length of v's leading run of decimal digits.
