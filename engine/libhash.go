@@ -5,4 +5,4 @@ package engine
 // libSourceHash is the source hash of the engine library in lib/ (see
 // build.sh). It is here so that a rebuilt library changes this package's
 // Go sources: Go's build cache does not notice the library file itself.
-const libSourceHash = "45506fad925b8fdc5b07abadf5b8a5219ff56b076602975b70fd5221ad74b510"
+const libSourceHash = "a1d265adbfb2743ab9f4954d670435294535c1368640537592715987becc6912"
