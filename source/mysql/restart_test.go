@@ -199,15 +199,17 @@ func TestRunRidesOutServerRestart(t *testing.T) {
 
 	rows := readRows(t, dir, "items")
 	ids := map[string]int{}
+	seqs := map[string][]any{}
 	for _, r := range rows {
 		ids[fmt.Sprint(r["id"])]++
+		seqs[fmt.Sprint(r["id"])] = append(seqs[fmt.Sprint(r["id"])], r["_openetl_seq"])
 	}
 	if int64(len(rows)) != total || int64(len(ids)) != total {
 		t.Errorf("%d rows (%d distinct ids), the table holds %d", len(rows), len(ids), total)
 	}
 	for id := int64(1); id <= total; id++ {
 		if n := ids[strconv.FormatInt(id, 10)]; n != 1 {
-			t.Errorf("id %d: %d rows, want 1", id, n)
+			t.Errorf("id %d: %d rows, want 1 (seqs %v)", id, n, seqs[strconv.FormatInt(id, 10)])
 		}
 	}
 	if !t.Failed() {
