@@ -67,7 +67,7 @@ func TestRunRidesOutServerRestart(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch e.Kind {
-			case etl.EventSyncRetrying:
+			case etl.EventSyncRetrying, etl.EventEpochRecovered:
 				retries = append(retries, e)
 			case etl.EventEpochCommitted:
 				gens[uint64(e.Generation)] = true
@@ -190,6 +190,10 @@ func TestRunRidesOutServerRestart(t *testing.T) {
 	}
 	mu.Lock()
 	for _, e := range retries {
+		if e.Kind == etl.EventEpochRecovered {
+			t.Logf("generation %d: epoch %d recovered %v", e.Generation, e.Epoch, e.Outcome)
+			continue
+		}
 		t.Logf("retry %d after %v: %s: %v", e.Retry, e.Wait, e.Cause, e.Err)
 	}
 	if len(gens) < 2 {
