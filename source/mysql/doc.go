@@ -120,7 +120,10 @@
 // under a later snapshot, yields the same rows with the same seq, since
 // the table at the origin does not change; the binlog split, if it had
 // committed no state yet, starts at the origin (the snapshot states
-// carry it). So an append destination holds each version once, and a
+// carry it), and a snapshot split that had committed none (an attempt
+// ended during its first chunk) keeps its origin (the binlog split's
+// state carries it: the binlog split has emitted the table's changes
+// since). So an append destination holds each version once, and a
 // merge destination the table (TestSnapshotAsOfOrigin,
 // TestRunRidesOutServerRestart, TestKill). This keeps the approach of
 // source/postgres — no coordination between the splits, so chunks of
@@ -147,20 +150,21 @@
 //
 // A resume state of the binlog split is JSON: the flavor, the binlog file
 // and offset after the last whole transaction, the GTID position there,
-// and the keyless tables copied. Reopening it replays exactly what
-// followed (source.ReplayExact). A record's seq is the binlog file's
-// number in the high 32 bits and, in the low 32, the offset of its rows
-// event plus the row's index in it (a row takes at least a byte of the
-// event, so seqs grow strictly through the binlog). A bounded Read of the
+// the keyless tables copied, and each keyed table's snapshot origin.
+// Reopening it replays exactly what followed (source.ReplayExact). A
+// record's seq is the binlog file's number in the high 32 bits and, in
+// the low 32, the offset of its rows event plus the row's index in it (a
+// row takes at least a byte of the event, so seqs grow strictly through
+// the binlog). A bounded Read of the
 // binlog split stops at the first transaction end at or past the server's
 // binlog position as of the start of streaming; a bounded Read of a
 // snapshot split stops when its table is read.
 //
 // A table opened for the first time by a pipeline whose binlog split
 // already has a state (added to Config.Tables or to the pipeline's
-// streams) gets a snapshot split whose origin is the binlog split's
-// position at that Open, or, without a key, is copied by the binlog
-// split as above.
+// streams; not among the state's snapshot origins) gets a snapshot
+// split whose origin is the binlog split's position at that Open, or,
+// without a key, is copied by the binlog split as above.
 //
 // Progress: snapshot splits report their table's rows copied and
 // information_schema's estimate (SnapshotProgress, see
@@ -271,8 +275,10 @@
 // with the snapshot's rows compared to the table at the origin
 // (TestSnapshotAsOfOrigin), the server restarted under a Run while a
 // writer inserts from before the snapshot on, each row once in the
-// Parquet output (TestRunRidesOutServerRestart), progress and lag
-// (TestProgressAndLag), DDL, purged binlogs, settings.
+// Parquet output (TestRunRidesOutServerRestart), and restarted while a
+// snapshot's first chunk is held by a table lock after the binlog split
+// committed rows inserted since the origin (TestRestartDuringSnapshot),
+// progress and lag (TestProgressAndLag), DDL, purged binlogs, settings.
 // The project's test servers include no MySQL server (Debian 12 packages
 // none): the MySQL code paths (v2 rows events, GTID sets with server UUIDs and tags, binary
 // JSON, anonymous GTIDs) are tested on binlog events built byte for byte

@@ -156,16 +156,30 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 		}
 		slices.Sort(start.copied)
 	}
-	sp.start = *start
 	out := []source.Split{sp}
+	start.origins = maps.Clone(start.origins)
 	for _, ss := range snaps {
-		if !has[ss] {
-			ss.st = snapState{flavor: flavor, origin: start.at, done: legacy, cols: ss.t.colNames()}
-		} else {
+		if has[ss] {
 			ss.reconcile(before)
+		} else if o, ok := start.origins[ss.t.name]; ok {
+			// The binlog split streamed the table, from o on, in an
+			// earlier attempt that ended before the snapshot split
+			// committed a state: the snapshot is still of the table at o.
+			// (Taking start.at would emit again, at start.at's seq, the
+			// rows the binlog split emitted between o and start.at.)
+			ss.st = snapState{flavor: flavor, origin: o, cols: ss.t.colNames()}
+		} else {
+			// A table opened for the first time: the binlog split has
+			// emitted none of its changes.
+			ss.st = snapState{flavor: flavor, origin: start.at, done: legacy, cols: ss.t.colNames()}
 		}
+		if start.origins == nil {
+			start.origins = map[string]position{}
+		}
+		start.origins[ss.t.name] = ss.st.origin
 		out = append(out, ss)
 	}
+	sp.start = *start
 	return out, nil
 }
 
@@ -382,7 +396,7 @@ func (sp *split) copyAll(ctx context.Context, e source.Emitter) (state, error) {
 	if err != nil {
 		return state{}, err
 	}
-	st := state{flavor: sp.src.info.flavor, at: at}
+	st := state{flavor: sp.src.info.flavor, at: at, origins: sp.start.origins}
 	for _, t := range sp.tables {
 		if len(t.key) == 0 {
 			st.copied = append(st.copied, t.name)

@@ -68,20 +68,27 @@ func seqAt(idx, pos uint32) int64 { return int64(idx)<<32 | int64(pos) }
 // key, see copyPending), and Skip: for each such table copied after the
 // position, where its copy was taken; the table's row events before it
 // are in the copy and are skipped. Version 1 states (written before
-// snapshots were split) mean every table opened then was read.
+// snapshots were split) mean every table opened then was read. Origins
+// is the origin of each keyed table's snapshot split as of the Open the
+// binlog split streams for: a snapshot split that committed no state of
+// its own yet resumes from that origin, not from this position, since
+// the binlog split emitted the table's changes after it (absent in
+// states written before it was recorded).
 type stateJSON struct {
-	V      int                     `json:"v"`
-	Flavor string                  `json:"flavor"`
-	File   string                  `json:"file"`
-	Pos    uint32                  `json:"pos"`
-	GTID   string                  `json:"gtid,omitempty"`
-	Copied []string                `json:"copied,omitempty"`
-	Skip   map[string]positionJSON `json:"skip,omitempty"`
+	V       int                     `json:"v"`
+	Flavor  string                  `json:"flavor"`
+	File    string                  `json:"file"`
+	Pos     uint32                  `json:"pos"`
+	GTID    string                  `json:"gtid,omitempty"`
+	Copied  []string                `json:"copied,omitempty"`
+	Skip    map[string]positionJSON `json:"skip,omitempty"`
+	Origins map[string]positionJSON `json:"origins,omitempty"`
 }
 
 type positionJSON struct {
 	File string `json:"file"`
 	Pos  uint32 `json:"pos"`
+	GTID string `json:"gtid,omitempty"`
 }
 
 const stateVersion = 2
@@ -92,6 +99,9 @@ type state struct {
 	legacy bool                // a version 1 state
 	copied []string            // sorted
 	skip   map[string]position // by table name
+	// origins is each keyed table's snapshot origin, by table name; never
+	// changed once set (states share it).
+	origins map[string]position
 }
 
 func (st state) encode() []byte {
@@ -103,6 +113,12 @@ func (st state) encode() []byte {
 		j.Skip = make(map[string]positionJSON, len(st.skip))
 		for t, p := range st.skip {
 			j.Skip[t] = positionJSON{File: p.file, Pos: p.pos}
+		}
+	}
+	if len(st.origins) > 0 {
+		j.Origins = make(map[string]positionJSON, len(st.origins))
+		for t, p := range st.origins {
+			j.Origins[t] = positionJSON{File: p.file, Pos: p.pos, GTID: p.gtid}
 		}
 	}
 	b, _ := json.Marshal(j)
@@ -133,13 +149,26 @@ func decodeState(b []byte) (state, error) {
 	}
 	for t, p := range j.Skip {
 		idx, err := fileIndex(p.File)
-		if err != nil || p.Pos < 4 {
+		if err != nil || p.Pos < 4 || p.GTID != "" {
 			return state{}, fmt.Errorf("%w: skip position %q:%d of %q", ErrBadState, p.File, p.Pos, t)
 		}
 		if st.skip == nil {
 			st.skip = map[string]position{}
 		}
 		st.skip[t] = position{file: p.File, pos: p.Pos, idx: idx}
+	}
+	if st.legacy && len(j.Origins) > 0 {
+		return state{}, fmt.Errorf("%w: version 1 with snapshot origins", ErrBadState)
+	}
+	for t, p := range j.Origins {
+		at, err := checkPosition(j.Flavor, p.File, p.Pos, p.GTID)
+		if err != nil {
+			return state{}, fmt.Errorf("%w (snapshot origin of %q)", err, t)
+		}
+		if st.origins == nil {
+			st.origins = map[string]position{}
+		}
+		st.origins[t] = at
 	}
 	return st, nil
 }

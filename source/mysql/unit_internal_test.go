@@ -91,6 +91,8 @@ func TestStates(t *testing.T) {
 		`{"v":1,"flavor":"mysql","file":"binlog.000012","pos":1234,"gtid":"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"}`,
 		`{"v":2,"flavor":"mariadb","file":"bin.000001","pos":4,"gtid":"0-1-3"}`,
 		`{"v":2,"flavor":"mariadb","file":"bin.000001","pos":4,"gtid":"0-1-3","copied":["a","b"],"skip":{"b":{"file":"bin.000002","pos":120}}}`,
+		`{"v":2,"flavor":"mariadb","file":"bin.000002","pos":300,"gtid":"0-1-9","origins":{"a":{"file":"bin.000001","pos":4,"gtid":"0-1-3"},"b":{"file":"bin.000002","pos":120,"gtid":"0-1-7"}}}`,
+		`{"v":2,"flavor":"mysql","file":"b.2","pos":300,"origins":{"a":{"file":"b.1","pos":4}}}`,
 	}
 	for _, s := range good {
 		st, err := decodeState([]byte(s))
@@ -104,6 +106,11 @@ func TestStates(t *testing.T) {
 		`{"v":2,"flavor":"mysql","file":"b.1","pos":4,"copied":["b","a"]}`,
 		`{"v":2,"flavor":"mysql","file":"b.1","pos":4,"skip":{"a":{"file":"b","pos":4}}}`,
 		`{"v":2,"flavor":"mysql","file":"b.1","pos":4,"skip":{"a":{"file":"b.2","pos":1}}}`,
+		`{"v":2,"flavor":"mysql","file":"b.1","pos":4,"skip":{"a":{"file":"b.2","pos":4,"gtid":"x"}}}`,
+		`{"v":2,"flavor":"mysql","file":"b.1","pos":4,"origins":{"a":{"file":"b","pos":4}}}`,
+		`{"v":2,"flavor":"mysql","file":"b.1","pos":4,"origins":{"a":{"file":"b.1","pos":3}}}`,
+		`{"v":2,"flavor":"mariadb","file":"b.1","pos":4,"origins":{"a":{"file":"b.1","pos":4,"gtid":"1-1-1,0-1-3"}}}`,
+		`{"v":1,"flavor":"mysql","file":"b.1","pos":4,"origins":{"a":{"file":"b.1","pos":4}}}`,
 		`{"v":1,"flavor":"postgres","file":"b.1","pos":4}`,
 		`{"v":1,"flavor":"mysql","file":"binlog","pos":4}`,
 		`{"v":1,"flavor":"mysql","file":"b.1","pos":3}`,
