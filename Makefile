@@ -48,7 +48,7 @@ CARGO_TEST_PROFILE := --config 'profile.ci-test.inherits="release"' \
 	--profile ci-test
 
 test-rust:
-	cd $(RUST_DIR) && cargo test $(CARGO_TEST_PROFILE)
+	engine/cargo.sh test --locked $(CARGO_TEST_PROFILE)
 
 # The race pass leaves out the tests that SIGKILL pipeline processes: they
 # ran in the plain pass just before, and under -race each takes minutes

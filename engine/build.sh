@@ -19,9 +19,13 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/openetl/cargo-target}"
 mkdir -p "$CARGO_TARGET_DIR"
 exec 9>"$CARGO_TARGET_DIR/openetl-engine-build.lock"
 flock 9
+# Build from the mirror under the cache (stage.sh), so that an unchanged
+# crate is not rebuilt because the clone's path changed.
+. "$here/stage.sh"
+engine_stage_sync "$here"
 # Build the staticlib alone: with the rlib crate type beside it, rustc
 # skips fat LTO and the archive is several times larger.
-cargo rustc --release --locked --lib --crate-type staticlib --manifest-path "$here/rust/Cargo.toml"
+cargo rustc --release --locked --lib --crate-type staticlib --manifest-path "$engine_stage/rust/Cargo.toml"
 
 out="$here/lib/linux_amd64"
 mkdir -p "$out"
