@@ -55,7 +55,7 @@ test-rust:
 # (their children are race-instrumented test binaries), which CI's time
 # budget can't hold; the in-process tests cover the same runner and
 # connectors under the race detector.
-RACE_SKIP := TestKill|SIGKILL|TestChaos
+RACE_SKIP := TestKill|SIGKILL|TestChaos|TestRouteKill
 
 # The Go tests, with the race detector on the concurrent packages, against
 # the servers scripts/servers.sh installs (once, into CACHE) and starts on
