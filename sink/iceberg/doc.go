@@ -105,8 +105,9 @@
 //
 //   - PositionDeletes (the default): Iceberg v2 position deletes, which
 //     pyiceberg's scan and DuckDB's iceberg_scan read (both tested), and
-//     every reader of v2 tables should (Spark, Trino: not tested here). PreCommit writes no delete file, only, with hard
-//     deletes, a small file of the keys deleted for good; both are named in
+//     every reader of v2 tables should (Spark, Trino: not tested here).
+//     PreCommit writes no delete file, only, with hard deletes, a small
+//     file of the keys deleted for good; both are named in
 //     the committable. Commit, on lane 0, reads the keys back from the
 //     epoch's files, looks their older rows up in a key index it keeps in
 //     memory (key → data file and row of the live row, updated by each
