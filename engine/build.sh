@@ -11,18 +11,11 @@ if [ "$(uname -s)/$(uname -m)" != "Linux/x86_64" ]; then
 	echo "engine/build.sh: only linux/amd64 is built for now (this is $(uname -s)/$(uname -m))" >&2
 	exit 1
 fi
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/openetl/cargo-target}"
-# Two builds sharing the target directory (two clones, or a clone and a
-# worktree) would otherwise race: cargo locks the directory only while it
-# builds, so one build could copy out the library the other just made from
-# different sources. Hold a lock from the build through the copy.
-mkdir -p "$CARGO_TARGET_DIR"
-exec 9>"$CARGO_TARGET_DIR/openetl-engine-build.lock"
-flock 9
-# Build from the mirror under the cache (stage.sh), so that an unchanged
-# crate is not rebuilt because the clone's path changed.
+# Take the build lock (held through the copy below) and build from the
+# mirror under the cache, so that an unchanged crate is not rebuilt
+# because the clone's path changed (stage.sh).
 . "$here/stage.sh"
-engine_stage_sync "$here"
+engine_stage_locked "$here"
 # Build the staticlib alone: with the rlib crate type beside it, rustc
 # skips fat LTO and the archive is several times larger.
 cargo rustc --release --locked --lib --crate-type staticlib --manifest-path "$engine_stage/rust/Cargo.toml"
