@@ -314,6 +314,9 @@ func TestSlotInUseIsNotDropped(t *testing.T) {
 	case <-testutil.Context(t).Done():
 		t.Fatal("first reader never reached a resume point")
 	}
+	// A resume point can come before the walsender takes the slot: the
+	// slot is in use once the server says so.
+	waitStreaming(t, d, slot, done)
 	other := newSource(t, d, postgres.Config{Publication: pub, Slot: slot})
 	_, err = other.Open(context.Background(), []string{tbl}, nil)
 	if !errors.Is(err, postgres.ErrSlotInUse) || !strings.Contains(err.Error(), slot) {
