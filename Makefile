@@ -11,7 +11,7 @@ GO ?= go
 export GOFLAGS ?= -trimpath
 RUST_DIR := engine/rust
 
-.PHONY: all engine engine-check tools lint test test-rust test-go fresh-clone sim bench bench-compare quickstart clean-data
+.PHONY: all engine engine-check tools lint test test-rust test-go fresh-clone fuzz sim bench bench-compare quickstart clean-data
 
 all: test
 
@@ -57,6 +57,17 @@ test-rust:
 # connectors under the race detector.
 RACE_SKIP := TestKill|SIGKILL|TestChaos|TestRouteKill
 
+# Both passes start the longest packages first (go test keeps the order of
+# its arguments and drops repeats), so no long package starts last and runs
+# alone, and run three packages at a time: the slow ones spend much of
+# their time waiting on servers and child processes. (Running the two
+# passes at the same time gained nothing: the cores are busy by then.)
+GO_TEST_P := 3
+PLAIN_FIRST := ./sink/iceberg ./source/mysql ./source/postgres ./source/kafka . \
+	./sink/clickhouse ./examples/quickstart ./examples/dbt
+RACE_FIRST := ./sink/iceberg ./source/kafka ./sink/clickhouse ./source/postgres \
+	./source/mysql ./sink/parquet ./internal/runner
+
 # The Go tests, with the race detector on the concurrent packages, against
 # the servers scripts/servers.sh installs (once, into CACHE) and starts on
 # loopback for the duration (S3: versitygw, GCS: fake-gcs-server, Azure:
@@ -77,13 +88,12 @@ test-go: tools
 	scripts/test-servers.sh >"$$OPENETL_SERVERS_DIR/test-servers.out" 2>&1 & tsrv=$$!; \
 	scripts/test-pgmatrix.sh >"$$OPENETL_SERVERS_DIR/test-pgmatrix.out" 2>&1 & tpgm=$$!; \
 	trap 'kill $$tsrv $$tpgm 2>/dev/null || true; wait $$tsrv $$tpgm 2>/dev/null || true; scripts/servers.sh stop' EXIT; \
-	$(GO) test -count=1 ./...; \
+	$(GO) test -count=1 -p $(GO_TEST_P) $(PLAIN_FIRST) ./...; \
 	if ! wait $$tsrv; then cat "$$OPENETL_SERVERS_DIR/test-servers.out"; exit 1; fi; \
 	cat "$$OPENETL_SERVERS_DIR/test-servers.out"; \
 	if ! wait $$tpgm; then cat "$$OPENETL_SERVERS_DIR/test-pgmatrix.out"; exit 1; fi; \
 	cat "$$OPENETL_SERVERS_DIR/test-pgmatrix.out"; \
-	for f in FuzzSyncJSON FuzzSyncRows; do $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 5s .; done; \
-	$(GO) test -count=1 -race -skip '$(RACE_SKIP)' ./internal/... ./checkpoint/... ./sink/... ./source/...; \
+	$(GO) test -count=1 -race -p $(GO_TEST_P) -skip '$(RACE_SKIP)' $(RACE_FIRST) ./internal/... ./checkpoint/... ./sink/... ./source/...; \
 	CGO_ENABLED=0 $(GO) test -count=1 -run TestBuildWithoutCgo .
 
 # The README's first command on a fresh clone of the committed tree, with
@@ -94,6 +104,15 @@ fresh-clone:
 # engine-check first (a stale committed library fails CI), then rebuild
 # the library from source so the tests run against what the sources say.
 test: engine-check engine lint test-rust test-go fresh-clone
+
+# The fuzz targets, FUZZTIME each (go test runs their seed corpora in make
+# test's plain pass). Not part of make test: each execution is a whole
+# Sync, a few per second here, so the 5 seconds CI could give them tried
+# about 14 inputs, while building the coverage-instrumented copy of every
+# dependency took most of a cold run's budget.
+FUZZTIME ?= 2m
+fuzz:
+	for f in FuzzSyncJSON FuzzSyncRows; do $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . || exit 1; done
 
 # The simulation over many seeds (go test ./sim runs a CI-sized set of
 # 300 seeds derived from the commit). A failure prints the command that
