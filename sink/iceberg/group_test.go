@@ -15,6 +15,11 @@ import (
 	"github.com/openetl/etl/source/faker"
 )
 
+// groupRows is TestSyncCommitsGroupAtEnd's rows per stream: a third of
+// the kill test's, enough for dozens of epochs at 10ms; each of its three
+// readbacks reads them all.
+const groupRows = killRows / 3
+
 // TestSyncCommitsGroupAtEnd syncs the fake orders (append) and customers
 // (merge) through the real runner with a grouping that is never due (the
 // default's 128 MiB, and 1000h rather than 60s so a slow machine can't
@@ -25,7 +30,7 @@ import (
 // than epochs; a second Sync with nothing new changes nothing.
 func TestSyncCommitsGroupAtEnd(t *testing.T) {
 	if testing.Short() || raceEnabled {
-		t.Skip("-short or -race: two syncs of the kill test's rows take minutes under -race (the plain run covers it)")
+		t.Skip("-short or -race: two syncs take minutes under -race (the plain run covers it)")
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -41,7 +46,7 @@ func TestSyncCommitsGroupAtEnd(t *testing.T) {
 	defer store.Close(ctx)
 	sync := func() etl.Result {
 		t.Helper()
-		src, err := faker.New(faker.Config{Seed: 42, Rows: killRows})
+		src, err := faker.New(faker.Config{Seed: 42, Rows: groupRows})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,13 +66,13 @@ func TestSyncCommitsGroupAtEnd(t *testing.T) {
 	if res.Epochs < 3 {
 		t.Fatalf("the sync took %d epochs: too few to group", res.Epochs)
 	}
-	verifyFaker(t, dir)
+	verifyFakerRows(t, dir, groupRows)
 	got := testutil.ReadIcebergTables(t, "openetl", filepath.Join(dir, "catalog.db"), "file://"+filepath.Join(dir, "warehouse"), iceberg.DefaultNamespace)
 	if n := got[faker.Orders].Snapshots; n != 1 {
 		t.Errorf("orders: %d snapshots after %d epochs, want 1 (one group)", n, res.Epochs)
 	}
 	sync()
-	verifyFaker(t, dir)
+	verifyFakerRows(t, dir, groupRows)
 }
 
 // TestGroupingKnobs checks each knob of Grouping on one lane and an

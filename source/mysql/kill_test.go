@@ -46,13 +46,13 @@ func TestChildSync(t *testing.T) {
 	}
 }
 
-// TestKill snapshots a table of 300k rows in chunks of 2000 while a
+// TestKill snapshots a table of 150k rows in chunks of 2000 while a
 // writer keeps committing inserts, updates (some changing the key) and
 // deletes, and runs the pipeline in child processes SIGKILLed at random
 // moments: three times inside the snapshot (each after a checkpoint
 // showed the snapshot split part way; the next child's first checkpoint
 // must show it resumed from there, not restarted), then three times while
-// it streams (a backlog of 200k row changes in large transactions each
+// it streams (a backlog of 100k row changes in large transactions each
 // time). Each child holds at a resume point a few chunks (or row changes)
 // on (testutil.Hold), so a fast machine can't finish its work before the
 // kill. Once the writer stops, a last child runs to the end; the Parquet
@@ -65,7 +65,7 @@ func TestKill(t *testing.T) {
 	}
 	d := dsn(t)
 	db := database(t, d)
-	const n = 300000
+	const n = 150000
 	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s.kt (id bigint PRIMARY KEY, v bigint, note varchar(40))", db),
 		fmt.Sprintf("INSERT INTO %[1]s.kt SELECT seq, seq, concat('row ', seq) FROM %[1]s.seq_1_to_%[2]d", db, n))
 	dir := t.TempDir()
@@ -158,11 +158,11 @@ func TestKill(t *testing.T) {
 	var prevEpoch uint64
 	for i := range snapKills + 3 {
 		if i >= snapKills {
-			// A backlog to stream: 200k row changes in 20 transactions.
+			// A backlog to stream: 100k row changes in 20 transactions.
 			var bulk []string
 			for k := range 20 {
 				bulk = append(bulk, fmt.Sprintf("UPDATE %s.kt SET v = v + 1, note = 'bulk %d' WHERE id BETWEEN %d AND %d",
-					db, i, k*15000, k*15000+9999))
+					db, i, k*7500, k*7500+4999))
 			}
 			execSQL(t, d, bulk...)
 		}
@@ -171,7 +171,7 @@ func TestKill(t *testing.T) {
 		done := false
 		if i < snapKills {
 			// Inside the snapshot: held 1 to 12 chunks after where it
-			// resumed (3 children take at most 36 of its 150), killed once
+			// resumed (3 children take at most 36 of its 75), killed once
 			// it committed a checkpoint with the snapshot part way, at a
 			// random moment after it.
 			c = start(testutil.Hold{After: int64(chunk * (1 + rng.IntN(12))), Splits: "^snapshot:"})
@@ -207,10 +207,10 @@ func TestKill(t *testing.T) {
 				time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
 			}
 		} else {
-			// While streaming: held 1,000 to 100,000 row changes into its
-			// backlog (at least 190,000: the bulk updates alone), killed
+			// While streaming: held 1,000 to 50,000 row changes into its
+			// backlog (at least 95,000: the bulk updates alone), killed
 			// at a random moment after it committed an epoch.
-			c = start(testutil.Hold{After: int64(1000 + rng.IntN(100_000)), Splits: "^binlog:"})
+			c = start(testutil.Hold{After: int64(1000 + rng.IntN(50_000)), Splits: "^binlog:"})
 		wait:
 			for {
 				select {
