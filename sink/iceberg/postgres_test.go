@@ -39,6 +39,9 @@ func postgresDSN(t *testing.T) string {
 // catalog on the same database and warehouse, so fences and epoch markers
 // are checked across handles by the database's compare-and-swap.
 func TestConformancePostgresCatalog(t *testing.T) {
+	if raceEnabled {
+		t.Skip("-race: the suite of TestConformance again, on another catalog; the plain run covers it")
+	}
 	dsn := postgresDSN(t)
 	var b [6]byte
 	_, _ = rand.Read(b[:])

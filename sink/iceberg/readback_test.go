@@ -108,11 +108,6 @@ func genOps(rng *rand.Rand, live map[int64]bool, seq *int64, n, keys int, wide b
 	return out
 }
 
-// TestReadBackWithPyiceberg writes an append table and two merge tables
-// (soft and hard deletes) over several epochs and two lanes, with updates,
-// deletes, keys changed twice in one epoch and a column added mid-way,
-// and checks what pyiceberg reads over the same SQLite catalog against the
-// source's final state.
 // TestReadBackWithPyiceberg writes six epochs of keyed changes (inserts,
 // updates, deletes; a column added at epoch 4) on two lanes into two
 // Merge tables (soft and hard deletes) and an Append table, and compares
@@ -127,6 +122,9 @@ func genOps(rng *rand.Rand, live map[int64]bool, seq *int64, n, keys int, wide b
 //     (Recoverable), commits it and closes; the dead process's lane 0,
 //     closed late as a zombie, is fenced and adds nothing.
 func TestReadBackWithPyiceberg(t *testing.T) {
+	if raceEnabled {
+		t.Skip("-race: most of its time is pyiceberg's; the writer it drives is TestConformance's, which runs under -race (the plain run covers this one)")
+	}
 	never := &iceberg.Grouping{Bytes: 1 << 50, Interval: 1000 * time.Hour}
 	for _, tc := range []struct {
 		name    string
