@@ -265,7 +265,12 @@ func testCollectAfterFailedSyncs(t *testing.T, b *blob.Bucket, prefix string) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(collected) != 2 || collected[0].Collected.Removed != afterStaging || collected[1].Collected.Removed != len(left) ||
+	// On S3 an upload the failed first Sync cancelled can still land after
+	// Sync returned (the server had its body): the collection then counts
+	// it too. On a directory a cancelled write leaves nothing.
+	first := len(collected) > 0 && (collected[0].Collected.Removed == afterStaging ||
+		prefix != "" && collected[0].Collected.Removed > afterStaging)
+	if len(collected) != 2 || !first || collected[1].Collected.Removed != len(left) ||
 		collected[1].Collected.Bytes <= 0 || collected[1].Generation != 3 {
 		t.Fatalf("staging.collected events: %+v, want two, counting %d and %d files removed", collected, afterStaging, len(left))
 	}
