@@ -280,6 +280,46 @@ type emitFunc func(state []byte)
 func (f emitFunc) Record(string, source.Op, int64, []byte, []byte) error { return nil }
 func (f emitFunc) ResumePoint(st []byte) error                           { f(slices.Clone(st)); return nil }
 
+// TestReadReturnsWithSlotReleased checks that a Read returns only once
+// the server has let go of the slot: a restart right after it (a retry in
+// the same process, a new Source) must not find the slot in use.
+func TestReadReturnsWithSlotReleased(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("release"), name("pub"), name("slot")
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY)", tbl), fmt.Sprintf("INSERT INTO %s VALUES (1)", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	ctx := testutil.Context(t)
+	// The check asks on a connection opened beforehand, so that nothing
+	// stands between Read's return and the question.
+	c, err := pgconn.Connect(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var resume map[source.SplitID][]byte
+	for i := range 20 {
+		// Even rounds start fresh (Open recreates the slot and refuses
+		// while it is held); odd rounds resume the stream.
+		if i%2 == 0 {
+			resume = nil
+		}
+		execSQL(t, d, fmt.Sprintf("INSERT INTO %s VALUES (%d)", tbl, i+2))
+		_, _, states, err := readAllSplits(ctx, newSource(t, d, postgres.Config{Publication: pub, Slot: slot}), []string{tbl}, resume)
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		resume = states
+		res, err := c.Exec(ctx, "SELECT active_pid FROM pg_replication_slots WHERE active AND slot_name = '"+slot+"'").ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res[0].Rows) > 0 {
+			t.Fatalf("round %d: Read returned while process %s still held the slot", i, res[0].Rows[0][0])
+		}
+	}
+}
+
 // TestSlotInUseIsNotDropped: a first read (no resume state) would drop and
 // recreate its slot; while another process streams from a slot of that
 // name, Open refuses with ErrSlotInUse and leaves the slot alone.

@@ -120,7 +120,7 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 	if err != nil {
 		return fmt.Errorf("postgres: replication connect: %w", err)
 	}
-	defer repl.Close(context.WithoutCancel(ctx))
+	defer sp.closeRepl(ctx, repl)
 	// A bounded read ends at the server's WAL insert position as of now:
 	// it includes everything committed before the sync started. The
 	// insert position, not pg_current_wal_lsn (the write position, which
@@ -150,6 +150,54 @@ func (sp *split) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
 		return 0, fmt.Errorf("postgres: current WAL position: %w", err)
 	}
 	return pglogrepl.ParseLSN(string(rows[0][0]))
+}
+
+// slotReleaseWait bounds how long closeRepl waits for the server to let
+// go of the slot.
+const slotReleaseWait = 10 * time.Second
+
+// closeRepl closes the replication connection and waits until its server
+// process has released the slot: closing the socket returns before the
+// walsender exits, and a Read or Open right after (a retry, a restart in
+// the same process) would find the slot still active and fail with
+// ErrSlotInUse. The wait ends early when the server can't be asked; an
+// error here changes nothing that Read returns.
+func (sp *split) closeRepl(ctx context.Context, repl *pgconn.PgConn) {
+	ctx = context.WithoutCancel(ctx)
+	pid := repl.PID()
+	repl.Close(ctx)
+	s := sp.src
+	ctx, cancel := context.WithTimeout(ctx, slotReleaseWait)
+	defer cancel()
+	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		s.mu.Lock()
+		held, err := s.slotHeldBy(ctx, pid)
+		s.mu.Unlock()
+		if err != nil || !held {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			s.log.Warn("the replication connection is closed but its server process still holds the slot", "pid", pid)
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+// slotHeldBy reports whether server process pid streams from the slot.
+// The caller holds s.mu.
+func (s *Source) slotHeldBy(ctx context.Context, pid uint32) (bool, error) {
+	c, err := s.queryConn(ctx)
+	if err != nil {
+		return false, err
+	}
+	rows, err := queryText(ctx, c, fmt.Sprintf(`SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active_pid = %d`,
+		quoteLiteral(s.cfg.Slot), pid))
+	if err != nil {
+		return false, err
+	}
+	return len(rows) > 0, nil
 }
 
 // stream runs START_REPLICATION from start and emits changes, with a

@@ -68,7 +68,7 @@ func (sp *split) streamOn(ctx context.Context, repl *pgconn.PgConn, e source.Emi
 	progressed := true // since the last reconnect
 	for {
 		err := sp.stream(ctx, repl, te, start, confirmed, bounded, end)
-		repl.Close(context.WithoutCancel(ctx))
+		sp.closeRepl(ctx, repl)
 		if err == nil || ctx.Err() != nil || !isLostLink(err) || te.dirty || !progressed {
 			return err
 		}
