@@ -22,6 +22,24 @@
 // SQLITE_BUSY ("database is locked") when another lane or process wrote
 // meanwhile, busy_timeout or not; an immediate one waits for the lock.
 //
+// # Catalogs with auth
+//
+// The caller opens the catalog, so its authentication is iceberg-go's:
+// for a REST catalog, rest.WithCredential("id:secret") (OAuth2 client
+// credentials, tokens fetched from the catalog's /v1/oauth/tokens or
+// rest.WithAuthURI and refreshed before they expire), rest.WithOAuthToken
+// (a bearer token), rest.WithSigV4 (AWS Glue, S3 Tables) or a custom
+// rest.AuthManager. Both the client-credentials and the bearer-token
+// paths are tested through a proxy that enforces them in front of the
+// REST catalog test server, with tokens that expire during the sync.
+//
+// Destination.Permanent (sink.Classifier) calls a refusal permanent: a
+// 401 or 403 from the catalog, or the token endpoint's invalid_client,
+// invalid_grant, unauthorized_client, invalid_scope, invalid_request or
+// unsupported_grant_type. Run returns such an error at once and
+// etl.IsPermanent reports it; an unreachable token endpoint, a 419
+// (authorization expired) and server errors are retried.
+//
 // # How an epoch travels
 //
 // The first batch of a schema creates the table from the batch's Arrow
