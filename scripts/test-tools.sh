@@ -53,7 +53,7 @@ fi
 # jsonschema): the independent producer of source/kafka's registry
 # tests; the other pins stay as they are.
 want_confluent=2.16.1
-have=$("$venv/bin/python" -c 'import confluent_kafka, fastavro, httpx, google.type, jsonschema; from confluent_kafka.schema_registry import protobuf, json_schema; print(confluent_kafka.version()[0])' 2>/dev/null || true)
+have=$("$venv/bin/python" -c 'import confluent_kafka, fastavro, google.type, jsonschema; from confluent_kafka.schema_registry import protobuf, json_schema; print(confluent_kafka.version()[0])' 2>/dev/null || true)
 if [ "$have" != "$want_confluent" ]; then
   pip_install "confluent-kafka[avro,schemaregistry,protobuf,json]==$want_confluent" \
     "dbt-core==$want_dbt_core" "dbt-postgres==$want_dbt_postgres" \
