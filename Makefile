@@ -80,9 +80,13 @@ RACE_FIRST := ./sink/iceberg ./source/kafka ./sink/clickhouse ./source/postgres 
 # golden type-table and kill tests on PostgreSQL 16, 17 and 18) run beside
 # the plain pass: the first is mostly waiting, the second is one kill
 # test at a time.
-test-go: tools
-	@set -e; unset OPENETL_SERVERS_DIR; env=$$(scripts/servers.sh start); eval "$$env"; \
+# The readers and browser (make tools) install while servers.sh installs
+# and starts the servers: mostly downloads beside its compiles.
+test-go:
+	@set -e; tlog=$$(mktemp); (scripts/test-tools.sh >/dev/null && scripts/chromium.sh >/dev/null) >"$$tlog" 2>&1 & ttools=$$!; \
+	unset OPENETL_SERVERS_DIR; env=$$(scripts/servers.sh start); eval "$$env"; \
 	trap 'scripts/servers.sh stop' EXIT; \
+	if ! wait $$ttools; then cat "$$tlog"; echo "make tools failed"; exit 1; fi; cat "$$tlog"; rm -f "$$tlog"; \
 	set -x; \
 	export OPENETL_PYTHON=$$(scripts/test-tools.sh); \
 	scripts/test-servers.sh >"$$OPENETL_SERVERS_DIR/test-servers.out" 2>&1 & tsrv=$$!; \
