@@ -3,10 +3,10 @@
 # written (pyarrow for Parquet, pyiceberg with its SQL catalog for
 # Iceberg), dbt with its Postgres adapter (examples/dbt) and an
 # independent Kafka producer (confluent-kafka with its Avro, Protobuf and
-# JSON Schema serializers) and DuckDB with its iceberg extension, into a
-# virtualenv under the cache directory. Idempotent: a second run installs
-# nothing. Concurrent runs wait for each other. Prints the virtualenv's
-# python; dbt is beside it.
+# JSON Schema serializers), DuckDB with its iceberg extension and Spark
+# with Iceberg's runtime, into a virtualenv under the cache directory.
+# Idempotent: a second run installs nothing. Concurrent runs wait for
+# each other. Prints the virtualenv's python; dbt is beside it.
 set -euo pipefail
 cache="${OPENETL_CACHE:-$HOME/.cache/openetl}"
 venv="$cache/venv"
@@ -69,5 +69,27 @@ want_duckdb=1.5.5
 have=$("$venv/bin/python" -c 'from importlib.metadata import version as v; print(v("duckdb"), v("duckdb-extension-iceberg"), v("duckdb-extension-avro"))' 2>/dev/null || true)
 if [ "$have" != "$want_duckdb $want_duckdb $want_duckdb" ]; then
   pip_install "duckdb==$want_duckdb" "duckdb-extension-iceberg==$want_duckdb" "duckdb-extension-avro==$want_duckdb"
+fi
+# Apache Spark (pyspark, Java 17) with Iceberg's Spark runtime, the
+# reader most Iceberg users have: sink/iceberg's REST kill test reads its
+# merge table with it too. The runtime jar comes from Maven Central (mvn,
+# which the REST catalog server needs anyway) into the virtualenv, where
+# the tests find it beside the python this script prints
+# (share/openetl/iceberg-spark-runtime.jar).
+want_pyspark=4.0.1
+want_iceberg_spark=org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.0
+have=$("$venv/bin/python" -c 'from importlib.metadata import version as v; print(v("pyspark"))' 2>/dev/null || true)
+if [ "$have" != "$want_pyspark" ]; then
+  pip_install "pyspark==$want_pyspark"
+fi
+jars="$venv/share/openetl"
+if [ "$(cat "$jars/iceberg-spark-runtime.version" 2>/dev/null)" != "$want_iceberg_spark" ]; then
+  command -v mvn >/dev/null || { echo "test-tools.sh: mvn is needed to fetch $want_iceberg_spark" >&2; exit 1; }
+  rm -rf "$jars.tmp" && mkdir -p "$jars.tmp"
+  mvn -q -B dependency:copy -Dartifact="$want_iceberg_spark" -DoutputDirectory="$jars.tmp" >&2
+  mkdir -p "$jars"
+  mv "$jars.tmp"/iceberg-spark-runtime-*.jar "$jars/iceberg-spark-runtime.jar"
+  rm -rf "$jars.tmp"
+  echo "$want_iceberg_spark" >"$jars/iceberg-spark-runtime.version"
 fi
 echo "$venv/bin/python"

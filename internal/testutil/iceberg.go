@@ -110,3 +110,43 @@ func readRows(t testing.TB, path string) []map[string]any {
 	}
 	return rows
 }
+
+// ReadIcebergWithSpark reads tables of namespace ns through the REST
+// catalog at uri with Apache Spark and Iceberg's Spark runtime
+// (internal/testutil/py/spark_read.py; scripts/test-tools.sh installs
+// pyspark in the virtualenv and the runtime jar beside it), which applies
+// the tables' deletes itself. It returns every row by table, in the form
+// of IcebergTable.Data, so that the two readers' rows compare as they
+// are.
+func ReadIcebergWithSpark(t testing.TB, uri, ns string, tables ...string) map[string][]map[string]any {
+	t.Helper()
+	py := Python(t)
+	jar := filepath.Join(filepath.Dir(filepath.Dir(py)), "share", "openetl", "iceberg-spark-runtime.jar")
+	if _, err := os.Stat(jar); err != nil {
+		t.Fatalf("Iceberg's Spark runtime (scripts/test-tools.sh installs it): %v", err)
+	}
+	out := t.TempDir()
+	args := append([]string{filepath.Join(Root(t), "internal", "testutil", "py", "spark_read.py"), jar, uri, ns, out}, tables...)
+	cmd := exec.Command(py, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("Spark reader: %v\n%s", err, stderr.Bytes())
+	}
+	var res map[string]struct {
+		Rows int `json:"rows"`
+	}
+	if err := json.Unmarshal(stdout, &res); err != nil {
+		t.Fatalf("Spark reader output %q: %v\n%s", stdout, err, stderr.Bytes())
+	}
+	got := map[string][]map[string]any{}
+	for _, name := range tables {
+		rows := readRows(t, filepath.Join(out, name+".spark.jsonl"))
+		if len(rows) != res[name].Rows {
+			t.Fatalf("Spark reader: %s: %d rows written, %d counted", name, len(rows), res[name].Rows)
+		}
+		got[name] = rows
+	}
+	return got
+}

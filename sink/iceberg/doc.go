@@ -122,8 +122,9 @@
 // (per table: TableConfig.MergeDeletes):
 //
 //   - PositionDeletes (the default): Iceberg v2 position deletes, which
-//     pyiceberg's scan and DuckDB's iceberg_scan read (both tested), and
-//     every reader of v2 tables should (Spark, Trino: not tested here).
+//     pyiceberg's scan, DuckDB's iceberg_scan and Spark with Iceberg's
+//     runtime read (all tested), and every reader of v2 tables should
+//     (Trino: not tested here).
 //     PreCommit writes no delete file, only, with hard deletes, a small
 //     file of the keys deleted for good; both are named in
 //     the committable. Commit, on lane 0, reads the keys back from the
@@ -165,8 +166,10 @@
 // Any Iceberg reader over the same catalog: pyiceberg's SqlCatalog on the
 // SQLite file (with the same catalog name), DuckDB's iceberg_scan on the
 // table's current metadata file, Spark or Trino. The tests read every
-// mode back with pyiceberg 0.12 and the position-delete merge tables with
-// DuckDB 1.5.5 too.
+// mode back with pyiceberg 0.12, the position-delete merge tables with
+// DuckDB 1.5.5 too, and the REST kill test's tables (a merge table with
+// position deletes, written through SIGKILLs) with Spark 4.0 and
+// iceberg-spark-runtime 1.10 as well: the same rows as pyiceberg.
 //
 // # Grouping epochs into commits
 //

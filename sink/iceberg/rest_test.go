@@ -9,9 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -261,7 +263,8 @@ func TestRestPipelineExactlyOnce(t *testing.T) {
 // TestRestSurvivesSIGKILL is TestSurvivesSIGKILL through the REST
 // catalog: child processes SIGKILLed at random moments, some rounds two
 // copies at once (the younger fences the older), then one run to
-// completion, checked with pyiceberg through the REST catalog.
+// completion, checked with pyiceberg through the REST catalog, and read
+// with Spark (Iceberg's Spark runtime) too: the same rows.
 // OPENETL_SEED replays a failing seed.
 func TestRestSurvivesSIGKILL(t *testing.T) {
 	if testing.Short() || raceEnabled {
@@ -285,7 +288,14 @@ func TestRestSurvivesSIGKILL(t *testing.T) {
 	if c := testutil.StartChild(t, child(dir), testutil.Hold{}); c.Wait() != nil || !strings.Contains(c.Output(), "SYNC-OK") {
 		t.Fatalf("final run: %v\n%s", c.Err(), c.Output())
 	}
-	verifyFakerTables(t, readREST(t, uri, ns), restKillRows)
+	got := readREST(t, uri, ns)
+	verifyFakerTables(t, got, restKillRows)
+	// Spark, through the same catalog, reads what pyiceberg read: the
+	// merge table's position deletes applied by Spark's Iceberg runtime.
+	spark := testutil.ReadIcebergWithSpark(t, uri, ns, slices.Sorted(maps.Keys(got))...)
+	for name, tb := range got {
+		sameRows(t, name+" (Spark)", spark[name], tb.Data)
+	}
 }
 
 // restReader runs internal/testutil/py/iceberg_read.py with pyiceberg's
