@@ -173,8 +173,13 @@
 // A resume state whose slot is gone (dropped by hand, say) fails Open or
 // Read with a *SlotError wrapping ErrSlotMissing; one the slot has
 // already confirmed past, with ErrSlotAdvanced; a slot that lost WAL it
-// needed (wal_status "lost"), with ErrWALRemoved. Every *SlotError
-// matches source.ErrPositionLost. The slot is never recreated silently;
+// needed (wal_status "lost"), with ErrWALRemoved. Read looks at the
+// slot again once its connection holds it: a slot dropped and created
+// again by another process (a second copy of the pipeline starting
+// fresh) after Read's first look would stream from its own start, past
+// the changes in between, and fails with ErrSlotAdvanced instead. Every
+// *SlotError matches source.ErrPositionLost. The slot is never recreated
+// silently;
 // Config.OnPositionLost = source.PositionLostResnapshot lets the source
 // start over with a new slot and snapshot instead, and report it (a
 // source.reset event); see source.PositionLostResnapshot for what a

@@ -280,6 +280,44 @@ type emitFunc func(state []byte)
 func (f emitFunc) Record(string, source.Op, int64, []byte, []byte) error { return nil }
 func (f emitFunc) ResumePoint(st []byte) error                           { f(slices.Clone(st)); return nil }
 
+// TestSlotRecreatedBeforeStart: between Read's check of the slot and
+// START_REPLICATION, another process (a second copy of the pipeline
+// starting fresh) drops the slot and creates it again after a change was
+// committed. The server would stream from the new slot's consistent
+// point, past that change; Read must fail with ErrSlotAdvanced instead.
+func TestSlotRecreatedBeforeStart(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("recreated"), name("pub"), name("slot")
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int4 PRIMARY KEY)", tbl), fmt.Sprintf("INSERT INTO %s VALUES (1)", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	src := newSource(t, d, postgres.Config{Publication: pub, Slot: slot})
+	ctx := testutil.Context(t)
+	splits, err := src.Open(ctx, []string{tbl}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stream source.Split
+	for _, sp := range splits {
+		if strings.HasPrefix(string(sp.ID()), "slot:") {
+			stream = sp
+		}
+	}
+	if stream == nil {
+		t.Fatalf("no slot split among %d", len(splits))
+	}
+	postgres.SetBeforeStart(func() {
+		execSQL(t, d, fmt.Sprintf("INSERT INTO %s VALUES (2)", tbl),
+			"SELECT pg_drop_replication_slot('"+slot+"')",
+			"SELECT pg_create_logical_replication_slot('"+slot+"', 'pgoutput')")
+	})
+	defer postgres.SetBeforeStart(nil)
+	err = stream.Read(ctx, emitFunc(func([]byte) {}), true)
+	if !errors.Is(err, postgres.ErrSlotAdvanced) {
+		t.Fatalf("Read from a slot created again before START_REPLICATION: %v, want ErrSlotAdvanced", err)
+	}
+}
+
 // TestReadReturnsWithSlotReleased checks that a Read returns only once
 // the server has let go of the slot: a restart right after it (a retry in
 // the same process, a new Source) must not find the slot in use.

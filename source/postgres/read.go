@@ -116,6 +116,9 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 	if err := e.ResumePoint(start.encode()); err != nil {
 		return err
 	}
+	if beforeStart != nil {
+		beforeStart()
+	}
 	repl, err := pgconn.ConnectConfig(ctx, s.replConfig())
 	if err != nil {
 		return fmt.Errorf("postgres: replication connect: %w", err)
@@ -150,6 +153,34 @@ func (sp *split) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
 		return 0, fmt.Errorf("postgres: current WAL position: %w", err)
 	}
 	return pglogrepl.ParseLSN(string(rows[0][0]))
+}
+
+// beforeStart, when set (by tests), runs between Read's check of the
+// slot and START_REPLICATION.
+var beforeStart func()
+
+// checkHeld checks the slot again once repl streams from it. Read
+// checked it before START_REPLICATION, but another process (a second
+// copy of the pipeline starting fresh) may have dropped it and created
+// it again in between: the new slot's confirmed position is its own
+// consistent point, past start, and the server silently streams from
+// there, skipping the changes in between. Now that repl holds the slot
+// nobody can drop it, and its confirmed position only moves with this
+// stream's acknowledgements, so one look settles it: a slot confirmed
+// past start fails Read with a *SlotError wrapping ErrSlotAdvanced (under
+// PositionLostResnapshot, a new snapshot, as at Read's start).
+func (sp *split) checkHeld(ctx context.Context, repl *pgconn.PgConn, start pglogrepl.LSN) error {
+	s := sp.src
+	confirmed, err := s.checkSlot(ctx, start)
+	if err != nil {
+		var se *SlotError
+		if errors.As(err, &se) && s.cfg.OnPositionLost == source.PositionLostResnapshot {
+			return lostWhileReading{se}
+		}
+		return err
+	}
+	s.log.DebugContext(ctx, "streaming", "slot", s.cfg.Slot, "pid", repl.PID(), "confirmed", confirmed.String())
+	return nil
 }
 
 // slotReleaseWait bounds how long closeRepl waits for the server to let
@@ -220,6 +251,9 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 			return &SlotError{Slot: s.cfg.Slot, Want: start.lsn, Err: ErrSlotMissing}
 		}
 		return fmt.Errorf("postgres: start replication on slot %q at %s: %w", s.cfg.Slot, start.lsn, err)
+	}
+	if err := sp.checkHeld(ctx, repl, start.lsn); err != nil {
+		return err
 	}
 	s.reading.Store(true)
 	defer s.reading.Store(false)
