@@ -116,9 +116,9 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 	if err := e.ResumePoint(start.encode()); err != nil {
 		return err
 	}
-	repl, err := pgconn.ConnectConfig(ctx, s.replConfig())
+	repl, err := s.connect(ctx, true)
 	if err != nil {
-		return fmt.Errorf("postgres: replication connect: %w", err)
+		return err
 	}
 	defer sp.closeRepl(ctx, repl)
 	// A bounded read ends at the server's WAL insert position as of now:
