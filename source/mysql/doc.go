@@ -202,6 +202,36 @@
 // connection as a lost link, retryable, so `mariadb-admin shutdown`
 // takes the time it takes without a client.
 //
+// # Credentials that expire
+//
+// Config.Credentials is asked for the user and password of every
+// connection the source opens — the query and snapshot connections, the
+// binlog connections of the binlog split and of the snapshot splits, and
+// every reconnection of each — so that an RDS or Aurora IAM auth token
+// (valid 15 minutes; the server checks it only at login, so an open
+// connection outlives it) or a password rotated in a secret store is
+// current at each login:
+//
+//	Credentials: func(ctx context.Context) (mysql.Credentials, error) {
+//		tok, err := auth.BuildAuthToken(ctx, "db.example.com:3306", "eu-west-1", "etl", awsCfg.Credentials)
+//		return mysql.Credentials{Password: tok}, err
+//	},
+//
+// (auth is the AWS SDK's feature/rds/auth; the server takes the token
+// in clear text, mysql_clear_password, so set Config.TLS.) A connection
+// for which the hook fails, or whose login the server refuses, fails
+// with an error wrapping ErrCredentials. With the hook both are
+// retryable: the pipeline's next attempt asks it again, so a rotation
+// the hook has not caught up with yet is ridden out within the
+// etl.Retry budget; a hook error with a method Permanent() bool
+// returning true stops Run at once. Without the hook a refused login is
+// permanent: a fixed password rotated on the server stops Run at the
+// next login with an error saying so (TestStalePasswordAfterRotation).
+// TestCredentialsRotated changes the password of the source's user twice
+// under a running pipeline, during the snapshot and while streaming, and
+// kills every connection of the user each time: Run carries on, and
+// each row is in the output once.
+//
 // # Performance
 //
 // A catch-up of 2M row changes waiting in the binlog runs at more than

@@ -3,6 +3,8 @@ package mysql_test
 import (
 	"context"
 	"log"
+	"os"
+	"strings"
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
@@ -43,4 +45,25 @@ func Example() {
 		log.Fatal(err)
 	}
 	log.Printf("orders: %d rows", res.Streams["orders"].Written)
+}
+
+// Credentials read at each login from a file that a secret agent
+// rewrites when it rotates the password. For an RDS or Aurora IAM token,
+// return the token of the AWS SDK's auth.BuildAuthToken as the password.
+func ExampleConfig_credentials() {
+	src, err := mysql.New(mysql.Config{
+		DSN: "etl@db.internal:3306/app",
+		Credentials: func(ctx context.Context) (mysql.Credentials, error) {
+			b, err := os.ReadFile("/run/secrets/etl-password")
+			if err != nil {
+				return mysql.Credentials{}, err // retryable: the next attempt asks again
+			}
+			return mysql.Credentials{Password: strings.TrimSpace(string(b))}, nil
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer src.Close(context.Background())
+	// etl.NewPipeline(...).From(src) ...
 }

@@ -43,6 +43,29 @@ type Config struct {
 	DSN string
 	// TLS, when set, is used for every connection (owned by the host).
 	TLS *tls.Config
+	// Credentials, when set, is called before every connection the
+	// source opens — its query connection, each snapshot split's, the
+	// binlog connections (the binlog split's and each snapshot split's,
+	// see the package doc) — and before each reconnection of any of
+	// them, and the user (when not empty) and password it returns
+	// replace Config.User and Config.Password (or the DSN's) for that
+	// connection. It is for credentials that expire or rotate: an RDS or
+	// Aurora IAM auth token (valid 15 minutes, and checked only when a
+	// connection starts, so a connection outlives its token), a password
+	// read from a secret store. It may be called from several goroutines
+	// at once, with the context of the call that connects; cache what is
+	// costly to fetch, and return fresh values once they change.
+	//
+	// An error it returns fails that connection with an error wrapping
+	// ErrCredentials and it: retryable (the next attempt asks again)
+	// unless the error has a method Permanent() bool returning true
+	// (see etl.IsPermanent). With Credentials set, a login the server
+	// refuses (1045, 1698) is retryable too, so a rotation the hook has
+	// not caught up with yet is ridden out within the pipeline's
+	// etl.Retry budget; without it, such a refusal is permanent (see
+	// Permanent). Default nil: Config.User and Config.Password (or the
+	// DSN's), for every connection.
+	Credentials func(ctx context.Context) (Credentials, error)
 
 	// Tables lists the tables of Database to read. Default: every base
 	// table of Database.
@@ -117,6 +140,12 @@ var (
 	// ErrTableMissing is returned by Discover and Open for a table of
 	// Config.Tables that does not exist in Config.Database.
 	ErrTableMissing = errors.New("mysql: table not found")
+	// ErrCredentials is wrapped by the error of a connection for which
+	// Config.Credentials failed (the error wraps the hook's too), or
+	// whose login the server refused (1045 access denied, 1698: a wrong
+	// or rotated password, an expired token; the error wraps the
+	// server's *mysql.MyError too).
+	ErrCredentials = errors.New("mysql: credentials refused or unavailable")
 )
 
 // SettingsError names the server setting to change.
@@ -323,14 +352,18 @@ func (s *Source) Close(ctx context.Context) error {
 // connect opens a connection with the session settings every query of
 // the source runs under: UTC (TIMESTAMP values in UTC), utf8mb4.
 func (s *Source) connect(ctx context.Context) (*client.Conn, error) {
-	c, err := client.ConnectWithContext(ctx, s.addr, s.cfg.User, s.cfg.Password, "", 10*time.Second, func(c *client.Conn) error {
+	user, password, err := s.login(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.ConnectWithContext(ctx, s.addr, user, password, "", 10*time.Second, func(c *client.Conn) error {
 		if s.cfg.TLS != nil {
 			c.SetTLSConfig(s.cfg.TLS)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("mysql: connect to %s: %w", s.addr, err)
+		return nil, s.refused(fmt.Errorf("mysql: connect to %s: %w", s.addr, err), "connect", user)
 	}
 	// sql_mode '': PAD_CHAR_TO_FULL_LENGTH would pad CHAR values the
 	// binlog does not.
@@ -727,12 +760,24 @@ func hostPort(addr string) (string, uint16, error) {
 	return host, uint16(p), nil
 }
 
-// Permanent reports whether err is a server error no retry fixes:
-// access denied to the user, a database or a table (1044, 1045, 1142,
-// 1698), a database that does not exist (1049), or a missing privilege
-// such as REPLICATION SLAVE (1227). Run returns such an error at once
-// instead of retrying it for its budget (source.Classifier).
+// Permanent reports whether err is an error no retry fixes: access
+// denied to the user (1045, 1698: credentials refused) when
+// Config.Credentials is not set (with it, the next attempt asks for
+// fresh ones), an error of Config.Credentials that says so (a method
+// Permanent() bool returning true), access denied to a database or a
+// table (1044, 1142), a database that does not exist (1049), or a
+// missing privilege such as REPLICATION SLAVE (1227). Run returns such
+// an error at once instead of retrying it for its budget
+// (source.Classifier).
 func (s *Source) Permanent(err error) bool {
+	if errors.Is(err, ErrCredentials) {
+		if permanentMark(err) {
+			return true
+		}
+		if s.cfg.Credentials != nil {
+			return false
+		}
+	}
 	var me *gomysql.MyError
 	if !errors.As(err, &me) {
 		return false

@@ -82,9 +82,15 @@ func (sp *split) stream(ctx context.Context, e source.Emitter, start state, boun
 	if serverID == 0 || sp.undo != nil {
 		serverID = randomServerID()
 	}
+	// Credentials for this syncer's connection: it never reconnects by
+	// itself (DisableRetrySync), so each connection is a new stream call.
+	user, password, err := s.login(ctx)
+	if err != nil {
+		return err
+	}
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: serverID, Flavor: s.info.flavor,
-		Host: host, Port: port, User: s.cfg.User, Password: s.cfg.Password, TLSConfig: s.cfg.TLS,
+		Host: host, Port: port, User: user, Password: password, TLSConfig: s.cfg.TLS,
 		// TIMESTAMP values in UTC (go-mysql's default is the machine's
 		// zone); DECIMAL, DATE, TIME and DATETIME as text.
 		TimestampStringLocation: time.UTC,
@@ -115,12 +121,12 @@ func (sp *split) stream(ctx context.Context, e source.Emitter, start state, boun
 		}
 		streamer, err = syncer.StartSyncGTID(g)
 		if err != nil {
-			return fmt.Errorf("mysql: start binlog replication at GTID %s: %w", start.at.gtid, err)
+			return s.refused(fmt.Errorf("mysql: start binlog replication at GTID %s: %w", start.at.gtid, err), "binlog connect", user)
 		}
 	} else {
 		streamer, err = syncer.StartSync(gomysql.Position{Name: start.at.file, Pos: start.at.pos})
 		if err != nil {
-			return fmt.Errorf("mysql: start binlog replication at %s:%d: %w", start.at.file, start.at.pos, err)
+			return s.refused(fmt.Errorf("mysql: start binlog replication at %s:%d: %w", start.at.file, start.at.pos, err), "binlog connect", user)
 		}
 	}
 	gt, err := newGTIDTracker(s.info.flavor, start.at.gtid)

@@ -212,6 +212,35 @@
 // resumes from its last checkpoint (etl.Retry: Run starts it by
 // itself). Each reconnect is logged at Warn.
 //
+// # Credentials that expire
+//
+// Config.Credentials is asked for the user and password of every
+// connection the source opens — the query, snapshot and replication
+// connections, and every reconnection of each — so that an RDS or
+// Aurora IAM auth token (valid 15 minutes; the server checks it only at
+// login, so an open connection outlives it) or a password rotated in a
+// secret store is current at each login:
+//
+//	Credentials: func(ctx context.Context) (postgres.Credentials, error) {
+//		tok, err := auth.BuildAuthToken(ctx, "db.example.com:5432", "eu-west-1", "etl", awsCfg.Credentials)
+//		return postgres.Credentials{Password: tok}, err
+//	},
+//
+// (auth is the AWS SDK's feature/rds/auth; IAM logins need TLS, e.g.
+// sslmode=verify-full in the DSN.) A connection for which the hook
+// fails, or whose login the server refuses, fails with an error wrapping
+// ErrCredentials. With the hook both are retryable: the pipeline's next
+// attempt asks it again, so a rotation the hook has not caught up with
+// yet is ridden out within the etl.Retry budget; a hook error with a
+// method Permanent() bool returning true stops Run at once. Without the
+// hook a refused login is permanent: a fixed password rotated on the
+// server stops Run at the next login with an error saying so
+// (TestStalePasswordAfterRotation). TestCredentialsRotated changes the
+// password of the source's role twice under a running pipeline, during
+// the snapshot and while streaming, and ends every connection of the
+// role each time: Run carries on, and each row is in the output once
+// (run on Postgres 15, 16, 17 and 18).
+//
 // # Teardown
 //
 // Source.Teardown drops the slot, and the publication when the source

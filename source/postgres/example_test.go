@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"log"
+	"os"
+	"strings"
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
@@ -46,4 +48,27 @@ func Example() {
 		log.Fatal(err)
 	}
 	log.Printf("orders: %d rows", res.Streams["orders"].Written)
+}
+
+// Credentials read at each login from a file that a secret agent
+// rewrites when it rotates the password. For an RDS or Aurora IAM token,
+// return the token of the AWS SDK's auth.BuildAuthToken as the password.
+func ExampleConfig_credentials() {
+	src, err := postgres.New(postgres.Config{
+		DSN:         "postgres://etl@db.internal:5432/app?sslmode=verify-full",
+		Publication: "etl_orders",
+		Slot:        "etl_orders",
+		Credentials: func(ctx context.Context) (postgres.Credentials, error) {
+			b, err := os.ReadFile("/run/secrets/etl-password")
+			if err != nil {
+				return postgres.Credentials{}, err // retryable: the next attempt asks again
+			}
+			return postgres.Credentials{Password: strings.TrimSpace(string(b))}, nil
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer src.Close(context.Background())
+	// etl.NewPipeline(...).From(src) ...
 }

@@ -31,6 +31,31 @@ type Config struct {
 	// DSN is a connection string parsed with pgconn.ParseConfig, used when
 	// ConnConfig is nil.
 	DSN string
+	// Credentials, when set, is called before every connection the
+	// source opens — its query connection, each snapshot split's, the
+	// replication connections (the slot's exporter and each Read's) —
+	// and before each reconnection of any of them, and the user (when
+	// not empty) and password it returns replace ConnConfig's or the
+	// DSN's for that connection. It is for credentials that expire or
+	// rotate: an RDS or Aurora IAM auth token (valid 15 minutes, and
+	// checked only when a connection starts, so a connection outlives
+	// its token), a password read from a secret store. It may be called
+	// from several goroutines at once, with the context of the call
+	// that connects; cache what is costly to fetch, and return fresh
+	// values once they change.
+	//
+	// An error it returns fails that connection with an error wrapping
+	// ErrCredentials and it: retryable (the next attempt asks again)
+	// unless the error has a method Permanent() bool returning true
+	// (see etl.IsPermanent). With Credentials set, a login the server
+	// refuses (SQLSTATE class 28) is retryable too, so a rotation the
+	// hook has not caught up with yet is ridden out within the
+	// pipeline's etl.Retry budget; without it, such a refusal is
+	// permanent (see Permanent). ConnConfig.OAuthTokenProvider
+	// (OAUTHBEARER on Postgres 18) is asked by pgconn for each connection
+	// anyway. Default nil: the credentials of ConnConfig or DSN, for
+	// every connection.
+	Credentials func(ctx context.Context) (Credentials, error)
 
 	// Publication names the publication whose tables are the streams.
 	// Required; lowercase letters, digits and '_' only, at most 63 bytes.
@@ -206,6 +231,12 @@ var (
 	// ErrBadState is returned by Open for a resume state this source did
 	// not write.
 	ErrBadState = errors.New("postgres: malformed resume state")
+	// ErrCredentials is wrapped by the error of a connection for which
+	// Config.Credentials failed (the error wraps the hook's too), or
+	// whose login the server refused (SQLSTATE class 28: a wrong or
+	// rotated password, an expired token; the error wraps the
+	// *pgconn.PgError too).
+	ErrCredentials = errors.New("postgres: credentials refused or unavailable")
 	// ErrServerStopping is wrapped by the error a Read returns when the
 	// server began a shutdown (it ended the stream, terminated the
 	// connection with admin_shutdown, or asks again and again for a
@@ -373,9 +404,9 @@ func (s *Source) queryConn(ctx context.Context) (*pgconn.PgConn, error) {
 	if s.query != nil && !s.query.IsClosed() {
 		return s.query, nil
 	}
-	c, err := pgconn.ConnectConfig(ctx, s.conn)
+	c, err := s.connect(ctx, false)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: connect: %w", err)
+		return nil, err
 	}
 	s.query = c
 	return c, nil
@@ -873,9 +904,22 @@ func (s *Source) Teardown(ctx context.Context) error {
 	return nil
 }
 
-// Permanent reports whether err is a server error no retry fixes:
-// credentials refused (SQLSTATE class 28), a database that does not
-// exist (3D000), a privilege the user lacks (42501, e.g. no REPLICATION
-// attribute). Run returns such an error at once instead of retrying it
-// for its budget (source.Classifier).
-func (s *Source) Permanent(err error) bool { return pgerr.Permanent(err) }
+// Permanent reports whether err is an error no retry fixes: credentials
+// refused (SQLSTATE class 28) when Config.Credentials is not set (with
+// it, the next attempt asks for fresh ones), an error of
+// Config.Credentials that says so (a method Permanent() bool returning
+// true), a database that does not exist (3D000), a privilege the user
+// lacks (42501, e.g. no REPLICATION attribute). Run returns such an
+// error at once instead of retrying it for its budget
+// (source.Classifier).
+func (s *Source) Permanent(err error) bool {
+	if errors.Is(err, ErrCredentials) {
+		if permanentMark(err) {
+			return true
+		}
+		if s.cfg.Credentials != nil {
+			return false
+		}
+	}
+	return pgerr.Permanent(err)
+}

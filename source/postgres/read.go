@@ -119,9 +119,9 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 	if beforeStart != nil {
 		beforeStart()
 	}
-	repl, err := pgconn.ConnectConfig(ctx, s.replConfig())
+	repl, err := s.connect(ctx, true)
 	if err != nil {
-		return fmt.Errorf("postgres: replication connect: %w", err)
+		return err
 	}
 	defer sp.closeRepl(ctx, repl)
 	// A bounded read ends at the server's WAL insert position as of now:

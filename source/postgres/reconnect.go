@@ -142,7 +142,7 @@ func (sp *split) reconnect(ctx context.Context, at state) (*pgconn.PgConn, pglog
 			}
 			continue
 		}
-		repl, err := pgconn.ConnectConfig(ctx, s.replConfig())
+		repl, err := s.connect(ctx, true)
 		if err != nil {
 			last = err
 			continue

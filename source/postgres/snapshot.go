@@ -182,9 +182,9 @@ func (sp *snapSplit) read(ctx context.Context, e source.Emitter) (err error) {
 		return err
 	}
 	defer s.snapshots.release()
-	c, err := pgconn.ConnectConfig(ctx, s.conn)
+	c, err := s.connect(ctx, false)
 	if err != nil {
-		return fmt.Errorf("postgres: connect: %w", err)
+		return err
 	}
 	defer c.Close(context.WithoutCancel(ctx))
 	if _, err := queryText(ctx, c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
@@ -469,9 +469,9 @@ func (s semaphore) release() { <-s }
 // replication connection it returns as an exporter. It refuses with
 // ErrSlotInUse while another process streams from the slot.
 func (s *Source) createSlot(ctx context.Context, splits int) (*exporter, pglogrepl.LSN, error) {
-	repl, err := pgconn.ConnectConfig(ctx, s.replConfig())
+	repl, err := s.connect(ctx, true)
 	if err != nil {
-		return nil, 0, fmt.Errorf("postgres: replication connect: %w", err)
+		return nil, 0, err
 	}
 	ok := false
 	defer func() {
