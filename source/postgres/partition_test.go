@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/openetl/etl/internal/testutil"
+	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/postgres"
 )
 
@@ -183,8 +184,10 @@ func TestPartitionedTable(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	if !strings.Contains(logs.String(), "starting a new attempt") || !strings.Contains(logs.String(), tbl+"_p4 was attached") {
-		t.Errorf("the run did not start a new attempt for the attached partition: %s", logs.String())
+	// One new attempt, for the attach: the relation messages pgoutput
+	// sends for each partition beside its root's are no added tables.
+	if n := strings.Count(logs.String(), "starting a new attempt"); n != 1 || !strings.Contains(logs.String(), tbl+"_p4 was attached") {
+		t.Errorf("the run started %d new attempts, want 1 for the attached partition: %s", n, logs.String())
 	}
 	res, err := h.sync()
 	if err != nil {
@@ -251,7 +254,16 @@ func TestPartitionDetachedAndAttachedAgain(t *testing.T) {
 	if err != nil || res.Streams[tbl].Read != 49 {
 		t.Fatalf("sync after attaching again: %+v, %v; want p2's 49 rows read again", res.Streams[tbl], err)
 	}
+	// The rows read again are newer than every version before them.
+	seq := func(r map[string]any) int64 { n, _ := r["_openetl_seq"].(json.Number).Int64(); return n }
+	before := len(out)
+	last := seq(out[before-1])
 	out = readRows(t, h.tables, tbl)
+	for _, r := range out[before:] {
+		if seq(r) <= last {
+			t.Fatalf("row %v/%v read again with seq %v, not above the last before it (%v)", r["id"], r["at"], r["_openetl_seq"], last)
+		}
+	}
 	got, _ = applied(out)
 	want := tableRows(t, d, fmt.Sprintf("SELECT id, at, v, n FROM %s", tbl))
 	want["100/100"] = all["100/100"] // deleted while detached: it stays
@@ -364,5 +376,44 @@ func TestPartitionTruncate(t *testing.T) {
 	var te *postgres.TruncateError
 	if !errors.As(err, &te) || !slices.Equal(te.Streams, []string{tbl}) {
 		t.Fatalf("sync over the table's truncate: %v, want a *TruncateError naming %s", err, tbl)
+	}
+}
+
+// TestPartitionAttachedUnderRead: a partition attached after Open read
+// the catalog ends a bounded Read of the change stream with a
+// *SchemaChangeError (source.ErrReopen) naming it: at the relation
+// message that comes with its first change, before that change is
+// emitted, or, when it has no change, at the end of the Read.
+func TestPartitionAttachedUnderRead(t *testing.T) {
+	d := dsn(t)
+	tbl, pub := name("attach"), name("pub")
+	partitioned(t, d, tbl, 1, 5)
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s_p2 (LIKE %s)", tbl, tbl), fmt.Sprintf("CREATE TABLE %s_p3 (LIKE %s)", tbl, tbl),
+		fmt.Sprintf("INSERT INTO %s_p2 VALUES (100, 150, 'old', 0)", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true)", pub, tbl))
+	ctx := context.Background()
+	read := func(attach ...string) (*recordKeys, error) {
+		t.Helper()
+		slot := name("slot")
+		dropSlotAtCleanup(t, d, slot)
+		src := newSource(t, d, postgres.Config{Publication: pub, Slot: slot, StatusInterval: time.Hour})
+		splits, err := src.Open(ctx, []string{tbl}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		execSQL(t, d, attach...)
+		rec := &recordKeys{}
+		return rec, splitByID(t, splits, "slot:"+slot).Read(ctx, rec, true)
+	}
+	var se *postgres.SchemaChangeError
+	rec, err := read(fmt.Sprintf("ALTER TABLE %s ATTACH PARTITION %s_p2 FOR VALUES FROM (100) TO (200)", tbl, tbl))
+	if !errors.As(err, &se) || !errors.Is(err, source.ErrReopen) || se.Stream != tbl || !strings.Contains(se.Detail, tbl+"_p2 was attached") {
+		t.Fatalf("bounded Read after an attach: %v (records %q), want a *SchemaChangeError naming %s_p2", err, rec.keys, tbl)
+	}
+	rec, err = read(fmt.Sprintf("ALTER TABLE %s ATTACH PARTITION %s_p3 FOR VALUES FROM (200) TO (300)", tbl, tbl),
+		fmt.Sprintf("INSERT INTO %s VALUES (200, 250, 'new', 0)", tbl))
+	if !errors.As(err, &se) || !strings.Contains(se.Detail, tbl+"_p3 was attached") || len(rec.keys) != 0 {
+		t.Fatalf("bounded Read after an attach and an insert into it: %v, records %q; want a *SchemaChangeError naming %s_p3 before any record",
+			err, rec.keys, tbl)
 	}
 }

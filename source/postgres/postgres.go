@@ -682,6 +682,12 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	for _, t := range tables {
 		sp.published[[2]string{t.schema, t.name}] = true
 		sp.discovered = max(sp.discovered, t.discovered)
+		// pgoutput sends a partition's own relation message beside its
+		// root's, before the partition's first change in a session: no
+		// table added to the publication.
+		for _, p := range t.parts {
+			sp.published[[2]string{p.schema, p.name}] = true
+		}
 	}
 	for _, name := range streams {
 		i := slices.IndexFunc(tables, func(t *table) bool { return t.stream.Name == name })

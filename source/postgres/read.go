@@ -566,8 +566,10 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 						return err
 					}
 					if r.table != nil && r.table.partitioned && at > sp.discovered {
-						// The first change of a partition attached since
-						// comes with one (as the root's).
+						// pgoutput sends the root's relation message (then
+						// the partition's own) before each partition's first
+						// change in a session: also before the first change
+						// of a partition attached since.
 						if err := sp.partitionsChanged(ctx, at); err != nil {
 							return err
 						}
