@@ -417,3 +417,55 @@ func TestPartitionAttachedUnderRead(t *testing.T) {
 			err, rec.keys, tbl)
 	}
 }
+
+// TestPartitionDroppedBeforeItsSnapshot: a partition dropped after Open
+// read the catalog, before its snapshot split read it, ends the split's
+// Read with a *SchemaChangeError (source.ErrReopen) naming it; the next
+// Open no longer has a split for it.
+func TestPartitionDroppedBeforeItsSnapshot(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("dropped"), name("pub"), name("slot")
+	partitioned(t, d, tbl, 2, 5)
+	execSQL(t, d, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true)", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	src := newSource(t, d, postgres.Config{Publication: pub, Slot: slot})
+	ctx := context.Background()
+	splits, err := src.Open(ctx, []string{tbl}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, d, fmt.Sprintf("DROP TABLE %s_p2", tbl))
+	rec := &recordKeys{}
+	err = splitByID(t, splits, "snapshot:"+tbl+"/"+tbl+"_p2").Read(ctx, rec, true)
+	var se *postgres.SchemaChangeError
+	if !errors.As(err, &se) || !errors.Is(err, source.ErrReopen) || !strings.Contains(se.Detail, tbl+"_p2 was dropped") {
+		t.Fatalf("snapshot of a dropped partition: %v, want a *SchemaChangeError naming it", err)
+	}
+	if err := splitByID(t, splits, "snapshot:"+tbl+"/"+tbl+"_p1").Read(ctx, rec, true); err != nil || len(rec.keys) != 5 {
+		t.Fatalf("snapshot of p1: %v, %d records, want 5", err, len(rec.keys))
+	}
+	if splits, err = src.Open(ctx, []string{tbl}, nil); err != nil || len(splits) != 2 || strings.HasSuffix(string(splits[1].ID()), "_p2") {
+		t.Fatalf("Open after the drop: %d splits, %v; want the stream's and p1's", len(splits), err)
+	}
+}
+
+// TestPartitionKeyless: a partitioned table without a primary key is
+// read per partition in ranges of heap pages.
+func TestPartitionKeyless(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("keyless"), name("pub"), name("slot")
+	execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int8, at int4) PARTITION BY LIST (at)", tbl),
+		fmt.Sprintf("CREATE TABLE %s_a PARTITION OF %s FOR VALUES IN (1)", tbl, tbl),
+		fmt.Sprintf("CREATE TABLE %s_b PARTITION OF %s FOR VALUES IN (2)", tbl, tbl),
+		fmt.Sprintf("INSERT INTO %s SELECT g, 1 + g %% 2 FROM generate_series(1, 1001) g", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true)", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	h := newHarness(t, d, postgres.Config{Publication: pub, Slot: slot, SnapshotChunkRows: 100})
+	if res, err := h.sync(); err != nil || res.Streams[tbl].Read != 1001 {
+		t.Fatalf("snapshot sync: %+v, %v; want 1001 rows", res.Streams[tbl], err)
+	}
+	st := testutil.ReadParquetTables(t, h.tables)[tbl]
+	if st == nil || st.Rows != 1001 || st.DistinctIDs != 1001 {
+		t.Fatalf("output %+v, want 1001 rows and ids", st)
+	}
+}
