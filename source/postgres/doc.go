@@ -146,12 +146,15 @@
 // reads the partition beside the stream. Its rows carry the WAL insert
 // position of that Open as seq, as those of a table read again do (see
 // Hard cases): above every version of them the destination may hold,
-// below every change after it. A detached partition (DETACH PARTITION,
-// or dropped) is no longer read: its rows stay at the destination
-// (Postgres logs no delete for them), and its changes after the detach
-// are not sent. A partition detached and attached again is read again:
-// rows changed meanwhile reach the destination; rows deleted meanwhile
-// stay there.
+// below every change after it. Rows changed between the attach and that
+// Open also come as those changes: an append destination holds them
+// twice, and applied in seq order equals the table.
+//
+// A detached partition (DETACH PARTITION, or dropped) is no longer
+// read: its rows stay at the destination (Postgres logs no delete for
+// them), and its changes after the detach are not sent. A partition detached and attached again is
+// read again: rows changed meanwhile reach the destination; rows deleted
+// meanwhile stay there.
 //
 // A TRUNCATE of the partitioned table is a truncate of its stream (see
 // Config.Truncates). Postgres sends no TRUNCATE of a single partition
