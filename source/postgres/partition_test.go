@@ -566,3 +566,63 @@ func TestPartitionAttachUnderWriter(t *testing.T) {
 	t.Logf("writer committed %d transactions; %d rows in the table equal the output's %d records applied in seq order (%v)",
 		txns, len(want), len(out), ops)
 }
+
+// TestPartitionSnapshotResumes: a partition's snapshot split killed in
+// its fourth chunk resumes after the third, with the slot snapshot's seq;
+// a partition whose split had no state yet is read under a new snapshot
+// whose rows carry the WAL position of the second Open (above the slot
+// snapshot's), as a partition attached since would be.
+func TestPartitionSnapshotResumes(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("presume"), name("pub"), name("slot")
+	partitioned(t, d, tbl, 2, 95)
+	execSQL(t, d, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true)", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	ctx := context.Background()
+	src := newSource(t, d, postgres.Config{Publication: pub, Slot: slot, SnapshotChunkRows: 10})
+	splits, err := src.Open(ctx, []string{tbl}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(splits) != 3 {
+		t.Fatalf("%d splits, want the stream's and one per partition", len(splits))
+	}
+	var streamState recordKeys
+	if err := splitByID(t, splits, "slot:"+slot).Read(ctx, &streamState, true); err != nil {
+		t.Fatal(err)
+	}
+	p1, p2 := source.SplitID("snapshot:"+tbl+"/"+tbl+"_p1"), source.SplitID("snapshot:"+tbl+"/"+tbl+"_p2")
+	first := &recordKeys{limit: 35}
+	if err := splitByID(t, splits, string(p1)).Read(ctx, first, true); !errors.Is(err, errKilled) {
+		t.Fatalf("first read: %v, want it killed", err)
+	}
+	execSQL(t, d, "SELECT pg_logical_emit_message(false, 'openetl.test', '')") // some WAL since the slot's snapshot
+	resume := map[source.SplitID][]byte{source.SplitID("slot:" + slot): streamState.state, p1: first.state}
+	if splits, err = src.Open(ctx, []string{tbl}, resume); err != nil {
+		t.Fatal(err)
+	}
+	rest, other := &recordKeys{}, &recordKeys{}
+	if err := splitByID(t, splits, string(p1)).Read(ctx, rest, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := splitByID(t, splits, string(p2)).Read(ctx, other, true); err != nil {
+		t.Fatal(err)
+	}
+	all := append(slices.Clone(first.keys[:30]), rest.keys...)
+	seen := map[string]bool{}
+	for _, k := range all {
+		seen[k] = true
+	}
+	if len(all) != 95 || len(seen) != 95 || len(other.keys) != 95 {
+		t.Fatalf("p1: %d rows, %d distinct; p2: %d rows; want 95 each", len(all), len(seen), len(other.keys))
+	}
+	snap := first.seqs[0]
+	for _, s := range rest.seqs {
+		if s != snap {
+			t.Fatalf("resumed row seq %d, want the slot snapshot's %d", s, snap)
+		}
+	}
+	if other.seqs[0] <= snap {
+		t.Errorf("p2 read after the slot's snapshot with seq %d, want above %d", other.seqs[0], snap)
+	}
+}
