@@ -156,8 +156,10 @@ func (e *TruncateError) Error() string {
 
 // SchemaChangeError is returned by Read when a table's columns changed
 // in the stream (ALTER TABLE ... ADD COLUMN, a type change) in a way the
-// attempt's declared schema can't carry, or when a table was added to
-// the publication after the attempt read the catalog. It matches both
+// attempt's declared schema can't carry, when a table was added to the
+// publication after the attempt read the catalog, or a partition to a
+// partitioned table it reads (attached, or dropped under its snapshot:
+// see the package doc). It matches both
 // ErrSchemaChanged and source.ErrReopen, so the runner starts a new
 // attempt at once, which declares the new shape (Discover reads it from
 // the catalog), snapshots an added table and continues where this one
