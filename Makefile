@@ -77,7 +77,7 @@ RACE_FIRST := ./sink/iceberg ./source/kafka ./sink/clickhouse ./source/postgres 
 # scripts/services/). `env=$$(...)` rather than eval "$$(...)": a failed
 # start must fail the target. scripts/test-servers.sh (the installs wait
 # for a held dpkg lock) and scripts/test-pgmatrix.sh (source/postgres's
-# golden type-table and kill tests on PostgreSQL 16, 17 and 18) run beside
+# golden type-table, kill and partition tests on PostgreSQL 16, 17 and 18) run beside
 # the plain pass: the first is mostly waiting, the second is one kill
 # test at a time.
 # The readers and browser (make tools) install while servers.sh installs

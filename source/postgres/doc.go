@@ -20,7 +20,8 @@
 //
 // Each table of the publication is a FormatRow stream with CDC set,
 // named after the table ("orders"; "billing.invoices" outside schema
-// public). Its columns are those the publication sends (all of the
+// public); a partitioned table is one stream, under its root's name (see
+// Partitioned tables). Its columns are those the publication sends (all of the
 // table's, less those outside its column list and the generated ones
 // pgoutput leaves out), in attribute order, typed with
 // pg_type names (int4, numeric(12,2), timestamptz, _text ...: package
@@ -48,8 +49,9 @@
 //
 // Open returns one split for the slot's change stream ("slot:" + the
 // slot name) and one snapshot split per table ("snapshot:" + the stream
-// name); the runner reads them in parallel (at most
-// Config.SnapshotParallelism tables at once, each on its own
+// name; per leaf partition of a partitioned table, "snapshot:" + the
+// stream + "/" + the partition); the runner reads them in parallel (at
+// most Config.SnapshotParallelism splits at once, each on its own
 // connection).
 //
 // A first Open (no resume state for the change stream) drops an idle slot
@@ -107,6 +109,57 @@
 // An uninterrupted first snapshot has no such overlap. For a table
 // without a key, a resumed snapshot can repeat or miss a row that a
 // concurrent update moved between pages.
+//
+// # Partitioned tables
+//
+// A partitioned table is one stream under its root's name, with the
+// root's columns and primary key, when the publication publishes it via
+// its root (Postgres 13+):
+//
+//	CREATE PUBLICATION etl_events FOR TABLE events WITH (publish_via_partition_root = true);
+//
+// A publication the source creates (Config.CreatePublication) has it
+// set. pgoutput then sends the changes of every partition as the root's.
+// A publication that covers a partitioned table (FOR TABLE, FOR TABLES IN
+// SCHEMA, FOR ALL TABLES) without it would send them as those of
+// separate tables, one per partition: Discover and Open refuse it with a
+// *PartitionRootError (ErrNotViaRoot, permanent) that says how to fix
+// it. Partitions listed in a publication without their partitioned
+// table are streams of their own, as any table.
+//
+// The snapshot reads each leaf partition (pg_partition_tree) as a split
+// of its own, under the slot's snapshot, within
+// Config.SnapshotParallelism. Every key of a partitioned table holds the
+// partition key, so an update that moves a row to another partition
+// changes its key: Postgres logs it as a delete from the old partition
+// and an insert into the new one, and the stream carries exactly that (a
+// delete of the old key, then an insert of the new). Foreign-table
+// partitions are not read: Postgres publishes no changes of them.
+//
+// A partition attached while the pipeline runs (ATTACH PARTITION, or
+// CREATE TABLE ... PARTITION OF) holds rows that never passed through the
+// change stream. The stream looks for new partitions between
+// transactions (every Config.StatusInterval), at a relation message of
+// the table, and at the end of a bounded Read; finding one, it ends the
+// attempt with a *SchemaChangeError (source.ErrReopen) naming the
+// partition, and the next attempt, which the runner starts by itself,
+// reads the partition beside the stream. Its rows carry the WAL insert
+// position of that Open as seq, as those of a table read again do (see
+// Hard cases): above every version of them the destination may hold,
+// below every change after it. Rows changed between the attach and that
+// Open also come as those changes: an append destination holds them
+// twice, and applied in seq order equals the table.
+//
+// A detached partition (DETACH PARTITION, or dropped) is no longer
+// read: its rows stay at the destination (Postgres logs no delete for
+// them), and its changes after the detach are not sent. A partition detached and attached again is
+// read again: rows changed meanwhile reach the destination; rows deleted
+// meanwhile stay there.
+//
+// A TRUNCATE of the partitioned table is a truncate of its stream (see
+// Config.Truncates). Postgres sends no TRUNCATE of a single partition
+// when the publication publishes via the root: the stream goes on, and
+// the partition's rows stay at the destination, as after a detach.
 //
 // # Hard cases
 //

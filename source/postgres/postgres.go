@@ -61,9 +61,11 @@ type Config struct {
 	// Required; lowercase letters, digits and '_' only, at most 63 bytes.
 	Publication string
 	// CreatePublication creates the publication, FOR TABLE Tables, when it
-	// does not exist yet; on Postgres 18+ WITH (publish_generated_columns =
-	// stored), so stored generated columns are streamed. An existing
-	// publication is used as it is.
+	// does not exist yet: on Postgres 13+ WITH (publish_via_partition_root
+	// = true), so a partitioned table is one stream (see the package doc),
+	// and on 18+ also publish_generated_columns = stored, so stored
+	// generated columns are streamed. An existing publication is used as
+	// it is.
 	// Default false: a missing publication is an error.
 	CreatePublication bool
 	// Tables lists the tables ("name" or "schema.name") a created
@@ -102,7 +104,8 @@ type Config struct {
 	// committed chunk. Default 50,000.
 	SnapshotChunkRows int
 	// SnapshotParallelism is how many tables are read at once during the
-	// snapshot, each on a connection of its own. Default 4.
+	// snapshot, each on a connection of its own; each leaf partition of a
+	// partitioned table counts as one. Default 4.
 	SnapshotParallelism int
 
 	// OnPositionLost says what the source does when the slot a resume
@@ -178,8 +181,10 @@ func (e *TruncateError) Error() string {
 
 // SchemaChangeError is returned by Read when a table's columns changed
 // in the stream (ALTER TABLE ... ADD COLUMN, a type change) in a way the
-// attempt's declared schema can't carry, or when a table was added to
-// the publication after the attempt read the catalog. It matches both
+// attempt's declared schema can't carry, when a table was added to the
+// publication after the attempt read the catalog, or a partition to a
+// partitioned table it reads (attached, or dropped under its snapshot:
+// see the package doc). It matches both
 // ErrSchemaChanged and source.ErrReopen, so the runner starts a new
 // attempt at once, which declares the new shape (Discover reads it from
 // the catalog), snapshots an added table and continues where this one
@@ -228,6 +233,10 @@ var (
 	// ErrPublicationMissing is returned by Discover and Open when the
 	// publication does not exist and Config.CreatePublication is false.
 	ErrPublicationMissing = errors.New("postgres: publication not found")
+	// ErrNotViaRoot is wrapped by the *PartitionRootError that Discover
+	// and Open return when the publication sends a partitioned table's
+	// changes as its partitions' (publish_via_partition_root is off).
+	ErrNotViaRoot = errors.New("postgres: partitioned table not published via its root")
 	// ErrBadState is returned by Open for a resume state this source did
 	// not write.
 	ErrBadState = errors.New("postgres: malformed resume state")
@@ -440,8 +449,13 @@ type table struct {
 	filled   []bool
 	defaults []string
 	// snapSeq is the seq of the table's snapshot rows (the slot's
-	// snapshot, or a later re-snapshot's; see snapSplit.reconcile).
+	// snapshot, or a later re-snapshot's; see snapSplit.reconcile): the
+	// highest of its partitions' for a partitioned table.
 	snapSeq pglogrepl.LSN
+	// partitioned says the table is a partitioned table (relkind 'p'),
+	// whose rows live in its leaf partitions, parts (see partition.go).
+	partitioned bool
+	parts       []part
 }
 
 func (t *table) ident() string {
@@ -499,16 +513,23 @@ func (s *Source) tables(ctx context.Context) ([]*table, error) {
 			idents = append(idents, strings.Join(parts, "."))
 		}
 		sql := "CREATE PUBLICATION " + quoteIdent(s.cfg.Publication) + " FOR TABLE " + strings.Join(idents, ", ")
-		if serverMajor(c) >= 18 {
+		switch major := serverMajor(c); {
+		case major >= 18:
 			// Stored generated columns then travel in the change stream
 			// as in the snapshot; before 18 pgoutput never sends them,
 			// and they are left out of the streams (see published).
-			sql += " WITH (publish_generated_columns = stored)"
+			sql += " WITH (publish_via_partition_root = true, publish_generated_columns = stored)"
+		case major >= 13:
+			// A partitioned table's changes then come as its root's.
+			sql += " WITH (publish_via_partition_root = true)"
 		}
 		if _, err := queryText(ctx, c, sql); err != nil {
 			return nil, fmt.Errorf("postgres: create publication %q: %w", s.cfg.Publication, err)
 		}
 		s.log.InfoContext(ctx, "created publication", "publication", s.cfg.Publication)
+	}
+	if err := s.checkViaRoot(ctx, c); err != nil {
+		return nil, err
 	}
 	rows, err = queryText(ctx, c, `SELECT pg_current_wal_insert_lsn()`)
 	if err != nil {
@@ -541,7 +562,8 @@ SELECT n.nspname, c.relname, a.attname,
                  AND CASE WHEN c.relreplident = 'i' THEN i.indisreplident ELSE i.indisprimary END), 0),
        a.atttypid, a.atttypmod, c.relreplident, a.attlen = -1 AND a.attstorage <> 'p',
        a.attnum, a.atthasmissing OR a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '',
-       COALESCE((SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d WHERE d.adrelid = c.oid AND d.adnum = a.attnum), '')
+       COALESCE((SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d WHERE d.adrelid = c.oid AND d.adnum = a.attnum), ''),
+       c.relkind
 FROM pg_publication_tables pt
 JOIN pg_namespace n ON n.nspname = pt.schemaname
 JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
@@ -557,9 +579,10 @@ ORDER BY n.nspname, c.relname, a.attnum`)
 	for _, r := range rows {
 		schema, name := string(r[0]), string(r[1])
 		if len(out) == 0 || out[len(out)-1].schema != schema || out[len(out)-1].name != name {
-			out = append(out, &table{schema: schema, name: name, discovered: discovered, identity: r[8][0], stream: source.Stream{
-				Name: streamName(schema, name), Format: source.FormatRow, CDC: true, Types: source.TypesPostgres,
-			}})
+			out = append(out, &table{schema: schema, name: name, discovered: discovered, identity: r[8][0],
+				partitioned: string(r[13]) == "p", stream: source.Stream{
+					Name: streamName(schema, name), Format: source.FormatRow, CDC: true, Types: source.TypesPostgres,
+				}})
 		}
 		t := out[len(out)-1]
 		t.stream.Columns = append(t.stream.Columns, source.Column{Name: string(r[2]), Type: string(r[3]), Nullable: string(r[4]) == "t"})
@@ -593,6 +616,9 @@ ORDER BY n.nspname, c.relname, a.attnum`)
 			t.key = append(t.key, k[1])
 			t.stream.PrimaryKey = append(t.stream.PrimaryKey, t.stream.Columns[k[1]].Name)
 		}
+	}
+	if out, err = s.addPartitions(ctx, c, out); err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b *table) int { return strings.Compare(a.stream.Name, b.stream.Name) })
 	return out, nil
@@ -689,6 +715,12 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	for _, t := range tables {
 		sp.published[[2]string{t.schema, t.name}] = true
 		sp.discovered = max(sp.discovered, t.discovered)
+		// pgoutput sends a partition's own relation message beside its
+		// root's, before the partition's first change in a session: no
+		// table added to the publication.
+		for _, p := range t.parts {
+			sp.published[[2]string{p.schema, p.name}] = true
+		}
 	}
 	for _, name := range streams {
 		i := slices.IndexFunc(tables, func(t *table) bool { return t.stream.Name == name })
@@ -697,16 +729,32 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 		}
 		sp.tables = append(sp.tables, tables[i])
 	}
-	snaps := make([]*snapSplit, len(sp.tables))
+	// One snapshot split per table; per leaf partition of a partitioned
+	// table, whose rows are its root's stream.
+	var snaps []*snapSplit
+	for _, t := range sp.tables {
+		if !t.partitioned {
+			snaps = append(snaps, &snapSplit{src: s, id: source.SplitID(snapshotIDPrefix + t.stream.Name), t: t, chunk: s.cfg.SnapshotChunkRows})
+			continue
+		}
+		if sp.parts == nil {
+			sp.parts = map[*table]map[[2]string]string{}
+		}
+		known := map[[2]string]string{}
+		for _, p := range t.parts {
+			known[[2]string{p.schema, p.name}] = p.gen
+			snaps = append(snaps, &snapSplit{src: s, id: source.SplitID(partSplitID(t, p)), t: t, part: &p, chunk: s.cfg.SnapshotChunkRows})
+		}
+		sp.parts[t] = known
+	}
 	seqs := map[uint64]bool{}
-	for i, t := range sp.tables {
-		snaps[i] = &snapSplit{src: s, id: source.SplitID(snapshotIDPrefix + t.stream.Name), t: t, chunk: s.cfg.SnapshotChunkRows}
-		if b, ok := resume[snaps[i].id]; ok {
+	for _, ss := range snaps {
+		if b, ok := resume[ss.id]; ok {
 			st, err := decodeSnapState(b)
 			if err != nil {
 				return nil, err
 			}
-			snaps[i].st = st
+			ss.st = st
 			seqs[st.Seq] = true
 		}
 	}
@@ -767,13 +815,34 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	sp.start = *start
 	var now pglogrepl.LSN // the WAL insert position, read when a table must be read again
 	for _, ss := range snaps {
+		if ss.part != nil && ss.st.V != 0 && ss.st.Gen != ss.part.gen {
+			// Detached and attached again since its rows were read (or
+			// another table attached under its name): read it again.
+			s.log.InfoContext(ctx, "partition attached again since it was read: reading it again", "stream", ss.t.stream.Name,
+				"partition", streamName(ss.part.schema, ss.part.name))
+			ss.st = snapState{}
+		}
 		if ss.st.V == 0 {
 			ss.st = snapState{V: snapStateVersion, Seq: uint64(start.snapshot)}
 			ss.st.Cols, ss.st.Attnum = ss.t.shape()
+			if ss.part != nil && ss.exp == nil {
+				// A partition read after the slot's snapshot (attached
+				// since, say): its rows never passed through the stream,
+				// and the destination may hold older versions of them
+				// (from before a detach). Its rows carry the WAL insert
+				// position now, as a table read again does.
+				if err := s.walInsertLSN(ctx, &now); err != nil {
+					return nil, err
+				}
+				ss.st.Again = uint64(now)
+			}
 		} else if err := ss.reconcile(ctx, &now); err != nil {
 			return nil, err
 		}
-		ss.t.snapSeq = pglogrepl.LSN(ss.st.rowSeq())
+		if ss.part != nil {
+			ss.st.Gen = ss.part.gen
+		}
+		ss.t.snapSeq = max(ss.t.snapSeq, pglogrepl.LSN(ss.st.rowSeq()))
 	}
 	for _, t := range sp.tables {
 		switch {
@@ -909,9 +978,10 @@ func (s *Source) Teardown(ctx context.Context) error {
 // it, the next attempt asks for fresh ones), an error of
 // Config.Credentials that says so (a method Permanent() bool returning
 // true), a database that does not exist (3D000), a privilege the user
-// lacks (42501, e.g. no REPLICATION attribute). Run returns such an
-// error at once instead of retrying it for its budget
-// (source.Classifier).
+// lacks (42501, e.g. no REPLICATION attribute), and a publication that
+// sends a partitioned table's changes as its partitions'
+// (ErrNotViaRoot). Run returns such an error at once instead of
+// retrying it for its budget (source.Classifier).
 func (s *Source) Permanent(err error) bool {
 	if errors.Is(err, ErrCredentials) {
 		if permanentMark(err) {
@@ -921,5 +991,5 @@ func (s *Source) Permanent(err error) bool {
 			return false
 		}
 	}
-	return pgerr.Permanent(err)
+	return pgerr.Permanent(err) || errors.Is(err, ErrNotViaRoot)
 }

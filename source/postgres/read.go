@@ -39,6 +39,10 @@ type split struct {
 	// added to the publication since.
 	published  map[[2]string]bool
 	discovered pglogrepl.LSN
+	// parts holds, per opened partitioned table, its leaf partitions
+	// (schema and name) and their attachments (part.gen) when the attempt
+	// read the catalog; nil without partitioned tables.
+	parts map[*table]map[[2]string]string
 	// reset is why Open started over with a new slot and snapshot
 	// (Config.OnPositionLost), reported at the start of Read; nil
 	// otherwise.
@@ -137,7 +141,12 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 			return nil
 		}
 	}
-	return sp.streamOn(ctx, repl, e, start, confirmed, bounded, end)
+	if err := sp.streamOn(ctx, repl, e, start, confirmed, bounded, end); err != nil || !bounded {
+		return err
+	}
+	// A partition attached before the end read no row through the
+	// stream: a new attempt reads it.
+	return sp.partitionsChanged(ctx, end)
 }
 
 func (sp *split) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
@@ -322,6 +331,10 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 	if s.cfg.HeartbeatInterval > 0 {
 		tick = min(tick, s.cfg.HeartbeatInterval)
 	}
+	// Partitions attached while the stream runs are looked for between
+	// transactions, at most every StatusInterval, and at relation messages
+	// of partitioned tables (see partitionsChanged).
+	partCheck := partitionCheck{next: time.Now().Add(s.cfg.StatusInterval), interval: s.cfg.StatusInterval}
 	conn := repl.Conn()
 	stopWaker := make(chan struct{})
 	defer close(stopWaker)
@@ -356,6 +369,11 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 				answered, asked = time.Now(), false
 			}
 			next = now.Add(interval)
+		}
+		if len(sp.parts) > 0 && !inTxn && !inStream && partCheck.due(now) {
+			if err := sp.partitionsChanged(ctx, pos); err != nil {
+				return err
+			}
 		}
 		// Receive without a context: pgconn watches a context per call,
 		// which cost about 40% of the loop's CPU. The waker interrupts
@@ -580,6 +598,15 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					r, err := sp.relation(m, at)
 					if err != nil {
 						return err
+					}
+					if r.table != nil && r.table.partitioned && at > sp.discovered {
+						// pgoutput sends the root's relation message (then
+						// the partition's own) before each partition's first
+						// change in a session: also before the first change
+						// of a partition attached since.
+						if err := sp.partitionsChanged(ctx, at); err != nil {
+							return err
+						}
 					}
 					rels[m.RelationID] = r
 				case *pglogrepl.InsertMessage:

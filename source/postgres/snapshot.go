@@ -30,6 +30,7 @@ const snapshotIDPrefix = "snapshot:"
 // read with, and Attnum the highest attribute number among them: a
 // column added or renamed since is one the destination's rows lack
 // (states written before Cols existed have none: nothing is compared).
+// Gen names the attachment of a partition the split reads (see part).
 type snapState struct {
 	V      int      `json:"v"`
 	Seq    uint64   `json:"seq"`
@@ -40,6 +41,7 @@ type snapState struct {
 	Cols   []string `json:"cols,omitempty"`
 	Attnum int      `json:"attnum,omitempty"`
 	Again  uint64   `json:"again,omitempty"`
+	Gen    string   `json:"gen,omitempty"`
 }
 
 // rowSeq is the seq of the split's rows.
@@ -120,6 +122,7 @@ type snapSplit struct {
 	src   *Source
 	id    source.SplitID
 	t     *table
+	part  *part // the leaf partition read, for a partitioned table
 	st    snapState
 	exp   *exporter // the slot's exported snapshot, on a fresh start
 	chunk int
@@ -196,8 +199,10 @@ func (sp *snapSplit) read(ctx context.Context, e source.Emitter) (err error) {
 		}
 	}
 	release()
-	if rows, err := queryText(ctx, c, `SELECT GREATEST(reltuples, 0)::int8 FROM pg_class WHERE oid = `+
-		quoteLiteral(sp.t.ident())+`::regclass`); err == nil && len(rows) == 1 {
+	// to_regclass: a relation dropped meanwhile is no error here, which
+	// would end the transaction; the read below says what happened.
+	if rows, err := queryText(ctx, c, `SELECT GREATEST(reltuples, 0)::int8 FROM pg_class WHERE oid = to_regclass(`+
+		quoteLiteral(sp.ident())+`)`); err == nil && len(rows) == 1 {
 		n, _ := strconv.ParseInt(string(rows[0][0]), 10, 64)
 		sp.estimated.Store(n)
 	}
@@ -206,8 +211,12 @@ func (sp *snapSplit) read(ctx context.Context, e source.Emitter) (err error) {
 	defer sp.copying.Store(false)
 	// A span for the copy (a child of the runner's sync span, when the
 	// host traces), with the rows it read.
-	ctx, span := obs.Start(ctx, "openetl.postgres.snapshot", attribute.String("openetl.stream", sp.t.stream.Name),
-		attribute.Bool("openetl.resumed", sp.st.After != nil || sp.st.Page > 0))
+	attrs := []attribute.KeyValue{attribute.String("openetl.stream", sp.t.stream.Name),
+		attribute.Bool("openetl.resumed", sp.st.After != nil || sp.st.Page > 0)}
+	if sp.part != nil {
+		attrs = append(attrs, attribute.String("openetl.partition", streamName(sp.part.schema, sp.part.name)))
+	}
+	ctx, span := obs.Start(ctx, "openetl.postgres.snapshot", attrs...)
 	from := sp.st.Rows
 	defer func() {
 		span.SetAttributes(attribute.Int64("openetl.rows.read", sp.st.Rows-from))
@@ -219,6 +228,13 @@ func (sp *snapSplit) read(ctx context.Context, e source.Emitter) (err error) {
 		err = sp.readPages(ctx, c, e)
 	}
 	if err != nil {
+		if sp.part != nil && isUndefinedTable(err) {
+			// Dropped since Open read the catalog: a new attempt no
+			// longer reads it (its rows read so far stay, as a detached
+			// partition's do).
+			return &SchemaChangeError{Stream: sp.t.stream.Name,
+				Detail: fmt.Sprintf("partition %s was dropped while its snapshot was read", streamName(sp.part.schema, sp.part.name))}
+		}
 		return err
 	}
 	_, err = queryText(ctx, c, "COMMIT")
@@ -291,26 +307,40 @@ func (sp *snapSplit) reconcile(ctx context.Context, now *pglogrepl.LSN) error {
 		sp.notice = n
 		return nil
 	}
-	if *now == 0 {
-		s := sp.src
-		s.mu.Lock()
-		c, err := s.queryConn(ctx)
-		var rows [][][]byte
-		if err == nil {
-			rows, err = queryText(ctx, c, `SELECT pg_current_wal_insert_lsn()`)
-		}
-		s.mu.Unlock()
-		if err != nil {
-			return fmt.Errorf("postgres: current WAL position: %w", err)
-		}
-		if *now, err = pglogrepl.ParseLSN(string(rows[0][0])); err != nil {
-			return err
-		}
+	if err := sp.src.walInsertLSN(ctx, now); err != nil {
+		return err
 	}
 	n.Detail = detail + ": the table is read again (a new snapshot), so that rows not changed since reach the destination with it"
 	sp.notice = n
 	sp.st = snapState{V: snapStateVersion, Seq: sp.st.Seq, Cols: cols, Attnum: most, Again: uint64(*now)}
 	return nil
+}
+
+// walInsertLSN sets *now to the WAL insert position, unless it is set.
+func (s *Source) walInsertLSN(ctx context.Context, now *pglogrepl.LSN) error {
+	if *now != 0 {
+		return nil
+	}
+	s.mu.Lock()
+	c, err := s.queryConn(ctx)
+	var rows [][][]byte
+	if err == nil {
+		rows, err = queryText(ctx, c, `SELECT pg_current_wal_insert_lsn()`)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("postgres: current WAL position: %w", err)
+	}
+	*now, err = pglogrepl.ParseLSN(string(rows[0][0]))
+	return err
+}
+
+// ident is the relation the split reads: its table, or its partition.
+func (sp *snapSplit) ident() string {
+	if sp.part != nil {
+		return sp.part.ident()
+	}
+	return sp.t.ident()
 }
 
 func (sp *snapSplit) encode() []byte {
@@ -328,7 +358,7 @@ func (sp *snapSplit) selectList() string {
 		b.WriteString(quoteIdent(col.Name))
 	}
 	b.WriteString(" FROM ONLY ")
-	b.WriteString(sp.t.ident())
+	b.WriteString(sp.ident())
 	return b.String()
 }
 
@@ -384,9 +414,9 @@ func (sp *snapSplit) readKeyed(ctx context.Context, c *pgconn.PgConn, e source.E
 // a TID range scan on Postgres 14 and later).
 func (sp *snapSplit) readPages(ctx context.Context, c *pgconn.PgConn, e source.Emitter) error {
 	t := sp.t
-	rows, err := queryText(ctx, c, `SELECT pg_relation_size(`+quoteLiteral(t.ident())+`::regclass) / current_setting('block_size')::int8,
+	rows, err := queryText(ctx, c, `SELECT pg_relation_size(`+quoteLiteral(sp.ident())+`::regclass) / current_setting('block_size')::int8,
        GREATEST(c.reltuples, 0)::int8, GREATEST(c.relpages, 0)::int8
-FROM pg_class c WHERE c.oid = `+quoteLiteral(t.ident())+`::regclass`)
+FROM pg_class c WHERE c.oid = `+quoteLiteral(sp.ident())+`::regclass`)
 	if err != nil {
 		return fmt.Errorf("postgres: size of %s: %w", t.stream.Name, err)
 	}
