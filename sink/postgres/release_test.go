@@ -1,0 +1,407 @@
+package postgres_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openetl/etl"
+	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/internal/testutil"
+	"github.com/openetl/etl/sink"
+	"github.com/openetl/etl/sink/postgres"
+	"github.com/openetl/etl/sink/sinktest"
+	"github.com/openetl/etl/source/faker"
+)
+
+// narrowed is the Postgres destination as a version that can't take
+// float64 columns would be: the engine holds their values back.
+type narrowed struct{ *postgres.Destination }
+
+func (d narrowed) Capabilities() sink.Capabilities {
+	c := d.Destination.Capabilities()
+	c.Unsupported = append(slices.Clone(c.Unsupported), "float64")
+	return c
+}
+
+const releaseRows = 3000
+
+// releaseRun is one Sync of the fake customers (merged) and orders
+// (appended) into dst, with checkpoints in dir, and the events it sent.
+type releaseRun struct {
+	res    etl.Result
+	err    error
+	events []etl.Event
+}
+
+func syncRelease(t *testing.T, dir string, dst sink.Destination, streams ...string) releaseRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	src, err := faker.New(faker.Config{Seed: 9, Rows: releaseRows, Streams: streams})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := checkpoint.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(context.Background())
+	var mu sync.Mutex
+	var run releaseRun
+	done := make(chan struct{})
+	b := etl.NewPipeline("release").From(src).To(dst).Checkpoints(store)
+	if len(streams) == 0 || slices.Contains(streams, faker.Customers) {
+		b = b.Mode(delivery.Merge, faker.Customers)
+	}
+	p, err := b.Lanes(2).OnEvent(func(e etl.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		run.events = append(run.events, e)
+		if e.Kind == etl.EventSyncSucceeded || e.Kind == etl.EventSyncFailed {
+			close(done)
+		}
+	}, 0).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	res, err := p.Sync(ctx)
+	testutil.Recv(t, "the attempt's last event", done)
+	mu.Lock()
+	defer mu.Unlock()
+	run.res, run.err = res, err
+	return run
+}
+
+// released returns the held.released events of a run, as
+// "stream.column rows".
+func (r releaseRun) released() []string {
+	var out []string
+	for _, e := range r.events {
+		if e.Kind == etl.EventHeldReleased {
+			out = append(out, e.Stream+"."+e.Column+" "+strconv.FormatInt(e.Rows, 10))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// heldValues reads the published held lines of stream's column: the
+// value by the row's _openetl_id.
+func heldValues(t *testing.T, dir, stream, column string) map[string]string {
+	t.Helper()
+	store, err := checkpoint.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(context.Background())
+	names, err := store.(checkpoint.FileLister).ListFiles(t.Context(), "release", "_held/"+stream+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, name := range names {
+		b, err := store.ReadFile(t.Context(), "release", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var l struct{ Column, Value, ID string }
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Fatal(err)
+			}
+			if l.Column != column {
+				continue
+			}
+			if l.ID == "" {
+				t.Fatalf("held line without the row's id: %s", sc.Bytes())
+			}
+			if _, ok := out[l.ID]; ok {
+				t.Fatalf("two held values of %s for row %s", column, l.ID)
+			}
+			out[l.ID] = l.Value
+		}
+	}
+	return out
+}
+
+// stripIDs rewrites stream's published held files without the rows'
+// ids, as versions that didn't keep them wrote the engine's lines.
+func stripIDs(t *testing.T, dir, stream string) {
+	t.Helper()
+	store, err := checkpoint.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(context.Background())
+	names, err := store.(checkpoint.FileLister).ListFiles(t.Context(), "release", "_held/"+stream+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		b, err := store.ReadFile(t.Context(), "release", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []byte
+		for line := range bytes.Lines(b) {
+			var l map[string]any
+			if err := json.Unmarshal(line, &l); err != nil {
+				t.Fatal(err)
+			}
+			delete(l, "id")
+			nl, _ := json.Marshal(l)
+			out = append(append(out, nl...), '\n')
+		}
+		if err := store.WriteFile(t.Context(), "release", name, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkPatched reads column of table with psql and checks each row's
+// value against the held values (by _openetl_id): a row with one has
+// it, a row without one has a null (or, for the ids in keep, the value
+// given). It returns the table's rows.
+func (e *env) checkPatched(t *testing.T, table, column, where string, held map[string]string, keep map[string]string) int {
+	t.Helper()
+	out := psql(t, `SELECT _openetl_id || ' ' || coalesce(`+column+`::text, 'NULL') FROM `+e.schema+`.`+table+` `+where)
+	lines := strings.Split(out, "\n")
+	bad := 0
+	for _, l := range lines {
+		id, got, _ := strings.Cut(l, " ")
+		want, ok := held[id]
+		if k, kept := keep[id]; kept {
+			want, ok = k, true
+		}
+		if !ok {
+			want = "NULL"
+		}
+		if got != want && !sameNumber(got, want) {
+			if bad++; bad <= 5 {
+				t.Errorf("%s row %s: %s is %s, want %s", table, id, column, got, want)
+			}
+		}
+	}
+	if bad > 5 {
+		t.Errorf("%s: %d rows with a wrong %s", table, bad, column)
+	}
+	return len(lines)
+}
+
+func sameNumber(a, b string) bool {
+	x, err1 := strconv.ParseFloat(a, 64)
+	y, err2 := strconv.ParseFloat(b, 64)
+	return err1 == nil && err2 == nil && x == y
+}
+
+// hasColumn reports whether table has column, per psql.
+func (e *env) hasColumn(t *testing.T, table, column string) bool {
+	t.Helper()
+	return psql(t, `SELECT count(*) FROM information_schema.columns WHERE table_schema = '`+e.schema+
+		`' AND table_name = '`+table+`' AND column_name = '`+column+`'`) == "1"
+}
+
+// TestReleaseHeldValues: a destination that can't take float64 gets the
+// fake orders (appended) and customers (merged) without their amount and
+// score, which are held; the next Sync, into one that takes float64 (a
+// later writer version), writes every held value to its row, once: each
+// appended row has its own version's amount, each live merged row its
+// latest version's score (an older version's patch finds no row), no row
+// is added, and a held.released event per column counts them as the
+// Result does. The orders' held lines are rewritten without the rows'
+// ids first, as older versions wrote them: a keyed stream's id is found
+// from the key and seq. A third Sync releases nothing more. The items
+// column, a list of structs Postgres never takes, stays held.
+func TestReleaseHeldValues(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	first := syncRelease(t, dir, narrowed{e.open(t)})
+	if first.err != nil {
+		t.Fatal(first.err)
+	}
+	orders, customers := first.res.Streams[faker.Orders], first.res.Streams[faker.Customers]
+	if orders.Held == 0 || customers.Held == 0 {
+		t.Fatalf("first Sync: counts %+v, %+v: want values held", orders, customers)
+	}
+	if e.hasColumn(t, faker.Orders, "amount") || e.hasColumn(t, faker.Customers, "score") {
+		t.Fatal("a held column reached the tables")
+	}
+	amounts := heldValues(t, dir, faker.Orders, "amount")
+	scores := heldValues(t, dir, faker.Customers, "score")
+	if len(amounts) != int(orders.Written) {
+		t.Fatalf("%d amounts held, %d orders written", len(amounts), orders.Written)
+	}
+	t.Logf("held: %d amounts of %d orders, %d scores of %d customer versions", len(amounts), orders.Written, len(scores), customers.Written)
+	stripIDs(t, dir, faker.Orders)
+	rowsBefore := psql(t, `SELECT (SELECT count(*) FROM `+e.schema+`.orders) || ' ' || (SELECT count(*) FROM `+e.schema+`.customers)`)
+
+	second := syncRelease(t, dir, e.open(t))
+	if second.err != nil {
+		t.Fatal(second.err)
+	}
+	if r := second.res.Streams[faker.Orders].Released; r != int64(len(amounts)) {
+		t.Errorf("second Sync released %d amounts, want %d", r, len(amounts))
+	}
+	if r := second.res.Streams[faker.Customers].Released; r != int64(len(scores)) {
+		t.Errorf("second Sync released %d scores, want %d", r, len(scores))
+	}
+	want := []string{"customers.score " + strconv.Itoa(len(scores)), "orders.amount " + strconv.Itoa(len(amounts))}
+	if got := second.released(); !slices.Equal(got, want) {
+		t.Errorf("held.released events %q, want %q", got, want)
+	}
+	if got := psql(t, `SELECT (SELECT count(*) FROM `+e.schema+`.orders) || ' ' || (SELECT count(*) FROM `+e.schema+`.customers)`); got != rowsBefore {
+		t.Errorf("rows (orders, customers) %s after the release, %s before: a patch added rows", got, rowsBefore)
+	}
+	if n := e.checkPatched(t, faker.Orders, "amount", "", amounts, nil); n != int(orders.Written) {
+		t.Errorf("%d orders, want %d", n, orders.Written)
+	}
+	e.checkPatched(t, faker.Customers, "score", "WHERE NOT _openetl_deleted", scores, nil)
+	if got := psql(t, `SELECT count(*) FROM `+e.schema+`.customers WHERE NOT _openetl_deleted AND score IS NULL`); got != "0" {
+		t.Errorf("%s live customers without a score", got)
+	}
+	if e.hasColumn(t, faker.Orders, "items") && psql(t, `SELECT count(*) FROM `+e.schema+`.orders WHERE items IS NOT NULL`) != "0" {
+		t.Error("items, which Postgres can't take, was released")
+	}
+	snapshot := psql(t, `SELECT md5(string_agg(_openetl_id || coalesce(amount::text, '-'), ',' ORDER BY _openetl_id)) FROM `+e.schema+`.orders`)
+
+	third := syncRelease(t, dir, e.open(t))
+	if third.err != nil {
+		t.Fatal(third.err)
+	}
+	if got := third.released(); len(got) != 0 {
+		t.Errorf("third Sync released %q again", got)
+	}
+	for _, s := range []string{faker.Orders, faker.Customers} {
+		if c := third.res.Streams[s]; c.Released != 0 {
+			t.Errorf("third Sync: %s counts %+v, want nothing released", s, c)
+		}
+	}
+	if got := third.res.Totals[faker.Orders].Released; got != int64(len(amounts)) {
+		t.Errorf("totals: %d amounts released, want %d", got, len(amounts))
+	}
+	if got := psql(t, `SELECT md5(string_agg(_openetl_id || coalesce(amount::text, '-'), ',' ORDER BY _openetl_id)) FROM `+e.schema+`.orders`); got != snapshot {
+		t.Error("the third Sync changed the orders")
+	}
+}
+
+// TestReleaseSchemaChecked: the host created the orders table with an
+// amount column of another type (numeric), which CheckSchema names, so
+// the amounts are held (as Arrow's text of them); once the host changes
+// the column to double precision the next Sync writes each held amount
+// to its row, except where the host has set one meanwhile.
+func TestReleaseSchemaChecked(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	dst := e.open(t)
+	psql(t, `CREATE TABLE `+e.schema+`.orders (amount numeric(10,2))`)
+	first := syncRelease(t, dir, dst, faker.Orders)
+	if first.err != nil {
+		t.Fatal(first.err)
+	}
+	if c := first.res.Streams[faker.Orders]; c.Held == 0 {
+		t.Fatalf("counts %+v: want amounts held", c)
+	}
+	if got := psql(t, `SELECT count(*) FROM `+e.schema+`.orders WHERE amount IS NOT NULL`); got != "0" {
+		t.Fatalf("%s amounts written into the numeric column", got)
+	}
+	amounts := heldValues(t, dir, faker.Orders, "amount")
+	t.Logf("held: %d amounts", len(amounts))
+
+	// Still numeric: nothing is released.
+	again := syncRelease(t, dir, dst, faker.Orders)
+	if again.err != nil {
+		t.Fatal(again.err)
+	}
+	if got := again.released(); len(got) != 0 {
+		t.Fatalf("released %q into a column of another type", got)
+	}
+
+	psql(t, `ALTER TABLE `+e.schema+`.orders ALTER COLUMN amount TYPE double precision`)
+	kept := psql(t, `SELECT min(_openetl_id) FROM `+e.schema+`.orders`)
+	psql(t, `UPDATE `+e.schema+`.orders SET amount = -1 WHERE _openetl_id = '`+kept+`'`)
+	second := syncRelease(t, dir, dst, faker.Orders)
+	if second.err != nil {
+		t.Fatal(second.err)
+	}
+	if r := second.res.Streams[faker.Orders].Released; r != int64(len(amounts)) {
+		t.Errorf("released %d amounts, want %d", r, len(amounts))
+	}
+	if n := e.checkPatched(t, faker.Orders, "amount", "", amounts, map[string]string{kept: "-1"}); n != len(amounts) {
+		t.Errorf("%d orders, want %d", n, len(amounts))
+	}
+}
+
+// TestReleaseCrash: an attempt that staged its patches and crashed
+// before its commit point released nothing, and the next releases all;
+// one that crashed after its commit point, before the destination's
+// Commit, released them: the next attempt's recovery applies them and
+// it releases nothing again. The Totals count each value once, and
+// psql reads each value on its row.
+func TestReleaseCrash(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	first := syncRelease(t, dir, narrowed{e.open(t)}, faker.Orders)
+	if first.err != nil {
+		t.Fatal(first.err)
+	}
+	amounts := heldValues(t, dir, faker.Orders, "amount")
+	if len(amounts) == 0 {
+		t.Fatal("no amounts held")
+	}
+	crashAt := func(op sinktest.FakeDestOp, epoch uint64, after bool) *sinktest.FaultyDestination {
+		return sinktest.WithFaults(e.open(t), sinktest.FaultConfig{Control: func(_ context.Context, c sinktest.FakeDestCall) error {
+			if c.Op == op && c.Epoch == epoch {
+				return &sinktest.FakeFault{After: after, Crash: true}
+			}
+			return nil
+		}})
+	}
+	// The first epoch's PreCommit stages its rows (the patches) and the
+	// process dies before the record.
+	epoch := first.res.Epoch + 1
+	staged := syncRelease(t, dir, crashAt(sinktest.FakePreCommit, epoch, true), faker.Orders)
+	if !errors.Is(staged.err, sinktest.ErrFakeFault) && !errors.Is(staged.err, sinktest.ErrFakeKilled) {
+		t.Fatalf("Sync: %v, want the injected crash", staged.err)
+	}
+	if got := staged.released(); len(got) != 0 {
+		t.Fatalf("released %q before the commit point", got)
+	}
+	if e.hasColumn(t, faker.Orders, "amount") {
+		t.Fatal("amount reached the table before the commit point")
+	}
+	// Again, and this time the process dies after the record, before
+	// Commit applies the epoch.
+	committed := syncRelease(t, dir, crashAt(sinktest.FakeCommit, epoch, false), faker.Orders)
+	if committed.err == nil {
+		t.Fatal("Sync succeeded through the injected crash")
+	}
+	if r := committed.res.Streams[faker.Orders].Released; r != int64(len(amounts)) {
+		t.Errorf("the committed epoch released %d amounts, want %d", r, len(amounts))
+	}
+	last := syncRelease(t, dir, e.open(t), faker.Orders)
+	if last.err != nil {
+		t.Fatal(last.err)
+	}
+	if got := last.released(); len(got) != 0 {
+		t.Errorf("released %q again after the commit point", got)
+	}
+	if got := last.res.Totals[faker.Orders].Released; got != int64(len(amounts)) {
+		t.Errorf("totals: %d amounts released, want %d", got, len(amounts))
+	}
+	if n := e.checkPatched(t, faker.Orders, "amount", "", amounts, nil); n != int(first.res.Streams[faker.Orders].Written) {
+		t.Errorf("%d orders, want %d", n, first.res.Streams[faker.Orders].Written)
+	}
+}
