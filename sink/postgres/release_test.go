@@ -20,7 +20,9 @@ import (
 	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/postgres"
 	"github.com/openetl/etl/sink/sinktest"
+	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/faker"
+	"github.com/openetl/etl/source/sourcetest"
 )
 
 // narrowed is the Postgres destination as a version that can't take
@@ -174,8 +176,8 @@ func stripIDs(t *testing.T, dir, stream string) {
 // checkPatched reads column of table with psql and checks each row's
 // value against the held values (by _openetl_id): a row with one has
 // it, a row without one has a null (or, for the ids in keep, the value
-// given). It returns the table's rows.
-func (e *env) checkPatched(t *testing.T, table, column, where string, held map[string]string, keep map[string]string) int {
+// given). It returns the table's rows and how many have a held value.
+func (e *env) checkPatched(t *testing.T, table, column, where string, held map[string]string, keep map[string]string) (rows, matched int) {
 	t.Helper()
 	out := psql(t, `SELECT _openetl_id || ' ' || coalesce(`+column+`::text, 'NULL') FROM `+e.schema+`.`+table+` `+where)
 	lines := strings.Split(out, "\n")
@@ -183,6 +185,9 @@ func (e *env) checkPatched(t *testing.T, table, column, where string, held map[s
 	for _, l := range lines {
 		id, got, _ := strings.Cut(l, " ")
 		want, ok := held[id]
+		if ok {
+			matched++
+		}
 		if k, kept := keep[id]; kept {
 			want, ok = k, true
 		}
@@ -198,7 +203,7 @@ func (e *env) checkPatched(t *testing.T, table, column, where string, held map[s
 	if bad > 5 {
 		t.Errorf("%s: %d rows with a wrong %s", table, bad, column)
 	}
-	return len(lines)
+	return len(lines), matched
 }
 
 func sameNumber(a, b string) bool {
@@ -265,10 +270,12 @@ func TestReleaseHeldValues(t *testing.T) {
 	if got := psql(t, `SELECT (SELECT count(*) FROM `+e.schema+`.orders) || ' ' || (SELECT count(*) FROM `+e.schema+`.customers)`); got != rowsBefore {
 		t.Errorf("rows (orders, customers) %s after the release, %s before: a patch added rows", got, rowsBefore)
 	}
-	if n := e.checkPatched(t, faker.Orders, "amount", "", amounts, nil); n != int(orders.Written) {
-		t.Errorf("%d orders, want %d", n, orders.Written)
+	if n, m := e.checkPatched(t, faker.Orders, "amount", "", amounts, nil); n != int(orders.Written) || m != len(amounts) {
+		t.Errorf("%d orders, %d of them with a held amount; want %d and %d", n, m, orders.Written, len(amounts))
 	}
-	e.checkPatched(t, faker.Customers, "score", "WHERE NOT _openetl_deleted", scores, nil)
+	if n, m := e.checkPatched(t, faker.Customers, "score", "WHERE NOT _openetl_deleted", scores, nil); n != m {
+		t.Errorf("%d live customers, %d of them with a held score: want all", n, m)
+	}
 	if got := psql(t, `SELECT count(*) FROM `+e.schema+`.customers WHERE NOT _openetl_deleted AND score IS NULL`); got != "0" {
 		t.Errorf("%s live customers without a score", got)
 	}
@@ -339,8 +346,8 @@ func TestReleaseSchemaChecked(t *testing.T) {
 	if r := second.res.Streams[faker.Orders].Released; r != int64(len(amounts)) {
 		t.Errorf("released %d amounts, want %d", r, len(amounts))
 	}
-	if n := e.checkPatched(t, faker.Orders, "amount", "", amounts, map[string]string{kept: "-1"}); n != len(amounts) {
-		t.Errorf("%d orders, want %d", n, len(amounts))
+	if n, m := e.checkPatched(t, faker.Orders, "amount", "", amounts, map[string]string{kept: "-1"}); n != len(amounts) || m != n {
+		t.Errorf("%d orders, %d of them with a held amount; want %d and all", n, m, len(amounts))
 	}
 }
 
@@ -401,7 +408,94 @@ func TestReleaseCrash(t *testing.T) {
 	if got := last.res.Totals[faker.Orders].Released; got != int64(len(amounts)) {
 		t.Errorf("totals: %d amounts released, want %d", got, len(amounts))
 	}
-	if n := e.checkPatched(t, faker.Orders, "amount", "", amounts, nil); n != int(first.res.Streams[faker.Orders].Written) {
-		t.Errorf("%d orders, want %d", n, first.res.Streams[faker.Orders].Written)
+	if n, m := e.checkPatched(t, faker.Orders, "amount", "", amounts, nil); n != int(first.res.Streams[faker.Orders].Written) || m != len(amounts) {
+		t.Errorf("%d orders, %d of them with a held amount; want %d and %d", n, m, first.res.Streams[faker.Orders].Written, len(amounts))
+	}
+}
+
+// noText is the Postgres destination as a version that can't take utf8
+// columns would be.
+type noText struct{ *postgres.Destination }
+
+func (d noText) Capabilities() sink.Capabilities {
+	c := d.Destination.Capabilities()
+	c.Unsupported = append(slices.Clone(c.Unsupported), "utf8")
+	return c
+}
+
+// TestReleaseKeyless: held values of streams without a key are released
+// by the rows' ids their held lines carry; lines without one (as older
+// versions wrote them) can't find their row and stay held, with a
+// schema.blocked event saying why, while their stream's table stays
+// without the column.
+func TestReleaseKeyless(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	src := sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{Seed: 3, Replay: source.ReplayExact,
+		Streams: []sourcetest.FakeStream{{Name: "loose", Unkeyed: true, Rows: 200}, {Name: "stripped", Unkeyed: true, Rows: 200}}})
+	sync := func(dst sink.Destination) (etl.Result, []etl.Event) {
+		t.Helper()
+		store, err := checkpoint.OpenDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close(context.Background())
+		var mu sync.Mutex
+		var events []etl.Event
+		done := make(chan struct{})
+		p, err := etl.NewPipeline("release").From(src).To(dst).Checkpoints(store).OnEvent(func(ev etl.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, ev)
+			if ev.Kind == etl.EventSyncSucceeded || ev.Kind == etl.EventSyncFailed {
+				close(done)
+			}
+		}, 0).Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close(context.Background())
+		res, err := p.Sync(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.Recv(t, "the sync.succeeded event", done)
+		mu.Lock()
+		defer mu.Unlock()
+		return res, events
+	}
+	first, _ := sync(noText{e.open(t)})
+	for _, s := range []string{"loose", "stripped"} {
+		if c := first.Streams[s]; c.Held != 200 || c.Written != 200 {
+			t.Fatalf("%s: counts %+v, want 200 written and 200 s values held", s, c)
+		}
+	}
+	loose := heldValues(t, dir, "loose", "s")
+	stripIDs(t, dir, "stripped")
+
+	second, events := sync(e.open(t))
+	if c := second.Streams["loose"]; c.Released != 200 {
+		t.Errorf("loose: counts %+v, want 200 released", c)
+	}
+	if c := second.Streams["stripped"]; c.Released != 0 {
+		t.Errorf("stripped: counts %+v, want nothing released", c)
+	}
+	var blocked []string
+	for _, ev := range events {
+		if ev.Kind == etl.EventSchemaBlocked {
+			blocked = append(blocked, ev.Stream+"."+ev.Column+": "+ev.Detail)
+		}
+	}
+	if len(blocked) != 1 || !strings.HasPrefix(blocked[0], "stripped.s: 200 held values stay held") || !strings.Contains(blocked[0], "without a key") {
+		t.Errorf("schema.blocked events %q, want one for stripped.s: 200 stay held, a stream without a key", blocked)
+	}
+	if n, m := e.checkPatched(t, "loose", "s", "", loose, nil); n != 200 || m != 200 {
+		t.Errorf("loose: %d rows, %d of them with a held value; want 200 and 200", n, m)
+	}
+	if got := psql(t, `SELECT count(s) FROM `+e.schema+`.loose`); got != "200" {
+		t.Errorf("loose: %s values of s, want 200", got)
+	}
+	if got := psql(t, `SELECT count(*) FROM `+e.schema+`.stripped`); got != "200" || e.hasColumn(t, "stripped", "s") {
+		t.Errorf("stripped: %s rows, column s there: %v; want 200 rows without it", got, e.hasColumn(t, "stripped", "s"))
 	}
 }
