@@ -180,9 +180,6 @@ func (r *runner) commitEpoch(ctx context.Context, ch *commitChain, epoch uint64,
 	if err := r.publishFiles(ctx, rec, info.side); err != nil {
 		return committed{}, err
 	}
-	if info.release != nil {
-		r.heldReleased(epoch, info.release)
-	}
 	// 5. Ack the previous epoch's positions, if it is visible.
 	if acker != nil && len(rec.Resume) > 0 {
 		ch.unacked = append(ch.unacked, epochStates{epoch: epoch, states: rec.Resume})
@@ -193,6 +190,9 @@ func (r *runner) commitEpoch(ctx context.Context, ch *commitChain, epoch uint64,
 	}
 
 	r.epochCommitted(ctx, rec, ch.counts)
+	if info.release != nil {
+		r.heldReleased(epoch, info.release) // after the status counts them
+	}
 	if rec.Final {
 		if err := r.finishDest(ectx, epoch); err != nil {
 			return committed{}, err

@@ -499,3 +499,53 @@ func TestReleaseKeyless(t *testing.T) {
 		t.Errorf("stripped: %s rows, column s there: %v; want 200 rows without it", got, e.hasColumn(t, "stripped", "s"))
 	}
 }
+
+// TestReleaseRun: a Run whose source has nothing new still commits the
+// held values it releases (its first epoch is placed for them), reports
+// them in a held.released event and in Status, and stops cleanly.
+func TestReleaseRun(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	first := syncRelease(t, dir, narrowed{e.open(t)}, faker.Orders)
+	if first.err != nil {
+		t.Fatal(first.err)
+	}
+	amounts := heldValues(t, dir, faker.Orders, "amount")
+	src, err := faker.New(faker.Config{Seed: 9, Rows: releaseRows, Streams: []string{faker.Orders}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := checkpoint.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(context.Background())
+	released := make(chan etl.Event, 1)
+	p, err := etl.NewPipeline("release").From(src).To(e.open(t)).Checkpoints(store).EpochEvery(50*time.Millisecond, 0).
+		OnEvent(func(ev etl.Event) {
+			if ev.Kind == etl.EventHeldReleased {
+				released <- ev
+			}
+		}, 0).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	ev := testutil.Recv(t, "the held.released event", released)
+	if ev.Stream != faker.Orders || ev.Column != "amount" || ev.Rows != int64(len(amounts)) {
+		t.Errorf("held.released event %+v, want orders.amount, %d rows", ev, len(amounts))
+	}
+	if c := p.Status().Streams[faker.Orders].Committed; c.Released != int64(len(amounts)) || c.Read != 0 {
+		t.Errorf("status: committed %+v, want %d released and nothing read", c, len(amounts))
+	}
+	cancel()
+	if err := testutil.Recv(t, "Run's return", done); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n, m := e.checkPatched(t, faker.Orders, "amount", "", amounts, nil); n != len(amounts) || m != n {
+		t.Errorf("%d orders, %d of them with a held amount; want %d and all", n, m, len(amounts))
+	}
+}
