@@ -173,6 +173,48 @@ func stripIDs(t *testing.T, dir, stream string) {
 	}
 }
 
+// spoil rewrites the first n held values of stream's column as text no
+// type takes, and returns their rows' ids.
+func spoil(t *testing.T, dir, stream, column string, n int) []string {
+	t.Helper()
+	store, err := checkpoint.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(context.Background())
+	names, err := store.(checkpoint.FileLister).ListFiles(t.Context(), "release", "_held/"+stream+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, name := range names {
+		b, err := store.ReadFile(t.Context(), "release", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []byte
+		for line := range bytes.Lines(b) {
+			var l map[string]any
+			if err := json.Unmarshal(line, &l); err != nil {
+				t.Fatal(err)
+			}
+			if len(ids) < n && l["column"] == column {
+				l["value"] = "not a number"
+				ids = append(ids, l["id"].(string))
+			}
+			nl, _ := json.Marshal(l)
+			out = append(append(out, nl...), '\n')
+		}
+		if err := store.WriteFile(t.Context(), "release", name, out); err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) == n {
+			break
+		}
+	}
+	return ids
+}
+
 // checkPatched reads column of table with psql and checks each row's
 // value against the held values (by _openetl_id): a row with one has
 // it, a row without one has a null (or, for the ids in keep, the value
@@ -308,7 +350,10 @@ func TestReleaseHeldValues(t *testing.T) {
 // amount column of another type (numeric), which CheckSchema names, so
 // the amounts are held (as Arrow's text of them); once the host changes
 // the column to double precision the next Sync writes each held amount
-// to its row, except where the host has set one meanwhile.
+// to its row, except where the host has set one meanwhile, and except
+// three whose text was spoilt: the column's type can't take them, so
+// they stay held, with one schema.blocked event, and a later Sync
+// passes their file by.
 func TestReleaseSchemaChecked(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
@@ -339,6 +384,12 @@ func TestReleaseSchemaChecked(t *testing.T) {
 	psql(t, `ALTER TABLE `+e.schema+`.orders ALTER COLUMN amount TYPE double precision`)
 	kept := psql(t, `SELECT min(_openetl_id) FROM `+e.schema+`.orders`)
 	psql(t, `UPDATE `+e.schema+`.orders SET amount = -1 WHERE _openetl_id = '`+kept+`'`)
+	// Three held lines whose text the column's type can't take: they
+	// stay held, with an event, and their rows keep a null.
+	spoilt := spoil(t, dir, faker.Orders, "amount", 3)
+	for _, id := range spoilt {
+		delete(amounts, id)
+	}
 	second := syncRelease(t, dir, dst, faker.Orders)
 	if second.err != nil {
 		t.Fatal(second.err)
@@ -346,8 +397,28 @@ func TestReleaseSchemaChecked(t *testing.T) {
 	if r := second.res.Streams[faker.Orders].Released; r != int64(len(amounts)) {
 		t.Errorf("released %d amounts, want %d", r, len(amounts))
 	}
-	if n, m := e.checkPatched(t, faker.Orders, "amount", "", amounts, map[string]string{kept: "-1"}); n != len(amounts) || m != n {
-		t.Errorf("%d orders, %d of them with a held amount; want %d and all", n, m, len(amounts))
+	if n, m := e.checkPatched(t, faker.Orders, "amount", "", amounts, map[string]string{kept: "-1"}); n != len(amounts)+3 || m != len(amounts) {
+		t.Errorf("%d orders, %d of them with a held amount; want %d and %d", n, m, len(amounts)+3, len(amounts))
+	}
+	blocked := func(run releaseRun) []string {
+		var out []string
+		for _, ev := range run.events {
+			if ev.Kind == etl.EventSchemaBlocked {
+				out = append(out, ev.Stream+"."+ev.Column+": "+ev.Detail)
+			}
+		}
+		return out
+	}
+	if got := blocked(second); len(got) != 1 || !strings.HasPrefix(got[0], "orders.amount: 3 held values stay held: the column's current type can't take them") {
+		t.Errorf("schema.blocked events %q, want one for the 3 amounts that can't be typed", got)
+	}
+	// Settled: the next Sync neither reads them again nor says it again.
+	third := syncRelease(t, dir, dst, faker.Orders)
+	if third.err != nil {
+		t.Fatal(third.err)
+	}
+	if got := blocked(third); len(got) != 0 || len(third.released()) != 0 {
+		t.Errorf("third Sync: schema.blocked %q, released %q; want neither", got, third.released())
 	}
 }
 
