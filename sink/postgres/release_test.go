@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,9 +48,15 @@ type releaseRun struct {
 
 func syncRelease(t *testing.T, dir string, dst sink.Destination, streams ...string) releaseRun {
 	t.Helper()
+	return syncReleaseRows(t, dir, dst, releaseRows, streams...)
+}
+
+// syncReleaseRows is syncRelease of a source of rows records a stream.
+func syncReleaseRows(t *testing.T, dir string, dst sink.Destination, rows int64, streams ...string) releaseRun {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	src, err := faker.New(faker.Config{Seed: 9, Rows: releaseRows, Streams: streams})
+	src, err := faker.New(faker.Config{Seed: 9, Rows: rows, Streams: streams})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,9 +275,10 @@ func (e *env) hasColumn(t *testing.T, table, column string) bool {
 // appended row has its own version's amount, each live merged row its
 // latest version's score (an older version's patch finds no row), no row
 // is added, and a held.released event per column counts them as the
-// Result does. The orders' held lines are rewritten without the rows'
-// ids first, as older versions wrote them: a keyed stream's id is found
-// from the key and seq. A third Sync releases nothing more. The items
+// Result does; 500 new records a stream land in the same epoch with their
+// values (a customer updated there holds its new version's score). The
+// orders' held lines are rewritten without the rows' ids first, as older
+// versions wrote them: a keyed stream's id is found from the key and seq. A third Sync releases nothing more. The items
 // column, a list of structs Postgres never takes, stays held.
 func TestReleaseHeldValues(t *testing.T) {
 	e := newEnv(t)
@@ -293,9 +301,10 @@ func TestReleaseHeldValues(t *testing.T) {
 	}
 	t.Logf("held: %d amounts of %d orders, %d scores of %d customer versions", len(amounts), orders.Written, len(scores), customers.Written)
 	stripIDs(t, dir, faker.Orders)
-	rowsBefore := psql(t, `SELECT (SELECT count(*) FROM `+e.schema+`.orders) || ' ' || (SELECT count(*) FROM `+e.schema+`.customers)`)
 
-	second := syncRelease(t, dir, e.open(t))
+	// The source has 500 more records a stream now: they land in the
+	// same epoch as the patches, with their values.
+	second := syncReleaseRows(t, dir, e.open(t), releaseRows+500)
 	if second.err != nil {
 		t.Fatal(second.err)
 	}
@@ -309,14 +318,18 @@ func TestReleaseHeldValues(t *testing.T) {
 	if got := second.released(); !slices.Equal(got, want) {
 		t.Errorf("held.released events %q, want %q", got, want)
 	}
-	if got := psql(t, `SELECT (SELECT count(*) FROM `+e.schema+`.orders) || ' ' || (SELECT count(*) FROM `+e.schema+`.customers)`); got != rowsBefore {
-		t.Errorf("rows (orders, customers) %s after the release, %s before: a patch added rows", got, rowsBefore)
+	old := fmt.Sprintf("_openetl_seq <= %d", releaseRows) // versions of the first Sync
+	if got := psql(t, `SELECT (SELECT count(*) FROM `+e.schema+`.orders WHERE `+old+`) || ' ' || (SELECT count(*) FROM `+e.schema+`.orders)`); got != fmt.Sprintf("%d %d", orders.Written, orders.Written+500) {
+		t.Errorf("orders (first Sync's, all) %s, want %d and %d: a patch added rows", got, orders.Written, orders.Written+500)
 	}
-	if n, m := e.checkPatched(t, faker.Orders, "amount", "", amounts, nil); n != int(orders.Written) || m != len(amounts) {
+	if n, m := e.checkPatched(t, faker.Orders, "amount", "WHERE "+old, amounts, nil); n != int(orders.Written) || m != len(amounts) {
 		t.Errorf("%d orders, %d of them with a held amount; want %d and %d", n, m, orders.Written, len(amounts))
 	}
-	if n, m := e.checkPatched(t, faker.Customers, "score", "WHERE NOT _openetl_deleted", scores, nil); n != m {
-		t.Errorf("%d live customers, %d of them with a held score: want all", n, m)
+	if n, m := e.checkPatched(t, faker.Customers, "score", "WHERE NOT _openetl_deleted AND "+old, scores, nil); n != m {
+		t.Errorf("%d live customers at a first Sync version, %d of them with a held score: want all", n, m)
+	}
+	if got := psql(t, `SELECT (SELECT count(*) FROM `+e.schema+`.orders WHERE amount IS NULL) || ' ' || (SELECT count(*) FROM `+e.schema+`.customers WHERE NOT _openetl_deleted AND score IS NULL)`); got != "0 0" {
+		t.Errorf("orders without an amount, live customers without a score: %s, want none", got)
 	}
 	if got := psql(t, `SELECT count(*) FROM `+e.schema+`.customers WHERE NOT _openetl_deleted AND score IS NULL`); got != "0" {
 		t.Errorf("%s live customers without a score", got)
@@ -326,7 +339,7 @@ func TestReleaseHeldValues(t *testing.T) {
 	}
 	snapshot := psql(t, `SELECT md5(string_agg(_openetl_id || coalesce(amount::text, '-'), ',' ORDER BY _openetl_id)) FROM `+e.schema+`.orders`)
 
-	third := syncRelease(t, dir, e.open(t))
+	third := syncReleaseRows(t, dir, e.open(t), releaseRows+500)
 	if third.err != nil {
 		t.Fatal(third.err)
 	}
