@@ -633,3 +633,51 @@ func TestReleaseRun(t *testing.T) {
 		t.Errorf("%d orders, %d of them with a held amount; want %d and all", n, m, len(amounts))
 	}
 }
+
+// TestReleaseNotTransformedOrOverwritten: the held values of a stream
+// with a transform (its rows are the transform's) and of an overwrite
+// stream (the next full refresh writes the column whole) are not
+// released into a destination that takes their column now.
+func TestReleaseNotTransformedOrOverwritten(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	sync := func(dst sink.Destination) etl.Result {
+		t.Helper()
+		src, err := faker.New(faker.Config{Seed: 9, Rows: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, err := checkpoint.OpenDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close(context.Background())
+		p, err := etl.NewPipeline("release").From(src).To(dst).Checkpoints(store).
+			Transform(func(_ context.Context, b etl.TransformBatch) error { b.Emit(b.Record()); return nil }, faker.Orders).
+			Mode(delivery.Overwrite, faker.Customers).Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close(context.Background())
+		res, err := p.Sync(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	first := sync(narrowed{e.open(t)})
+	for _, s := range []string{faker.Orders, faker.Customers} {
+		if c := first.Streams[s]; c.Held == 0 {
+			t.Fatalf("%s: counts %+v, want values held", s, c)
+		}
+	}
+	second := sync(e.open(t))
+	for _, s := range []string{faker.Orders, faker.Customers} {
+		if c := second.Streams[s]; c.Released != 0 {
+			t.Errorf("%s: counts %+v, want nothing released", s, c)
+		}
+	}
+	if e.hasColumn(t, faker.Orders, "amount") && psql(t, `SELECT count(amount) FROM `+e.schema+`.orders WHERE _openetl_seq <= 500`) != "0" {
+		t.Error("a transformed stream's held amounts were released")
+	}
+}
