@@ -90,6 +90,11 @@ const (
 	// aside: Rows of them, in the file Path (relative to the pipeline's
 	// directory in the checkpoint store; the quarantine file of the stream and epoch).
 	EventQuarantineAdded EventKind = "quarantine.added"
+	// EventHeldReleased: a committed epoch wrote Rows held values of
+	// Column of Stream to their rows (see HeldName): the destination
+	// takes the column now. One per column; Epoch is the epoch that
+	// released them, an attempt's first.
+	EventHeldReleased EventKind = "held.released"
 	// EventEpochCommitted: epoch Epoch is committed (HEAD moved and the
 	// destination applied it); Streams holds its per-stream counts.
 	EventEpochCommitted EventKind = "epoch.committed"

@@ -191,5 +191,24 @@ func QuarantineName(stream string, epoch uint64) string { return runner.Quaranti
 // columns the destination can't take) are published, relative to the
 // pipeline's directory: _held/{stream}/{epoch:020d}.jsonl, JSON lines
 // with the stream, destination table, split, epoch, generation, seq, op,
-// key, column and the value's text (value, or value_base64).
+// key, column, the value's text (value, or value_base64) and the row's
+// _openetl_id (id).
+//
+// Held values are released once the destination takes their column: its
+// Capabilities.Unsupported no longer names the column's type class (a
+// later version of it), or its sink.SchemaChecker accepts the column (the
+// host changed the table's column). The next Sync or Run then writes
+// each held value to its row in its first epoch, as a patch (the column
+// is set where the row with that _openetl_id has a null; no row is
+// added, and a merge table's row replaced by a newer version since is
+// left as it is), exactly once: the checkpoint record keeps which lines
+// were released (checkpoint.Record.Released). Result and Status count
+// them (checkpoint.Counts.Released) and an EventHeldReleased per column
+// reports them. Only destinations that apply patches
+// (sink.Capabilities.Patches: sink/postgres) release; with the others
+// the values stay held. Not released: cells held out_of_range (no
+// destination type makes the column hold them), values of a stream with
+// a Transform or in Overwrite mode, and lines held before lines carried
+// the row's id, of a stream without a key (the row can't be found). The
+// files are never rewritten.
 func HeldName(stream string, epoch uint64) string { return runner.HeldName(stream, epoch) }

@@ -57,7 +57,10 @@ type Ref struct {
 // rows it made beyond those it got (both 0 without a transform);
 // Quarantined counts the records the engine or a transform rejected.
 // Held counts values (cells) of written rows that were held back
-// because the destination can't take their column's type.
+// because the destination can't take their column's type; Released
+// counts held values of earlier epochs written to their rows in this
+// one, once the destination took their column (each value is held in
+// one epoch and released, if ever, in a later one).
 type Counts struct {
 	Read        int64 `json:"read"`
 	Written     int64 `json:"written"`
@@ -66,12 +69,14 @@ type Counts struct {
 	Filtered    int64 `json:"filtered,omitempty"`
 	Added       int64 `json:"added,omitempty"`
 	Replayed    int64 `json:"replayed,omitempty"`
+	Released    int64 `json:"released,omitempty"`
 }
 
 // Add returns the sums of c's and o's counts.
 func (c Counts) Add(o Counts) Counts {
 	return Counts{Read: c.Read + o.Read, Written: c.Written + o.Written, Quarantined: c.Quarantined + o.Quarantined,
-		Held: c.Held + o.Held, Filtered: c.Filtered + o.Filtered, Added: c.Added + o.Added, Replayed: c.Replayed + o.Replayed}
+		Held: c.Held + o.Held, Filtered: c.Filtered + o.Filtered, Added: c.Added + o.Added, Replayed: c.Replayed + o.Replayed,
+		Released: c.Released + o.Released}
 }
 
 // File is a side file an epoch wrote (quarantined records, say), relative
@@ -117,6 +122,11 @@ type Record struct {
 	// the next, so that a replay committed once is never repeated; nil
 	// until the first replay commits.
 	Replay []byte `json:"replay,omitempty"`
+	// Released is the runner's opaque account of the held values
+	// (_held/) written to their rows so far, carried from each record to
+	// the next like Replay, so that a value released once is never
+	// released again; nil until the first release commits.
+	Released []byte `json:"released,omitempty"`
 }
 
 // Ref returns the record's reference.

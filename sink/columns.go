@@ -45,3 +45,21 @@ const (
 	LogicalTypeKey  = "openetl.logical_type"
 	LogicalTypeEnum = "enum"
 )
+
+// PatchMetadataKey marks a patch batch: Arrow schema metadata whose
+// value is PatchMetadataValue. Only a destination whose Capabilities
+// declare Patches gets one, in a normal epoch, through Write, from the
+// runner releasing held values. Its fields are one or more of the
+// table's columns (by their destination names, of the column's current
+// type), then ColumnID and ColumnSeq: each row says "set these columns
+// of the row whose ColumnID is this one, where the row holds a null
+// there" — a null in the batch sets nothing. A patch adds no row: one
+// whose ColumnID matches no row (a merge table's row replaced by a newer
+// version, or deleted) changes nothing. It is staged and applied with
+// the epoch's other rows, under the epoch's fence, exactly once with
+// it. ColumnSeq is the seq of the row version the value was held from,
+// for the destination's own checks and logs; it is not written.
+const (
+	PatchMetadataKey   = "openetl.patch"
+	PatchMetadataValue = "true"
+)

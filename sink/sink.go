@@ -130,6 +130,12 @@ type Capabilities struct {
 	// of the rows it gets, and their values kept under the pipeline's
 	// _held/ directory until it can.
 	Unsupported []string
+	// Patches: the destination applies patch batches (PatchMetadataKey):
+	// it sets a column of rows already written, which is how held values
+	// are released once it takes their column (Unsupported no longer
+	// names the column's type class, or its SchemaChecker now accepts
+	// the column). Without it held values stay under _held/.
+	Patches bool
 }
 
 // Committable is what a Writer's PreCommit returns: an opaque, durable

@@ -73,6 +73,9 @@ type runner struct {
 	// lastCommit is the commit goroutine's latest committed epoch, for the
 	// Result of an attempt that failed before the coordinator heard of it.
 	lastCommit atomic.Pointer[committed]
+	// release is what the attempt's first epoch releases of the held
+	// values (release.go); nil when nothing.
+	release *heldRelease
 }
 
 type committed struct {
@@ -296,6 +299,11 @@ func (r *runner) run(ctx context.Context) (res Result, err error) {
 		for id, st := range r.head.Resume {
 			resume[source.SplitID(id)] = st
 		}
+	}
+	// After recovery, before any row: held values the destination takes
+	// now go in the first epoch.
+	if err := r.planRelease(ctx); err != nil {
+		return Result{}, err
 	}
 	r.splits, err = cfg.Source.Open(ctx, streams, resume)
 	if err != nil {

@@ -173,6 +173,11 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 		unmarked := next > r.firstEpoch || (r.head != nil && !r.head.Final)
 		if r.progress() > lastBarrier || (complete && unmarked) {
 			request(true)
+		} else if r.releasing(next) {
+			// Only released held values to commit: the epoch ends no
+			// full refresh (an overwrite table would be emptied).
+			complete = false
+			request(true)
 		} else {
 			final, finalKnown = next-1, true
 			r.stopSplits()
@@ -214,7 +219,7 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 			// Resume points that moved without records (a quiet table
 			// on a busy database) are progress too: checkpointing them
 			// lets the source acknowledge upstream.
-			if !inflight && !stopping && r.progress() > lastBarrier {
+			if !inflight && !stopping && (r.progress() > lastBarrier || r.releasing(next)) {
 				request(false)
 			}
 		case <-r.budget:
@@ -240,6 +245,13 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 			report()
 		}
 	}
+}
+
+// releasing reports whether epoch next is the attempt's first and
+// carries released held values (release.go), which must commit even
+// when nothing is read.
+func (r *runner) releasing(next uint64) bool {
+	return next == r.firstEpoch && r.release != nil && len(r.release.patches) > 0
 }
 
 // progress counts records and resume points so far, over all splits.

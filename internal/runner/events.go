@@ -90,6 +90,10 @@ const (
 	// aside: Rows of them, in the file Path (relative to the pipeline's
 	// directory in the checkpoint store; see QuarantineName).
 	EventQuarantineAdded EventKind = "quarantine.added"
+	// EventHeldReleased: a committed epoch wrote Rows held values of
+	// Column of Stream to their rows as patches (release.go): the
+	// destination takes the column now. One per column.
+	EventHeldReleased EventKind = "held.released"
 	// EventEpochCommitted: epoch Epoch is committed (HEAD moved and the
 	// destination applied it); Streams holds its per-stream counts.
 	EventEpochCommitted EventKind = "epoch.committed"

@@ -267,7 +267,7 @@ type instruments struct {
 
 	rowsRead, bytesRead, bytesWritten                metric.Int64Counter
 	rowsWritten, rowsQuarantined, rowsHeld           metric.Int64Counter
-	rowsFiltered                                     metric.Int64Counter
+	rowsFiltered, rowsReleased                       metric.Int64Counter
 	epochs, attempts, retries                        metric.Int64Counter
 	epochDur, checkpointDur, commitDur, precommitDur metric.Float64Histogram
 	engineDur, transformDur                          metric.Float64Histogram
@@ -316,6 +316,7 @@ func newInstruments(m metric.Meter) *instruments {
 	in.rowsWritten = counter("openetl.rows.written", "{row}", "Rows committed to the destination")
 	in.rowsQuarantined = counter("openetl.rows.quarantined", "{row}", "Records set aside in committed epochs (quarantine)")
 	in.rowsHeld = counter("openetl.rows.held", "{value}", "Values held back in committed epochs because the destination can't take their type yet")
+	in.rowsReleased = counter("openetl.rows.released", "{value}", "Held values written to their rows in committed epochs, once the destination took their column")
 	in.rowsFiltered = counter("openetl.rows.filtered", "{row}", "Rows a stream's row filter or transform dropped (net of rows a transform added), in committed epochs")
 	in.epochs = counter("openetl.epochs.committed", "{epoch}", "Epochs committed")
 	in.attempts = counter("openetl.attempts", "{attempt}", "Attempts (Sync or Run) ended, by outcome")

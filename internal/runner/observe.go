@@ -147,6 +147,9 @@ func (r *runner) epochCommitted(ctx context.Context, rec *checkpoint.Record, cum
 		in.rowsWritten.Add(ctx, c.Written, o.addDest...)
 		in.rowsQuarantined.Add(ctx, c.Quarantined, o.add...)
 		in.rowsHeld.Add(ctx, c.Held, o.add...)
+		if c.Released > 0 {
+			in.rowsReleased.Add(ctx, c.Released, o.add...)
+		}
 		if r.cfg.Transforms[stream] != nil || r.cfg.Filters[stream] != nil {
 			in.rowsFiltered.Add(ctx, c.Filtered, o.add...)
 		}

@@ -103,10 +103,11 @@ func (r *runner) runCommit(ctx context.Context) error {
 // commitChain is what the commit goroutine carries from one epoch to the
 // next.
 type commitChain struct {
-	prev   *checkpoint.Ref              // the last committed record; nil: none yet
-	resume map[string][]byte            // its resume states...
-	totals map[string]checkpoint.Counts // ...totals...
-	replay []byte                       // ...and replay state
+	prev     *checkpoint.Ref              // the last committed record; nil: none yet
+	resume   map[string][]byte            // its resume states...
+	totals   map[string]checkpoint.Counts // ...totals...
+	replay   []byte                       // ...replay state...
+	released []byte                       // ...and account of released held values
 	// unacked are the resume states of committed epochs not yet
 	// acknowledged, oldest first (HEAD's at the start): the source is
 	// given the newest one at or before both the epoch before the one
@@ -120,7 +121,7 @@ func newCommitChain(head *checkpoint.Record) *commitChain {
 	ch := &commitChain{counts: map[string]checkpoint.Counts{}}
 	if head != nil {
 		ref := head.Ref()
-		ch.prev, ch.resume, ch.totals, ch.replay = &ref, head.Resume, head.Totals, head.Replay
+		ch.prev, ch.resume, ch.totals, ch.replay, ch.released = &ref, head.Resume, head.Totals, head.Replay, head.Released
 	}
 	if head != nil && len(head.Resume) > 0 {
 		ch.unacked = []epochStates{{epoch: head.Epoch, states: head.Resume}}
@@ -166,7 +167,7 @@ func (r *runner) commitEpoch(ctx context.Context, ch *commitChain, epoch uint64,
 	// Commit does (a Commit that fails is rolled forward by the next
 	// Recover): the attempt's Result counts it.
 	ref := rec.Ref()
-	ch.prev, ch.resume, ch.totals, ch.replay = &ref, rec.Resume, rec.Totals, rec.Replay
+	ch.prev, ch.resume, ch.totals, ch.replay, ch.released = &ref, rec.Resume, rec.Totals, rec.Replay, rec.Released
 	ch.counts = addCounts(ch.counts, info.counts)
 	ch.epochs++
 	c := committed{epoch: epoch, epochs: ch.epochs, counts: maps.Clone(ch.counts), totals: maps.Clone(ch.totals)}
@@ -189,6 +190,9 @@ func (r *runner) commitEpoch(ctx context.Context, ch *commitChain, epoch uint64,
 	}
 
 	r.epochCommitted(ctx, rec, ch.counts)
+	if info.release != nil {
+		r.heldReleased(epoch, info.release) // after the status counts them
+	}
 	if rec.Final {
 		if err := r.finishDest(ectx, epoch); err != nil {
 			return committed{}, err
@@ -203,10 +207,13 @@ func (r *runner) commitEpoch(ctx context.Context, ch *commitChain, epoch uint64,
 func (r *runner) checkpointEpoch(ctx context.Context, next uint64, ch *commitChain, info *epochInfo, cs [][]byte) (*checkpoint.Record, error) {
 	rec := &checkpoint.Record{
 		Pipeline: r.cfg.Name, Epoch: next, Generation: r.gen, Prev: ch.prev,
-		Time: r.cfg.Now().UTC(), Resume: r.resumeMap(ch.resume, info.states), Replay: ch.replay,
+		Time: r.cfg.Now().UTC(), Resume: r.resumeMap(ch.resume, info.states), Replay: ch.replay, Released: ch.released,
 		Engine: info.engine, Committables: cs, Counts: info.counts,
 		Totals: addCounts(ch.totals, info.counts),
 		Final:  next == r.completeEpoch.Load(),
+	}
+	if info.release != nil {
+		rec.Released = info.release.state
 	}
 	if r.cfg.replay != nil {
 		// The one split is the replay's (replay.go): the source's states

@@ -35,6 +35,9 @@ type epochInfo struct {
 	engine []byte
 	counts map[string]checkpoint.Counts
 	side   map[sideKey][]byte // JSON lines of quarantined records and held values
+	// release is what the epoch releases of held values (the attempt's
+	// first epoch only; release.go); nil when nothing.
+	release *heldRelease
 }
 
 // sideKey names one side file of an epoch: its kind ("quarantine" or
@@ -93,10 +96,12 @@ type heldLine struct {
 	Column      string `json:"column"`
 	Value       string `json:"value,omitempty"`
 	ValueBase64 string `json:"value_base64,omitempty"`
-	// ID and Reason are set on values a destination's SchemaChecker
-	// rejected (Key is not: the row's _openetl_id finds it). Reason and
-	// Detail are set on a cell the engine held on its own (out_of_range:
-	// the row landed with a null there).
+	// ID is the row's _openetl_id, which a release patches the row by:
+	// on every line this version writes (lines of older versions have it
+	// only for values a destination's SchemaChecker rejected, which have
+	// no Key). Reason is set on those, with the destination's reason;
+	// Reason and Detail are set on a cell the engine held on its own
+	// (out_of_range: the row landed with a null there).
 	ID     string `json:"id,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	Detail string `json:"detail,omitempty"`
@@ -114,6 +119,18 @@ func (r *runner) runEngine(ctx context.Context) error {
 	counts := map[string]checkpoint.Counts{}
 	side := map[sideKey][]byte{}
 	heldSeen := map[heldKey]bool{} // reported in this attempt
+	if rl := r.release; rl != nil {
+		// Released held values are patches in the first epoch, staged
+		// before any row of it.
+		for _, m := range rl.patches {
+			if err := r.sendLane(ctx, 0, m); err != nil || ctx.Err() != nil {
+				return err
+			}
+		}
+		for s, c := range rl.counts {
+			counts[s] = c
+		}
+	}
 	for {
 		var m pumpMsg
 		select {
@@ -144,6 +161,9 @@ func (r *runner) runEngine(ctx context.Context) error {
 				return fmt.Errorf("engine state at epoch %d: %w", cur, err)
 			}
 			info := &epochInfo{epoch: cur, states: states, engine: st, counts: counts, side: side}
+			if cur == r.firstEpoch {
+				info.release = r.release
+			}
 			if !r.sendCommit(ctx, commitMsg{info: info, epoch: cur}) {
 				return nil
 			}
@@ -311,10 +331,11 @@ func (r *runner) appendQuarantine(buf []byte, m pumpMsg, q engine.Quarantined, e
 }
 
 func (r *runner) appendHeld(buf []byte, m pumpMsg, h engine.Held, table string, epoch uint64) []byte {
-	op, seq, key, _ := m.batch.Row(h.Row)
+	op, seq, key, payload := m.batch.Row(h.Row)
 	l := heldLine{
 		Stream: m.batch.Stream, Table: table, Split: string(r.pumps[m.split].id),
 		Epoch: epoch, Generation: uint64(r.gen), Seq: seq, Op: source.Op(op).String(), Column: h.Column,
+		ID: recordID(m.batch.Stream, key, payload, seq),
 	}
 	l.Key, l.KeyBase64 = textOrBase64(key)
 	l.Value, l.ValueBase64 = textOrBase64(h.Value)

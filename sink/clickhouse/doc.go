@@ -55,6 +55,10 @@
 //	struct                          String: the value's JSON text (named Tuples need 20.x)
 //	interval, duration, time, null  unsupported (Capabilities): held back by the engine
 //
+// The destination applies no patches (Capabilities.Patches is false):
+// held values stay under the pipeline's _held/, even once a newer
+// server takes their type.
+//
 // # Quarantine
 //
 // Rows with a value the column's type can't hold are not written and

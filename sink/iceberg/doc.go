@@ -266,7 +266,10 @@
 //     (their values under the pipeline's _held/ directory, the table's
 //     column left as it was, null for those rows) instead of failing the
 //     epoch. A Writer used without the runner fails Write or PreCommit
-//     with a *SchemaError naming the table, column and both types.
+//     with a *SchemaError naming the table, column and both types. The
+//     destination applies no patches (Capabilities.Patches is false):
+//     held values stay under _held/ even once the table takes the
+//     column, and are not written to their rows.
 //   - Fencing is atomic with the commit on the SQL catalog (SQLite,
 //     Postgres). Other catalogs (REST) can't carry the pipeline's
 //     requirement: it is checked on metadata loaded right before the

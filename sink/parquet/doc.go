@@ -130,5 +130,8 @@
 //     before its manifest, or taken back from a lost epoch, stay there
 //     unlisted: Collect removes only staged files.
 //   - Interval and duration columns (MySQL TIME) can't be written: the
-//     engine holds them back (Capabilities.Unsupported).
+//     engine holds them back (Capabilities.Unsupported). Files are never
+//     rewritten, so the destination applies no patches
+//     (Capabilities.Patches is false): held values stay under the
+//     pipeline's _held/, even once a later version takes their type.
 package parquet

@@ -55,6 +55,7 @@ func (a applier) Apply(ctx context.Context, tx *sql.Tx, s ledger.Staged) error {
 	// Tables to create or widen are found first, from the catalog, and
 	// the DDL lock taken before any table is touched.
 	var ddl []tableRef
+	absent := map[string]bool{} // tables patches find missing: nothing to patch
 	for _, t := range r.Tables {
 		if t.Staging == "" {
 			return fmt.Errorf("postgres: a committable of epoch %d names no staging table: written by an older version, it can't be applied", s.Epoch)
@@ -62,6 +63,10 @@ func (a applier) Apply(ctx context.Context, tx *sql.Tx, s ledger.Staged) error {
 		have, err := columnTypes(ctx, tx, a.d.target(t.Table))
 		if err != nil {
 			return err
+		}
+		if t.Patch && len(have) == 0 {
+			absent[t.Table] = true
+			continue
 		}
 		for _, c := range t.Cols {
 			if h, ok := have[c.Name]; !ok || (h != c.Target && widens(h, c.Target)) {
@@ -85,6 +90,10 @@ func (a applier) Apply(ctx context.Context, tx *sql.Tx, s ledger.Staged) error {
 	}
 	var drop []string
 	for _, t := range r.Tables {
+		if t.Patch && absent[t.Table] {
+			drop = append(drop, t.Staging)
+			continue
+		}
 		// A value whose cast to its table type fails (text a declared
 		// type's input rejects) fails the statement: its rows are set
 		// aside (sift) and the table's rows moved again, so the epoch
@@ -120,6 +129,9 @@ func (a applier) Apply(ctx context.Context, tx *sql.Tx, s ledger.Staged) error {
 // move moves the rows of t's staging table, of which rows are left, into
 // the table: appended, merged or held for Finish.
 func (a applier) move(ctx context.Context, tx *sql.Tx, t tableRef, rows int) error {
+	if t.Patch {
+		return a.patch(ctx, tx, t)
+	}
 	tgt, stg := a.d.target(t.Table), a.d.staging(t.Staging)
 	names := make([]string, len(t.Cols))
 	casts := make([]string, len(t.Cols))
@@ -237,6 +249,30 @@ func (a applier) move(ctx context.Context, tx *sql.Tx, t tableRef, rows int) err
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("postgres: delete from %s: %w", t.Table, err)
 		}
+	}
+	return nil
+}
+
+// patch applies t's staged patches (sink.PatchMetadataKey): for each of
+// its columns, the value of each staged row that has one is set on the
+// table's row with the staged _openetl_id, where that row holds a null
+// there. A row that isn't there (a merge table's row replaced by a newer
+// version since, or deleted) is left alone: no row is added.
+func (a applier) patch(ctx context.Context, tx *sql.Tx, t tableRef) error {
+	tgt, stg := a.d.target(t.Table), a.d.staging(t.Staging)
+	id := ident(sink.ColumnID)
+	for _, c := range t.Cols {
+		if c.Name == sink.ColumnID || c.Name == sink.ColumnSeq {
+			continue
+		}
+		col := ident(c.Name)
+		res, err := tx.ExecContext(ctx, `UPDATE `+tgt+` AS t SET `+col+` = s.`+col+` FROM (SELECT `+id+`, `+c.selectExpr()+
+			` FROM `+stg+` WHERE `+col+` IS NOT NULL) AS s WHERE t.`+id+` = s.`+id+` AND t.`+col+` IS NULL`)
+		if err != nil {
+			return fmt.Errorf("postgres: patch %s.%s: %w", t.Table, c.Name, err)
+		}
+		n, _ := res.RowsAffected()
+		a.d.cfg.Logger.Debug("postgres: patched", "table", t.Table, "column", c.Name, "rows", n, "staged", t.Rows)
 	}
 	return nil
 }

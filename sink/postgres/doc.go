@@ -162,6 +162,25 @@
 // exactly when their epoch is applied: every row a writer is given is in
 // its table or there, once. The reasons are the Reason constants.
 //
+// # Held values
+//
+// The destination applies patches (sink.Capabilities.Patches), so the
+// runner releases held values once it takes their column: when a
+// column's values were held because CheckSchema named it (the table's
+// column has another type) and the host has since changed the column
+// (ALTER TABLE ... ALTER COLUMN ... TYPE), or because its type was
+// unsupported and a later version supports it. The next attempt sends
+// them in its first epoch as patch batches (sink.PatchMetadataKey),
+// which a lane stages in a staging table of their own; Commit applies
+// them in the epoch's transaction, under its fence, after adding the
+// column to the table if it lacks it: for each column, UPDATE table SET
+// column = value WHERE _openetl_id = the held row's AND column IS NULL.
+// A row whose _openetl_id is gone (a merge table's key updated since, or
+// deleted) is left as it is, a value set since is never overwritten, and
+// no row is added. The join has no index on _openetl_id: each patched
+// column costs a scan of the table, once. A patch value Postgres can't
+// take unchanged is set aside like a row's (Quarantine).
+//
 // # Proofs
 //
 // The package's tests run the conformance suite (sink/sinktest) and the
@@ -176,5 +195,8 @@
 // every version is in the tables once; Syncs failed at a Write, at
 // PreCommit, at the checkpoint write and at Commit, after each of which
 // the staging tables of the one before are gone, and after a clean Sync
-// none.
+// none; held values released into the tables (a later version taking
+// their type, the host changing a column's type) once each, on their
+// rows, read back with psql, also across crashes before and after the
+// epoch's commit point.
 package postgres

@@ -108,6 +108,9 @@ type table struct {
 	// dups: a key may repeat, so Apply must keep each key's newest row.
 	seen keySet
 	dups bool
+	// patch: the table's patch batches (sink.PatchMetadataKey), staged
+	// apart from its rows and applied as UPDATEs.
+	patch bool
 }
 
 // tableRef is one table of a staged reference.
@@ -121,6 +124,10 @@ type tableRef struct {
 	Hard    bool     `json:"hard,omitempty"`
 	// Unique: no key repeats in the staged rows (merge).
 	Unique bool `json:"unique,omitempty"`
+	// Patch: the staged rows are patches (sink.PatchMetadataKey): each
+	// sets its columns of the table's row with its _openetl_id, where
+	// that row holds a null.
+	Patch bool `json:"patch,omitempty"`
 }
 
 // ref is what Stage returns: where the lane's rows of an epoch are.
@@ -145,7 +152,11 @@ func (l *lane) Write(ctx context.Context, stream string, rec arrow.RecordBatch) 
 }
 
 func (l *lane) write(ctx context.Context, stream string, rec arrow.RecordBatch) error {
-	t := l.tables[stream]
+	key, patch := stream, isPatch(rec.Schema())
+	if patch {
+		key += "\x00patch"
+	}
+	t := l.tables[key]
 	if t == nil {
 		spec, ok := l.cfg.Spec(stream)
 		if !ok {
@@ -154,8 +165,8 @@ func (l *lane) write(ctx context.Context, stream string, rec arrow.RecordBatch) 
 		if len(stream) > MaxIdentifier {
 			return fmt.Errorf("postgres: table name %q is longer than %d bytes", stream, MaxIdentifier)
 		}
-		t = &table{name: stream, spec: spec}
-		l.tables[stream] = t
+		t = &table{name: stream, spec: spec, patch: patch}
+		l.tables[key] = t
 	}
 	if t.schema == nil || !t.schema.Equal(rec.Schema()) {
 		if err := l.layout(t, rec.Schema()); err != nil {
@@ -325,7 +336,11 @@ func (l *lane) encode(b []byte, t *table, arrays []arrow.Array, from, to int, ba
 // The table is the lane's alone, so none of this waits for a lock.
 func (l *lane) prepare(ctx context.Context, conn *pgxpool.Conn, t *table) error {
 	if t.staging == "" {
-		name := stagingName(l.cfg.Pipeline, l.stage, l.batch, t.name)
+		stage := l.stage
+		if t.patch {
+			stage += "/patch" // a staging table of its own
+		}
+		name := stagingName(l.cfg.Pipeline, stage, l.batch, t.name)
 		defs := make([]string, len(t.cols))
 		t.staged = make(map[string]string, len(t.cols))
 		for i, c := range t.cols {
@@ -386,6 +401,12 @@ func stagingName(pipeline, stage string, batch int64, table string) string {
 	return table + "_" + hex.EncodeToString(h[:8])
 }
 
+// isPatch reports whether a batch of schema sc is a patch batch.
+func isPatch(sc *arrow.Schema) bool {
+	v, ok := sc.Metadata().GetValue(sink.PatchMetadataKey)
+	return ok && v == sink.PatchMetadataValue
+}
+
 func isKey(key []string, name string) bool {
 	for _, k := range key {
 		if k == name {
@@ -440,7 +461,7 @@ func (l *lane) layout(t *table, sc *arrow.Schema) error {
 		names = append(names, ident(f.Name))
 	}
 	var isKeyCol []bool
-	if t.spec.Mode == sink.Merge {
+	if t.spec.Mode == sink.Merge && !t.patch {
 		isKeyCol = make([]bool, len(cols))
 		for j, c := range cols {
 			isKeyCol[j] = isKey(t.spec.Key, c.Name)
@@ -486,11 +507,12 @@ func (l *lane) Stage(ctx context.Context, epoch uint64) ([]byte, error) {
 	r := ref{Stage: l.stage, Batch: l.batch}
 	for _, t := range l.tables {
 		if t.rows > 0 {
-			tr := tableRef{Table: t.name, Staging: t.staging, Rows: t.rows, Cols: t.epoch}
-			switch t.spec.Mode {
-			case sink.Merge:
+			tr := tableRef{Table: t.name, Staging: t.staging, Rows: t.rows, Cols: t.epoch, Patch: t.patch}
+			switch mode := t.spec.Mode; {
+			case t.patch:
+			case mode == sink.Merge:
 				tr.Mode, tr.Key, tr.Hard, tr.Unique = "merge", t.spec.Key, t.spec.Deletes == sink.HardDeletes, !t.dups
-			case sink.Overwrite:
+			case mode == sink.Overwrite:
 				tr.Mode = "overwrite"
 			}
 			r.Tables = append(r.Tables, tr)

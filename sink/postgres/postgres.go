@@ -207,10 +207,11 @@ const MaxIdentifier = 63
 
 // Capabilities: merge (soft or hard deletes) and overwrite; names of at
 // most 63 bytes, lower case, ASCII letters, digits and '_', none of
-// Postgres's reserved words; the Arrow types listed in the package doc.
+// Postgres's reserved words; the Arrow types listed in the package doc;
+// patches, so held values are released (see the package doc).
 func (d *Destination) Capabilities() sink.Capabilities {
 	return sink.Capabilities{Merge: true, HardDeletes: true, Overwrite: true, MaxIdentifier: MaxIdentifier, IdentifierCase: "lower",
-		SimpleIdentifiers: true, ReservedWords: reserved, Unsupported: unsupported}
+		SimpleIdentifiers: true, ReservedWords: reserved, Unsupported: unsupported, Patches: true}
 }
 
 // CheckStream refuses merge without a key, and a stream written to a

@@ -128,6 +128,13 @@
 //     ran (committed, or only pre-committed) finishes it.
 //   - OverwriteEmpty (Capabilities.Overwrite): a refresh that writes no
 //     rows empties the table.
+//   - Patches (Capabilities.Patches): a patch batch (sink.PatchMetadataKey)
+//     of value, _openetl_id and _openetl_seq, written in a later epoch,
+//     sets value on the committed rows with those ids where it is null,
+//     and only once its epoch is committed (not visible after PreCommit,
+//     nor from an attempt that never committed it); a row whose value is
+//     set keeps it, a patch of an id no row has adds no row, and a
+//     Commit of the epoch again changes nothing.
 //
 // For a merged stream Visible returns the rows a reader of the table
 // sees, one per key once the destination has merged them (a

@@ -44,6 +44,8 @@ const (
 	CheckHardDeletes    = "HardDeletes"
 	CheckOverwrite      = "Overwrite"
 	CheckOverwriteEmpty = "OverwriteEmpty"
+	// CheckPatches runs only when the Capabilities declare Patches.
+	CheckPatches = "Patches"
 )
 
 // Defaults of Options.
@@ -120,6 +122,7 @@ var checks = []check{
 	{CheckHardDeletes, (*suite).checkHardDeletes},
 	{CheckOverwrite, (*suite).checkOverwrite},
 	{CheckOverwriteEmpty, (*suite).checkOverwriteEmpty},
+	{CheckPatches, (*suite).checkPatches},
 }
 
 // Run runs the conformance checks against the destinations
@@ -279,6 +282,8 @@ type wantRow struct {
 	id   string
 	seq  int64
 	wide bool
+	// patched, when set, is the value a committed patch set (Patches).
+	patched string
 }
 
 // exactlyOnce reports whether the class promises invisibility before
@@ -598,6 +603,9 @@ func (s *suite) checkValues(r Row, w wantRow, report func(string, ...any)) {
 	want := "<null>"
 	if v, ok := valueOf(w.n); ok {
 		want = v
+	}
+	if w.patched != "" {
+		want = w.patched
 	}
 	if v, ok := r.Values["value"]; ok && str(v) != want {
 		report("row %s: value = %s, want %s", r.ID, str(v), want)
