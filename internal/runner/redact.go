@@ -17,7 +17,7 @@ var (
 	// user:secret@tcp(host:port)/db, the MySQL driver's DSN.
 	mysqlPassword = regexp.MustCompile(`((?:^|[\s"'=])[^:@\s"'=/]+):[^@\s]*@(tcp|unix|udp)\(`)
 	kvPassword    = regexp.MustCompile(`(?i)\b(\w*(?:pass(?:word|wd)?|pwd|secret|token|api_?key|access_?key)\w*)(\s*=\s*)('[^']*'|"[^"]*"|[^\s;&,]*)`)
-	colPassword   = regexp.MustCompile(`(?i)\b(\w*(?:pass(?:word|wd)?|secret|api_?key|access_?key)\w*)("?\s*:\s*)("[^"]*"|[^\s,}\]]*)`)
+	colPassword   = regexp.MustCompile(`(?i)\b(\w*(?:pass(?:word|wd)?|secret|api_?key|access_?key)\w*)("?\s*:\s*)("[^"]*"|[^\s,})\]]*)`)
 )
 
 // redacted replaces a secret.
@@ -34,7 +34,15 @@ func RedactSecrets(s string) string {
 	s = urlPassword.ReplaceAllString(s, "${1}:"+redacted+"@")
 	s = mysqlPassword.ReplaceAllString(s, "${1}:"+redacted+"@${2}(")
 	s = kvPassword.ReplaceAllString(s, "${1}${2}"+redacted)
-	s = colPassword.ReplaceAllString(s, "${1}${2}"+redacted)
+	s = colPassword.ReplaceAllStringFunc(s, func(m string) string {
+		sub := colPassword.FindStringSubmatch(m)
+		if v := sub[3]; v == "YES" || v == "NO" {
+			// MySQL's "Access denied for user 'app'@'host' (using
+			// password: YES)" says whether one was sent, not what.
+			return m
+		}
+		return sub[1] + sub[2] + redacted
+	})
 	return s
 }
 

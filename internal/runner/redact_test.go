@@ -27,6 +27,8 @@ func TestRedactSecrets(t *testing.T) {
 		{`{"user":"app","password":"hunter2"}`, `"password":xxxxx}`},
 		{"aws_secret_access_key = hunter2", "aws_secret_access_key = xxxxx"},
 		{"api_key: hunter2", "api_key: xxxxx"},
+		{"(password: hunter2)", "(password: xxxxx)"},
+		{"password: YESh", "password: xxxxx"},
 	} {
 		got := runner.RedactSecrets(tc.in)
 		if strings.Contains(got, "hunter") || !strings.Contains(got, tc.keep) {
@@ -38,6 +40,8 @@ func TestRedactSecrets(t *testing.T) {
 		"password authentication failed for user \"app\"",
 		"stream \"orders\": 10 rows, epoch 3",
 		"http://db:5432/x",
+		"Error 1045 (28000): Access denied for user 'app'@'localhost' (using password: YES)",
+		"Access denied for user 'app'@'localhost' (using password: NO)",
 	} {
 		if got := runner.RedactSecrets(s); got != s {
 			t.Errorf("RedactSecrets(%q) = %q, want it unchanged", s, got)
