@@ -35,7 +35,8 @@ func IsFenced(err error) bool {
 // IsPermanent reports whether running the same Pipeline again would fail
 // the same way, so a host's restart loop should stop and tell a person:
 // the attempt was fenced (IsFenced), the Pipeline is closed, its
-// configuration is wrong (a BuildError, an unmet delivery level, an
+// configuration is wrong (a BuildError, except one whose only problem is
+// a Discover that failed transiently; an unmet delivery level, an
 // invalid name), the engine is not in this build, a transform's output
 // was refused (ErrTransformOutput), or an error in err's
 // chain says so itself with a method Permanent() bool returning true
@@ -59,7 +60,7 @@ func IsPermanent(err error) bool {
 	// it stopped, and a retry would claim the pipeline again, fencing
 	// the copy that fenced it.
 	var be *BuildError
-	if IsFenced(err) || errors.As(err, &be) {
+	if IsFenced(err) || errors.As(err, &be) && !be.transient {
 		return true
 	}
 	for _, target := range []error{ErrClosed, delivery.ErrUnmet, delivery.ErrInvalid, checkpoint.ErrBadName,

@@ -332,10 +332,14 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 		eng.Close()
 	}
 	var guarantees []delivery.Guarantee
+	var discoverErr error // a Discover failure the source does not call permanent
 	if cfg.Source != nil && cfg.Destination != nil {
 		catalog, err := cfg.Source.Discover(ctx)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("source: discover: %w", err))
+			if c, ok := cfg.Source.(source.Classifier); !ok || !c.Permanent(err) {
+				discoverErr = err
+			}
 		} else {
 			guarantees, err = runner.Guarantees(cfg, catalog, nil)
 			errs = append(errs, err)
@@ -348,7 +352,12 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, &BuildError{Pipeline: cfg.Name, Err: err}
+		be := &BuildError{Pipeline: cfg.Name, Err: err}
+		// Only a Discover that failed (a server briefly away, say): the
+		// configuration was not checked, and a later Build may pass.
+		be.transient = discoverErr != nil && !markedPermanent(discoverErr) &&
+			len(slices.DeleteFunc(errs, func(e error) bool { return e == nil })) == 1
+		return nil, be
 	}
 	cfg.Monitor = runner.NewMonitor(cfg)
 	return &Pipeline{cfg: cfg, guarantees: guarantees}, nil
@@ -357,10 +366,15 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 // BuildError is returned by Build. Err joins one error per problem;
 // errors.Is finds sentinels such as engine.ErrUnavailable in it. Its
 // message is redacted (RedactSecrets): a connector error quoting a DSN
-// shows no password.
+// shows no password. IsPermanent reports it, unless its only problem is
+// that the source's Discover failed with an error the source does not
+// call permanent (source.Classifier): a database that was briefly away,
+// where building again later may succeed (IsRetryable).
 type BuildError struct {
 	Pipeline string
 	Err      error
+
+	transient bool
 }
 
 func (e *BuildError) Error() string {

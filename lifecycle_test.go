@@ -214,6 +214,61 @@ func TestErrorPredicates(t *testing.T) {
 	}
 }
 
+// discoverFails is a source whose Discover fails with err; it calls
+// errors marked permanent so (source.Classifier).
+type discoverFails struct {
+	source.Source
+	err error
+}
+
+func (s discoverFails) Discover(context.Context) (source.Catalog, error) {
+	return source.Catalog{}, s.err
+}
+func (s discoverFails) Permanent(err error) bool { return errors.Is(err, errDenied) }
+
+var errDenied = errors.New("password authentication failed")
+
+// A Build whose only problem is a Discover that failed is retryable
+// when the source does not call the failure permanent (the database was
+// briefly away); permanent when it does, or when the configuration has
+// another problem too.
+func TestBuildErrorOfDiscover(t *testing.T) {
+	fake := sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{Streams: []sourcetest.FakeStream{{Name: "s", Rows: 1}}})
+	build := func(err error, streams ...string) error {
+		dst := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply})
+		b := etl.NewPipeline("p").From(discoverFails{fake, err}).To(dst).Checkpoints(checkpoint.NewMem())
+		if len(streams) > 0 {
+			b = b.Streams(streams...)
+		}
+		_, err = b.Build()
+		var be *etl.BuildError
+		if !errors.As(err, &be) {
+			t.Fatalf("Build: %v, want a *BuildError", err)
+		}
+		return err
+	}
+	for _, tc := range []struct {
+		what                 string
+		err                  error
+		permanent, retryable bool
+	}{
+		{"connection refused", errors.New("dial tcp 127.0.0.1:5432: connect: connection refused"), false, true},
+		{"credentials refused", fmt.Errorf("connect: %w", errDenied), true, false},
+		{"marked permanent", permanentErr{}, true, false},
+		{"cancelled", context.Canceled, false, false},
+	} {
+		err := build(tc.err)
+		if etl.IsPermanent(err) != tc.permanent || etl.IsRetryable(err) != tc.retryable {
+			t.Errorf("%s: IsPermanent %v, IsRetryable %v, want %v, %v (%v)", tc.what, etl.IsPermanent(err), etl.IsRetryable(err), tc.permanent, tc.retryable, err)
+		}
+	}
+	// Another problem beside it: the configuration is wrong whatever
+	// Discover does.
+	if err := build(errors.New("connection refused"), ""); !etl.IsPermanent(err) {
+		t.Errorf("Build with an empty stream name and a failed Discover: IsPermanent false (%v)", err)
+	}
+}
+
 type permanentErr struct{}
 
 func (permanentErr) Error() string   { return "slot dropped" }
