@@ -173,13 +173,26 @@ ORDER BY 1, 2, 6, 7`)
 	}
 	for _, l := range leaves {
 		var gen []string
+		detached := false
 		for oid, n := l.oid, 0; oid != roots[l.root] && n < 100; n++ {
 			k, ok := links[l.root][oid]
 			if !ok {
 				break
 			}
+			// pg_partition_tree reads the catalog under a snapshot of its
+			// own, taken apart from the query's: a partition whose link
+			// the query no longer sees was detached meanwhile (seen as
+			// "attached again" with an empty xmin before). The next look
+			// finds it gone.
+			if k.xmin == "" {
+				detached = true
+				break
+			}
 			gen = append(gen, oid+"@"+k.xmin)
 			oid = k.parent
+		}
+		if detached {
+			continue
 		}
 		l.p.gen = strings.Join(gen, ",")
 		out[l.root].leaves = append(out[l.root].leaves, l.p)
@@ -264,7 +277,8 @@ func (sp *split) partitionsChanged(ctx context.Context, at pglogrepl.LSN) error 
 					Detail: fmt.Sprintf("partition %s was attached: its rows are read by a new snapshot", streamName(p.schema, p.name))}
 			case gen != p.gen:
 				return &SchemaChangeError{Stream: t.stream.Name, LSN: at,
-					Detail: fmt.Sprintf("partition %s was attached again: its rows are read by a new snapshot", streamName(p.schema, p.name))}
+					Detail: fmt.Sprintf("partition %s was attached again (attachment %s, read under %s): its rows are read by a new snapshot",
+						streamName(p.schema, p.name), p.gen, gen)}
 			}
 		}
 	}
