@@ -3,13 +3,10 @@ package sim
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
-
-	"github.com/zeebo/xxh3"
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/delivery"
@@ -277,20 +274,7 @@ func (s *sim) checkAcksAt(a *attempt, to *checkpoint.Ref) {
 // RecordID returns the _openetl_id the engine gives a record version
 // (engine package documentation, "Metadata columns").
 func RecordID(stream string, key, payload []byte, seq int64) string {
-	b := binary.LittleEndian.AppendUint32(nil, uint32(len(stream)))
-	b = append(b, stream...)
-	if len(key) > 0 {
-		b = append(b, 1)
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(key)))
-		b = append(b, key...)
-	} else {
-		b = append(b, 2)
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
-		b = append(b, payload...)
-	}
-	b = binary.LittleEndian.AppendUint64(b, uint64(seq))
-	h := xxh3.Hash128(b).Bytes()
-	return fmt.Sprintf("%x", h[:])
+	return runner.RecordID(stream, key, payload, seq)
 }
 
 func (s *sim) checkStream(name string, head *checkpoint.Record) {

@@ -248,7 +248,7 @@ func heldGroups(stream, name string, data []byte, done [][2]int, kept map[keptHe
 				kept[keptHeld{stream, l.Column, "held before held lines kept the row's id, of a stream without a key: the row can't be found"}]++
 				continue
 			}
-			id = recordID(stream, key, nil, l.Seq)
+			id = RecordID(stream, key, nil, l.Seq)
 		}
 		v, err := fromTextOrBase64(l.Value, l.ValueBase64)
 		if err != nil {
@@ -464,9 +464,9 @@ func typeClass(dt arrow.DataType) string {
 	return "other"
 }
 
-// recordID is the _openetl_id the engine gives a record version (package
+// RecordID is the _openetl_id the engine gives a record version (package
 // engine, "Metadata columns").
-func recordID(stream string, key, payload []byte, seq int64) string {
+func RecordID(stream string, key, payload []byte, seq int64) string {
 	b := make([]byte, 0, 4+len(stream)+1+4+max(len(key), len(payload))+8)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(stream)))
 	b = append(b, stream...)

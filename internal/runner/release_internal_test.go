@@ -29,8 +29,8 @@ func TestRecordID(t *testing.T) {
 		t.Fatalf("only %d vectors", len(f.Vectors))
 	}
 	for _, v := range f.Vectors {
-		if got := recordID(v.Stream, []byte(v.Key), []byte(v.Payload), v.Seq); got != v.ID {
-			t.Errorf("recordID(%q, %q, %q, %d) = %s, want %s", v.Stream, v.Key, v.Payload, v.Seq, got, v.ID)
+		if got := RecordID(v.Stream, []byte(v.Key), []byte(v.Payload), v.Seq); got != v.ID {
+			t.Errorf("RecordID(%q, %q, %q, %d) = %s, want %s", v.Stream, v.Key, v.Payload, v.Seq, got, v.ID)
 		}
 	}
 }

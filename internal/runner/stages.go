@@ -335,7 +335,7 @@ func (r *runner) appendHeld(buf []byte, m pumpMsg, h engine.Held, table string, 
 	l := heldLine{
 		Stream: m.batch.Stream, Table: table, Split: string(r.pumps[m.split].id),
 		Epoch: epoch, Generation: uint64(r.gen), Seq: seq, Op: source.Op(op).String(), Column: h.Column,
-		ID: recordID(m.batch.Stream, key, payload, seq),
+		ID: RecordID(m.batch.Stream, key, payload, seq),
 	}
 	l.Key, l.KeyBase64 = textOrBase64(key)
 	l.Value, l.ValueBase64 = textOrBase64(h.Value)
