@@ -249,10 +249,14 @@ func (b *Builder) Columns(stream string, rules ...ColumnRule) *Builder {
 // destination that keeps soft deletes (a _openetl_deleted column) keeps
 // such a delete as a tombstone row even for a key it never held, so use
 // hard deletes where most rows fail the filter. A column the filter names
-// that a row lacks is unknown (the row fails), and on an undeclared
-// (JSON) merge stream Build can't check the names: a misspelt column, or
-// a Rename's new name instead of the source's, turns every row into a
-// delete. One filter per stream: combine conditions with And and Or.
+// that a row lacks is unknown (the row fails). On an undeclared (JSON)
+// merge stream Build can't check the names, so while the stream has
+// never had a column the filter names (a misspelt column, or a Rename's
+// new name instead of the source's), a row that fails is quarantined
+// with reason "filter_column" rather than written as a delete: a typo
+// sets the changes aside instead of emptying the table. Once a row
+// carries the column, failing rows are deletes. One filter per stream:
+// combine conditions with And and Or.
 func (b *Builder) Filter(stream string, c Condition) *Builder {
 	if stream == "" {
 		b.errs = append(b.errs, errors.New("filter: no stream name"))

@@ -15,8 +15,8 @@ type Replay struct {
 	Stream string
 	// Reasons selects the records set aside for one of these reasons
 	// (the engine's: "parse_error", "type_conflict", "out_of_range",
-	// "missing_key", "too_large", "too_deep", "unchanged_value"); empty:
-	// any reason.
+	// "missing_key", "too_large", "too_deep", "unchanged_value",
+	// "filter_column"); empty: any reason.
 	Reasons []string
 	// FromEpoch and ToEpoch bound, inclusive, the epochs the records were
 	// set aside in (the epoch of their file,

@@ -145,6 +145,65 @@ func TestPolicyMergeFilterDeletes(t *testing.T) {
 	}
 }
 
+// TestPolicyMergeFilterAbsentColumn: on a merged document stream, a
+// filter naming a column the stream has never had (a misspelt name) sets
+// failing rows aside instead of deleting their keys; once the column
+// exists, failing rows are deletes again. An appended stream drops them.
+func TestPolicyMergeFilterAbsentColumn(t *testing.T) {
+	spec := engine.StreamSpec{Name: "t", Keyed: true, Key: []string{"id"}, Merge: true,
+		Filter: &engine.Cond{Op: engine.OpEq, Column: "regoin", Value: "eu"}}
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
+	out := push(t, e, batch("t",
+		rec{source.OpInsert, 1, "1", `{"id":1,"region":"eu"}`},
+		rec{source.OpUpdate, 2, "2", `{"id":2,"region":"us"}`},
+		rec{source.OpDelete, 3, "3", `{"id":3}`}))
+	equal(t, "ops", cells(t, out.Record, "_openetl_op"), []string{"delete"})
+	equal(t, "id", cells(t, out.Record, "id"), []string{"3"})
+	if len(out.Quarantined) != 2 || out.Quarantined[0].Row != 0 || out.Quarantined[1].Row != 1 {
+		t.Fatalf("quarantined %+v, want rows 0 and 1", out.Quarantined)
+	}
+	for _, q := range out.Quarantined {
+		if q.Reason != engine.ReasonFilterColumn || !strings.Contains(q.Detail, `"regoin"`) {
+			t.Errorf("quarantined %+v, want %s naming the column", q, engine.ReasonFilterColumn)
+		}
+	}
+	if out.Filtered != 0 {
+		t.Errorf("filtered %d, want 0", out.Filtered)
+	}
+	// The column appears: a row that fails is a delete of its key.
+	out = push(t, e, batch("t",
+		rec{source.OpInsert, 4, "4", `{"id":4,"regoin":"eu"}`},
+		rec{source.OpUpdate, 5, "5", `{"id":5,"regoin":"us"}`}))
+	equal(t, "ops", cells(t, out.Record, "_openetl_op"), []string{"insert", "delete"})
+	if len(out.Quarantined) != 0 {
+		t.Errorf("quarantined %+v once the column exists", out.Quarantined)
+	}
+	// A later batch without it: the stream has had it, so a delete.
+	out = push(t, e, batch("t", rec{source.OpUpdate, 6, "6", `{"id":6,"region":"eu"}`}))
+	equal(t, "ops", cells(t, out.Record, "_openetl_op"), []string{"delete"})
+	if len(out.Quarantined) != 0 {
+		t.Errorf("quarantined %+v in a batch without the column the stream has had", out.Quarantined)
+	}
+	// The next attempt's engine, from the saved state, knows it too.
+	st, err := e.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e = newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}, State: st})
+	out = push(t, e, batch("t", rec{source.OpUpdate, 7, "7", `{"id":7}`}))
+	equal(t, "ops", cells(t, out.Record, "_openetl_op"), []string{"delete"})
+	if len(out.Quarantined) != 0 {
+		t.Errorf("quarantined %+v after a restart from state", out.Quarantined)
+	}
+	// Appended: dropped and counted, as before.
+	spec.Name, spec.Merge = "a", false
+	e = newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
+	out = push(t, e, batch("a", rec{source.OpInsert, 1, "1", `{"id":1,"region":"eu"}`}))
+	if out.Record != nil || out.Filtered != 1 || len(out.Quarantined) != 0 {
+		t.Errorf("appended: record %v, filtered %d, quarantined %+v; want the row filtered", out.Record, out.Filtered, out.Quarantined)
+	}
+}
+
 func TestPolicyErrors(t *testing.T) {
 	decl := rowSpec("t", source.TypesPostgres, "id", "int8", "f", "float8")
 	decl.Key, decl.Merge = []string{"id"}, true

@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::meta;
 
 pub mod filter;
-pub use filter::{DROP, KEEP, TO_DELETE, decide};
+pub use filter::{DROP, Decided, KEEP, SET_ASIDE, TO_DELETE, decide, gone};
 
 /// A filter literal, typed.
 #[derive(Clone, Debug, PartialEq)]
@@ -601,6 +601,8 @@ fn lit(v: &Value) -> Result<Lit, String> {
 pub struct Applied {
     /// Rows the filter dropped.
     pub dropped: usize,
+    /// Rows the filter set aside (see [`decide`]), to be quarantined.
+    pub set_aside: Vec<crate::quarantine::Quarantined>,
     /// Per kept row, whether it became a delete; empty when none did.
     pub to_delete: Vec<bool>,
     /// What the rows' IDs hash, when not the raw key or payload (see
@@ -629,6 +631,7 @@ pub fn apply(
     let n = ops.len();
     let mut applied = Applied {
         dropped: 0,
+        set_aside: Vec::new(),
         to_delete: Vec::new(),
         id_from: None,
     };
@@ -638,9 +641,25 @@ pub fn apply(
         None => {
             if p.filter.is_some() {
                 let col = |name: &str| srcs.iter().position(|s| s == name).map(|i| &cols[i]);
-                let (d, del) = decide(p, n, &col, ops, scratch);
-                applied.dropped = d;
-                any_delete = del;
+                let d = decide(p, n, &col, ops, scratch);
+                applied.dropped = d.dropped;
+                any_delete = d.any_delete;
+                if d.set_aside > 0 {
+                    let c = d.absent.unwrap_or_default();
+                    applied.set_aside = scratch
+                        .iter()
+                        .zip(out_rows.iter())
+                        .filter(|(m, _)| **m == SET_ASIDE)
+                        .map(|(_, &row)| crate::quarantine::Quarantined {
+                            row,
+                            reason: crate::quarantine::Reason::FilterColumn,
+                            detail: format!(
+                                "the merge filter names column {c:?}, which the stream has never had: \
+                                 the row is set aside instead of becoming a delete of its key"
+                            ),
+                        })
+                        .collect();
+                }
             }
         }
     }
@@ -654,13 +673,13 @@ pub fn apply(
         let mut i = 0;
         srcs.retain(|_| (keep[i], i += 1).0);
     }
-    if applied.dropped > 0 && pre_dropped.is_none() {
+    if (applied.dropped > 0 || !applied.set_aside.is_empty()) && pre_dropped.is_none() {
         // Lane boundaries over the kept rows: the kept rows before each
         // old boundary.
         let (mut kept, mut j) = (0, 0);
         for off in lane_offsets.iter_mut() {
             while j < *off {
-                if scratch[j] != DROP {
+                if !gone(scratch[j]) {
                     kept += 1;
                 }
                 j += 1;
@@ -668,8 +687,8 @@ pub fn apply(
             *off = kept;
         }
         let mut i = 0;
-        out_rows.retain(|_| (scratch[i] != DROP, i += 1).0);
-        let pred: arrow_array::BooleanArray = scratch.iter().map(|d| Some(*d != DROP)).collect();
+        out_rows.retain(|_| (!gone(scratch[i]), i += 1).0);
+        let pred: arrow_array::BooleanArray = scratch.iter().map(|d| Some(!gone(*d))).collect();
         let f = arrow_select::filter::FilterBuilder::new(&pred)
             .optimize()
             .build();
@@ -684,7 +703,7 @@ pub fn apply(
     if any_delete {
         applied.to_delete = scratch
             .iter()
-            .filter(|d| **d != DROP)
+            .filter(|d| !gone(**d))
             .map(|d| *d == TO_DELETE)
             .collect();
         let valid = NullBuffer::new(BooleanBuffer::from_iter(

@@ -29,6 +29,9 @@ pub enum Reason {
     /// A declared row with a value the source did not send (a Postgres
     /// unchanged TOAST value), which the engine can't fill yet.
     Unchanged,
+    /// A merged stream's row that fails a filter naming a column the
+    /// stream has never had: set aside, not turned into a delete.
+    FilterColumn,
 }
 
 impl Reason {
@@ -41,6 +44,7 @@ impl Reason {
             Reason::TooLarge => "too_large",
             Reason::TooDeep => "too_deep",
             Reason::Unchanged => "unchanged_value",
+            Reason::FilterColumn => "filter_column",
         }
     }
 }

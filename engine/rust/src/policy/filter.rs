@@ -356,35 +356,82 @@ pub const KEEP: u8 = 0;
 pub const DROP: u8 = 1;
 /// Kept as a delete of its key.
 pub const TO_DELETE: u8 = 2;
+/// Set aside (quarantined): on a merged stream, a row the filter fails
+/// while it names a column the stream has never had.
+pub const SET_ASIDE: u8 = 3;
+
+/// Whether a decision takes the row out of the output.
+#[inline]
+pub fn gone(d: u8) -> bool {
+    d == DROP || d == SET_ASIDE
+}
+
+/// The first column `c` names that `col` doesn't find.
+fn absent<'c, 'a>(c: &'c Cond, col: &impl Fn(&str) -> Option<&'a ArrayRef>) -> Option<&'c str> {
+    match c {
+        Cond::Cmp(n, _, _) | Cond::IsNull(n) | Cond::NotNull(n) | Cond::In(n, _) => {
+            col(n).is_none().then_some(n.as_str())
+        }
+        Cond::And(cs) | Cond::Or(cs) => cs.iter().find_map(|x| absent(x, col)),
+        Cond::Not(x) => absent(x, col),
+    }
+}
+
+/// What [`decide`] decided, besides the per-row marks.
+#[derive(Debug, Default)]
+pub struct Decided {
+    /// Rows dropped ([`DROP`]).
+    pub dropped: usize,
+    /// Whether any row became a delete ([`TO_DELETE`]).
+    pub any_delete: bool,
+    /// Rows set aside ([`SET_ASIDE`]), and the column that made it so.
+    pub set_aside: usize,
+    pub absent: Option<String>,
+}
 
 /// Evaluates `p`'s filter over `n` rows whose columns `col` finds by
 /// source name, into `out`: per row [`KEEP`], [`DROP`] or, on a merged
-/// stream, [`TO_DELETE`]. Deletes (`ops`) always pass. Returns the rows
-/// dropped and whether any became a delete.
+/// stream, [`TO_DELETE`]. Deletes (`ops`) always pass.
+///
+/// On a merged stream whose filter names a column the rows don't have
+/// (the stream has never had it: a document stream's output has every
+/// column it ever had), a row that fails is [`SET_ASIDE`], not turned
+/// into a delete: a misspelt column would otherwise delete every key the
+/// stream updates.
 pub fn decide<'a>(
     p: &Policies,
     n: usize,
     col: &impl Fn(&str) -> Option<&'a ArrayRef>,
     ops: &[u8],
     out: &mut Vec<u8>,
-) -> (usize, bool) {
+) -> Decided {
     let Some(f) = &p.filter else {
         out.clear();
         out.resize(n, KEEP);
-        return (0, false);
+        return Decided::default();
     };
     eval(f, n, col, out);
-    let (mut dropped, mut any_delete) = (0, false);
-    for (d, &op) in out.iter_mut().zip(ops) {
-        *d = if *d == T || op == meta::OP_DELETE {
+    let mut d = Decided {
+        absent: if p.merge {
+            absent(f, col).map(str::to_string)
+        } else {
+            None
+        },
+        ..Decided::default()
+    };
+    for (m, &op) in out.iter_mut().zip(ops) {
+        *m = if *m == T || op == meta::OP_DELETE {
             KEEP
+        } else if p.merge && d.absent.is_some() {
+            d.set_aside += 1;
+            SET_ASIDE
         } else if p.merge {
-            any_delete = true;
+            d.any_delete = true;
             TO_DELETE
         } else {
-            dropped += 1;
+            d.dropped += 1;
             DROP
         };
     }
-    (dropped, any_delete)
+    d
 }
