@@ -281,3 +281,26 @@ func BenchmarkPushPolicies(b *testing.B) {
 		})
 	}
 }
+
+// benchKafkaRows returns the Kafka benchmark's events (benchKafkaDocs)
+// as declared rows in text form, as the Avro and Protobuf decoders
+// write them, and their spec.
+func benchKafkaRows() ([][]byte, engine.StreamSpec) {
+	spec := rowSpec("ev", source.TypesPostgres, "id", "int8", "name", "text", "amount", "float8", "ok", "bool", "pad", "text")
+	pad := strings.Repeat("x", 120)
+	rows := make([][]byte, benchRows)
+	for i := range rows {
+		rows[i] = row(fmt.Sprint(i), fmt.Sprintf("customer %d", i), fmt.Sprintf("%d.25", i%1000), "t", pad)
+	}
+	return rows, spec
+}
+
+// BenchmarkPushKafkaRows pushes the Kafka benchmark's events as declared
+// rows (compare BenchmarkPushKafkaDocs: the same values as JSON).
+func BenchmarkPushKafkaRows(b *testing.B) {
+	rows, spec := benchKafkaRows()
+	e := newEngine(b, engine.Config{Streams: []engine.StreamSpec{spec}})
+	batch, size := benchBatch(rows)
+	batch.Stream = "ev"
+	benchPush(b, e, batch, size)
+}

@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -40,6 +41,7 @@ var statusErrors = [...]error{
 	3: ErrPanic,
 	4: ErrInternal,
 	5: ErrClosed,
+	6: errAvroFallback,
 }
 
 // statusError turns a non-zero status and its message (which it frees)
@@ -355,6 +357,19 @@ func inputArray(b *RawBatch) *array.Struct {
 // without copying, only for the duration of the call: the engine releases
 // its view before returning.
 func (e *cEngine) Push(b *RawBatch, syncedAt time.Time) (Output, error) {
+	out, err := e.push(b, syncedAt)
+	if errors.Is(err, errAvroFallback) {
+		// Avro rows the fast path leaves to Go (avro.go): nothing
+		// changed; push the Go decoder's rows instead.
+		if err = avroGoRows(b); err != nil {
+			return Output{}, err
+		}
+		out, err = e.push(b, syncedAt)
+	}
+	return out, err
+}
+
+func (e *cEngine) push(b *RawBatch, syncedAt time.Time) (Output, error) {
 	if e.h == nil {
 		return Output{}, ErrClosed
 	}

@@ -182,7 +182,11 @@
 // with bool. Deletes always pass. A row that fails is dropped and counted
 // in Output.Filtered, unless the stream is Merge: then an insert or
 // update that fails becomes a delete (its op "delete", every column but
-// Key null), so the destination holds exactly the rows that match.
+// Key null), so the destination holds exactly the rows that match. On a
+// Merge document stream whose Filter names a column the stream has
+// never had, a row that fails is quarantined ReasonFilterColumn instead:
+// a misspelt column would otherwise delete every key the stream
+// updates. Once a document carries the column, failing rows are deletes.
 //
 // Then the rules, by source column name: RuleExclude and RuleInclude
 // leave columns out (a column left out and not read by the filter is not
@@ -595,6 +599,11 @@ const (
 	// send (a Postgres unchanged TOAST value, source.AppendRowUnchanged);
 	// a later version fills it from the previous row version.
 	ReasonUnchanged Reason = "unchanged_value"
+	// ReasonFilterColumn: a row of a Merge stream that fails a Filter
+	// naming a column the stream has never had (a misspelt name, or a
+	// field no document has carried yet), set aside instead of becoming
+	// a delete of its key.
+	ReasonFilterColumn Reason = "filter_column"
 )
 
 // Quarantined describes one record the engine set aside.

@@ -137,6 +137,34 @@ int32_t openetl_engine_release(void* eng, const uint8_t* stream, size_t stream_l
                                struct ArrowArray* out_array, struct ArrowSchema* out_schema,
                                char** err);
 
+/* Parquet files (engine/rust/src/pqwrite.rs), for sink/parquet.
+ *
+ * openetl_parquet_new starts a file of schema (a struct schema; always
+ * taken and released) with the options JSON
+ *   {"codec":"zstd"|"snappy"|"lz4_raw"|"uncompressed","level":N,
+ *    "row_group_rows":N,"dictionary":B,"dictionary_columns":{name:B},
+ *    "created_by":S}
+ * (unknown keys are status 1); *out receives a writer to free with
+ * openetl_parquet_free. openetl_parquet_write encodes one record batch
+ * (a struct array with its schema; both always taken and released);
+ * openetl_parquet_finish writes the last row group and the footer. On
+ * status 0 both set *out/*out_len to the bytes the call completed (often
+ * none before the footer), owned by the writer and valid until its next
+ * call (finish: until it is freed). After a failed call the writer
+ * refuses every call but free. */
+int32_t openetl_parquet_new(struct ArrowSchema* schema, const uint8_t* opts, size_t opts_len,
+                            void** out, char** err);
+int32_t openetl_parquet_write(void* w, struct ArrowArray* array, struct ArrowSchema* schema,
+                              const uint8_t** out, size_t* out_len, char** err);
+int32_t openetl_parquet_finish(void* w, const uint8_t** out, size_t* out_len, char** err);
+void openetl_parquet_free(void* w);
+
+/* Registers a plan of the Avro fast path (engine/rust/src/avro.rs) and
+ * writes its ID to *id; the same plan bytes get the same ID. A push of
+ * rows marked with a plan that the fast path leaves to the Go decoder
+ * returns status 6 with nothing changed. */
+int32_t openetl_avro_plan(const uint8_t* plan, size_t plan_len, uint32_t* id, char** err);
+
 void openetl_bytes_free(uint8_t* ptr, size_t len);
 void openetl_engine_free(void* eng);
 void openetl_string_free(char* s);

@@ -736,7 +736,8 @@ impl Engine {
                 sc.pol_ops
                     .extend(in_order.iter().map(|&r| rows.op(r as usize)));
                 let col = |name: &str| schema.lookup(name).and_then(|i| fcols[i].as_ref());
-                let (dropped, _) = policy::decide(p, n, &col, &sc.pol_ops, &mut sc.pol_eval);
+                // Not merged: nothing is set aside here.
+                let dropped = policy::decide(p, n, &col, &sc.pol_ops, &mut sc.pol_eval).dropped;
                 let keep = &sc.pol_eval;
                 let mut map = Vec::with_capacity(n);
                 let mut next = 0u32;
@@ -1045,10 +1046,16 @@ fn finish(
     mut cols: Vec<ArrayRef>,
     table: Option<String>,
     lane_offsets: Vec<usize>,
-    quarantined: Vec<Quarantined>,
-    applied: Option<policy::Applied>,
+    mut quarantined: Vec<Quarantined>,
+    mut applied: Option<policy::Applied>,
 ) -> Result<PushOutput, Error> {
     let filtered = applied.as_ref().map_or(0, |a| a.dropped);
+    if let Some(a) = applied.as_mut()
+        && !a.set_aside.is_empty()
+    {
+        quarantined.append(&mut a.set_aside);
+        quarantined.sort_by_key(|q| q.row);
+    }
     if out_rows.is_empty() {
         return Ok(PushOutput {
             record: None,

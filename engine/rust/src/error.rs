@@ -20,6 +20,9 @@ pub enum Status {
     Internal = 4,
     /// The engine handle is null or was freed.
     Closed = 5,
+    /// A push of Avro-marked rows the fast path leaves to the Go decoder
+    /// (see `avro`): nothing changed; push the batch's Go rows instead.
+    Fallback = 6,
 }
 
 /// An engine error: a status and a message without row data.

@@ -27,6 +27,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod avro;
 pub mod coerce;
 pub mod columns;
 pub mod decl;
@@ -42,6 +43,7 @@ pub mod names;
 pub mod nested;
 pub mod policy;
 pub mod policy_id;
+pub mod pqwrite;
 pub mod quarantine;
 pub mod route;
 pub mod rows;
@@ -550,5 +552,29 @@ pub unsafe extern "C" fn openetl_engine_debug_panic(err: *mut *mut c_char) -> i3
     ffi::guard(err, || -> Result<(), Error> {
         let boom: Option<u8> = std::hint::black_box(None);
         panic!("debug panic requested (value {boom:?})")
+    })
+}
+
+/// Registers a plan for the Avro fast path (see the `avro` module) and
+/// writes its ID to `*id`; the same plan bytes get the same ID.
+///
+/// # Safety
+/// `plan` has `plan_len` readable bytes; `id` is writable; `err` is null
+/// or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openetl_avro_plan(
+    plan: *const u8,
+    plan_len: usize,
+    id: *mut u32,
+    err: *mut *mut c_char,
+) -> i32 {
+    ffi::guard(err, || {
+        ffi::non_null(id.cast::<c_void>(), "id")?;
+        // SAFETY: the caller guarantees plan_len readable bytes.
+        let b = unsafe { ffi::bytes(plan, plan_len, "plan") }?;
+        let v = avro::register(b)?;
+        // SAFETY: id is non-null and writable.
+        unsafe { *id = v };
+        Ok(())
     })
 }

@@ -49,6 +49,47 @@ impl Engine {
             .zip(&skip)
             .map(|(c, &s)| !s && Self::is_held(&self.cfg.unsupported, &c.decl.data_type()))
             .collect();
+        // A batch of Avro rows of one plan filling every column: decoded
+        // straight into its columns (crate::avro::direct).
+        if self.cfg.lanes == 1
+            && !self.policies.contains_key(stream)
+            && !held_cols.iter().any(|&h| h)
+            && let Some(cols) = crate::avro::direct(
+                rows,
+                &decl.columns,
+                keyed,
+                self.cfg.max_document_bytes,
+                &mut self.scratch.arena,
+            )?
+        {
+            let n = rows.len();
+            let mut fields: Vec<Field> =
+                decl.columns.iter().map(|c| c.decl.field(&c.name)).collect();
+            let table = super::config::apply_names(
+                &self.cfg.naming,
+                &mut self.tables,
+                names,
+                stream,
+                &mut fields,
+                None,
+            );
+            let sc = &mut self.scratch;
+            sc.out_rows.clear();
+            sc.out_rows.extend(0..n as u32);
+            return super::finish(
+                stream,
+                rows,
+                &sc.out_rows,
+                synced_at_micros,
+                &mut sc.id_buf,
+                fields,
+                cols,
+                table,
+                vec![0, n],
+                Vec::new(),
+                None,
+            );
+        }
         let sc = &mut self.scratch;
         sc.vals.clear();
         sc.elems.clear();
@@ -61,6 +102,7 @@ impl Engine {
         // Cells held on their own: input row, column, the value's bytes
         // in the payload buffer, the detail.
         let mut cells: Vec<(u32, usize, usize, usize, String)> = Vec::new();
+        let mut avro_cache = crate::avro::Cache::default();
 
         for i in 0..rows.len() {
             let op = rows.op(i);
@@ -80,6 +122,17 @@ impl Engine {
                     detail: "the stream has a primary key but the record has none".into(),
                 });
                 continue;
+            }
+            let marked = crate::avro::is_marked(payload);
+            if marked
+                && (payload.len() > self.cfg.max_document_bytes / 2
+                    || held_cols.iter().any(|&h| h)
+                    || (lanes > 1 && rows.key(i).is_empty()))
+            {
+                return Err(Error::new(
+                    crate::error::Status::Fallback,
+                    "avro fast path: a row the Go path decides",
+                ));
             }
             if payload.len() > self.cfg.max_document_bytes {
                 quarantined.push(Quarantined {
@@ -101,9 +154,22 @@ impl Engine {
                 Ok(())
             } else {
                 let mut pos = 0;
+                let mut first = 0;
+                if marked {
+                    // An Avro body fills the first columns (crate::avro).
+                    (first, pos) = crate::avro::decode(
+                        &mut avro_cache,
+                        &decl.columns,
+                        payload,
+                        base,
+                        self.cfg.max_document_bytes,
+                        &mut sc.vals,
+                        &mut sc.arena,
+                    )?;
+                }
                 let mut last = (0, 0);
                 let mut res = Ok(());
-                for (ci, col) in decl.columns.iter().enumerate() {
+                for (ci, col) in decl.columns.iter().enumerate().skip(first) {
                     let entry = rows::next_entry(payload, &mut pos);
                     if let Ok(Some(Entry::Value(s, e))) = entry {
                         last = (s, e);
