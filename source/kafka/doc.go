@@ -166,8 +166,18 @@
 //
 // Decoding runs in Go, one message at a time into the same declared-row
 // buffers the SQL sources use, with no allocation per message once a
-// split's decoders exist; the engine takes each batch in one call.
-// BENCHMARKS.md has its cost against the JSON path.
+// split's decoders exist; the engine takes each batch in one call. Avro
+// values of a flat writer schema — a record (or a union of null and
+// one) of null, boolean, int, long, float, double, string, bytes, fixed,
+// enum, date, time-millis/-micros, timestamp-millis/-micros,
+// local-timestamp-millis/-micros and uuid fields, each possibly in a
+// union with null — are not decoded here: a keyed message's record
+// carries its Avro body (engine.AppendAvroRow), which the engine decodes
+// straight into Arrow, giving the same rows as the Go decoder (a batch
+// holding a message it can't give exactly, such as an undecodable one,
+// takes the Go decoder's rows, quarantined as above). Such records'
+// payloads are for the engine only: they are not source.AppendRow rows.
+// BENCHMARKS.md has the cost of both against the JSON path.
 //
 // Memory: Config.Budget bounds the message bytes fetched and queued; a
 // split whose Emitter blocks (backpressure) pauses the fetching of its

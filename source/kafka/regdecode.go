@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/kafka/internal/avrorow"
 )
@@ -47,6 +48,10 @@ const maxDecoders = 256
 type msgDecoder struct {
 	dec avrorow.RowDecoder
 	bad string
+	// fast is the engine's Avro fast path registration of dec (see
+	// fast.go) when fastOK; otherwise its messages take the Go path.
+	fast   uint64
+	fastOK bool
 }
 
 // decoders is a split's decoders of one kind by schema ID, then by
@@ -154,7 +159,11 @@ func (d *regDecoder) make(e *schemaEntry, kind, id int, idx []int) (*msgDecoder,
 		if err != nil {
 			return nil, err
 		}
-		return &msgDecoder{dec: dec}, nil
+		md := &msgDecoder{dec: dec}
+		if !d.debezium {
+			md.fast, md.fastOK = fastPath(s, d.cols, dec, id)
+		}
+		return md, nil
 	case kindKey:
 		s, _ := e.plainValue(idx)
 		if s != nil {
@@ -198,6 +207,16 @@ func (d *regDecoder) decode(ctx context.Context, rec *kgo.Record) (op source.Op,
 	}
 	if key, err = d.decodeKey(ctx, rec.Key); err != nil {
 		return 0, nil, nil, false, err
+	}
+	if md.fastOK && len(key) > 0 {
+		// Decoded by the engine (fast.go); a keyless message's record ID
+		// hashes its payload, so it always takes the Go path.
+		var raw []byte
+		if !bytes.Equal(key, rec.Key) {
+			raw = rec.Key
+		}
+		d.buf = d.meta(engine.AppendAvroRow(d.buf[:0], md.fast, raw, body), rec)
+		return source.OpInsert, key, d.buf, true, nil
 	}
 	if !d.debezium {
 		if d.buf, err = md.dec.Row(d.buf[:0], body); err != nil {
@@ -370,15 +389,22 @@ const maxBadText = 124
 // bytes. The quarantine line's split (topic/partition) and seq
 // (Position: the offset) find the message itself.
 func (d *regDecoder) badRow(rec *kgo.Record, why string) (source.Op, []byte, []byte, bool, error) {
-	d.bad = append(d.bad[:0], 0x7f)
+	d.bad = appendBad(d.bad[:0], why)
+	return source.OpInsert, rec.Key, d.bad, true, nil
+}
+
+// appendBad appends the payload of badRow's record to dst.
+func appendBad(dst []byte, why string) []byte {
+	dst = append(dst, 0x7f)
+	start := len(dst)
 	for _, c := range []byte("kafka: " + why) {
-		if len(d.bad) > maxBadText {
+		if len(dst)-start+1 > maxBadText {
 			break
 		}
 		if c < 0x20 || c > 0x7e {
 			c = '?'
 		}
-		d.bad = append(d.bad, c)
+		dst = append(dst, c)
 	}
-	return source.OpInsert, rec.Key, d.bad, true, nil
+	return dst
 }
