@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"gocloud.dev/blob"
 
+	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/sink"
 )
 
@@ -65,6 +66,35 @@ func (c Compression) codec() (compress.Compression, bool) {
 	return 0, false
 }
 
+// DefaultZstdLevel is the Zstd level used when Config.CompressionLevel
+// is 0: the encoder's fastest speed. Measured on the engine's output for
+// three workloads (BENCHMARKS.md, "Parquet writer: codecs and levels"),
+// it took less CPU a row than level 3 for files a few percent larger.
+const DefaultZstdLevel = 1
+
+// level returns the writer's level for c given Config.CompressionLevel.
+func (c Compression) level(l int) (int, error) {
+	switch {
+	case c == Zstd && l == 0:
+		return DefaultZstdLevel, nil
+	case l == 0:
+		return compress.DefaultCompressionLevel, nil
+	case c == Zstd && l >= 1 && l <= 22, c == Gzip && l >= 1 && l <= 9:
+		return l, nil
+	case c == Zstd || c == Gzip:
+		return 0, fmt.Errorf("parquet: Config.CompressionLevel %d is out of range for %s", l, c)
+	}
+	return 0, fmt.Errorf("parquet: Config.CompressionLevel %d: %s has no levels", l, c)
+}
+
+// engineLevel is the engine's level for c: only Zstd takes one.
+func engineLevel(c Compression, level int) int {
+	if c == Zstd {
+		return level
+	}
+	return 0
+}
+
 // Dictionary says which columns get Parquet dictionary encoding.
 type Dictionary uint8
 
@@ -106,6 +136,13 @@ type Config struct {
 	// value).
 	Compression Compression
 
+	// CompressionLevel is the codec's level, for the codecs that have
+	// levels (Zstd, Gzip); 0 means the codec's default here, which for
+	// Zstd is DefaultZstdLevel. Zstd takes 1 to 22 (levels 1–2, 3–5, 6–9
+	// and 10 and up are four speeds of one encoder), Gzip 1 to 9. Another
+	// value, or a level for a codec without levels, makes New fail.
+	CompressionLevel int
+
 	// Dictionary chooses the columns with dictionary encoding. Default
 	// DictionaryAuto (the zero value).
 	Dictionary Dictionary
@@ -133,6 +170,12 @@ type Config struct {
 	// every version.
 	ManifestHistory int
 
+	// Encoder chooses the code that encodes the files. Default
+	// EncoderAuto (the zero value): the engine's writer, or arrow-go's
+	// where the build has no engine or for Gzip. Both write the same
+	// Arrow schema into the footer, so readers get the same types.
+	Encoder Encoder
+
 	// Logger receives lifecycle events (Recover, Commit) at Info and per
 	// file detail at Debug. It never receives row data. Default: discard.
 	Logger *slog.Logger
@@ -147,6 +190,8 @@ type Destination struct {
 	baseProps   []pq.WriterProperty  // DictionaryAuto: per file, with its columns
 	dict        Dictionary
 	arrowProps  pqarrow.ArrowWriterProperties
+	engine      bool                  // encode with the engine (Config.Encoder)
+	engineOpts  engine.ParquetOptions // the engine's options but the dictionary's
 	targetBytes int64
 	history     int // manifest versions kept before the current one; -1: all
 	log         *slog.Logger
@@ -164,6 +209,14 @@ func New(cfg Config) (*Destination, error) {
 	codec, ok := cfg.Compression.codec()
 	if !ok {
 		return nil, fmt.Errorf("parquet: Config.Compression: unknown codec %d", uint8(cfg.Compression))
+	}
+	level, err := cfg.Compression.level(cfg.CompressionLevel)
+	if err != nil {
+		return nil, err
+	}
+	useEng, err := useEngine(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Dictionary > DictionaryNone {
 		return nil, fmt.Errorf("parquet: Config.Dictionary: unknown mode %d", uint8(cfg.Dictionary))
@@ -191,6 +244,7 @@ func New(cfg Config) (*Destination, error) {
 	}
 	base := []pq.WriterProperty{
 		pq.WithCompression(codec),
+		pq.WithCompressionLevel(level),
 		pq.WithMaxRowGroupLength(cfg.RowGroupRows),
 		pq.WithCreatedBy("openetl sink/parquet"),
 	}
@@ -203,12 +257,19 @@ func New(cfg Config) (*Destination, error) {
 		props = append(props, pq.WithDictionaryDefault(false))
 	}
 	return &Destination{
-		bucket:      cfg.Bucket,
-		prefix:      normPrefix(cfg.Prefix),
-		props:       pq.NewWriterProperties(props...),
-		baseProps:   base,
-		dict:        cfg.Dictionary,
-		arrowProps:  pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()),
+		bucket:     cfg.Bucket,
+		prefix:     normPrefix(cfg.Prefix),
+		props:      pq.NewWriterProperties(props...),
+		baseProps:  base,
+		dict:       cfg.Dictionary,
+		arrowProps: pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()),
+		engine:     useEng,
+		engineOpts: engine.ParquetOptions{
+			Codec:        cfg.Compression.String(),
+			Level:        engineLevel(cfg.Compression, level),
+			RowGroupRows: cfg.RowGroupRows,
+			CreatedBy:    "openetl sink/parquet",
+		},
 		targetBytes: cfg.TargetFileBytes,
 		history:     cfg.ManifestHistory,
 		log:         cfg.Logger,
@@ -225,9 +286,11 @@ func (d *Destination) Class() sink.Class { return sink.StageAndApply }
 // month_day_nano_interval, from a Postgres interval column) and
 // durations (from a MySQL TIME column) are unsupported: arrow-go's
 // Parquet writer can't write them, so the runner keeps their values
-// under _held/ instead of failing the sync.
+// under _held/ instead of failing the sync. Patches: held values are
+// released into the rows already written by rewriting their files
+// (package doc, Held values).
 func (d *Destination) Capabilities() sink.Capabilities {
-	return sink.Capabilities{Unsupported: []string{"interval", "duration"}}
+	return sink.Capabilities{Unsupported: []string{"interval", "duration"}, Patches: true}
 }
 
 // Writer returns the writer of one lane of cfg.Pipeline. Each Writer

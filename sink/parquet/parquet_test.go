@@ -31,7 +31,7 @@ func TestNew(t *testing.T) {
 	if d.Class() != sink.StageAndApply {
 		t.Errorf("Class = %v", d.Class())
 	}
-	if !reflect.DeepEqual(d.Capabilities(), sink.Capabilities{Unsupported: []string{"interval", "duration"}}) {
+	if !reflect.DeepEqual(d.Capabilities(), sink.Capabilities{Unsupported: []string{"interval", "duration"}, Patches: true}) {
 		t.Errorf("Capabilities = %+v", d.Capabilities())
 	}
 	for _, bad := range []string{"", "a/b", "..", "."} {

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"go.opentelemetry.io/otel/attribute"
 	"gocloud.dev/blob"
 
@@ -44,6 +43,7 @@ type writer struct {
 	preCommit bool  // PreCommit was called at least once
 	err       error // sticky: a failed Write or PreCommit loses rows
 	closed    bool
+	patch     patchState // patch batches until PreCommit (patch.go)
 }
 
 var _ sink.Writer = (*writer)(nil)
@@ -54,7 +54,7 @@ type openFile struct {
 	key    string
 	n      int
 	schema *arrow.Schema
-	fw     *pqarrow.FileWriter
+	enc    fileEncoder
 	bw     *blob.Writer
 	cw     *countingWriter
 	cancel context.CancelFunc // aborts bw
@@ -68,6 +68,7 @@ type stagedFile struct {
 	Final  string `json:"final"`
 	Rows   int64  `json:"rows"`
 	Bytes  int64  `json:"bytes"`
+	Patch  bool   `json:"patch,omitempty"` // patches (patch.go), applied, never copied
 	n      int
 }
 
@@ -91,8 +92,8 @@ func decodeCommittable(c sink.Committable) (*committable, error) {
 	if err := json.Unmarshal(c, &out); err != nil {
 		return nil, fmt.Errorf("parquet: decode committable: %w", err)
 	}
-	if out.Format != committableFormat {
-		return nil, fmt.Errorf("parquet: committable format %d, want %d: written by another version?", out.Format, committableFormat)
+	if out.Format != committableFormat && out.Format != patchFormat {
+		return nil, fmt.Errorf("parquet: committable format %d, want %d or %d: written by another version?", out.Format, committableFormat, patchFormat)
 	}
 	return &out, nil
 }
@@ -135,6 +136,9 @@ func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch
 	if rec.NumRows() == 0 {
 		return nil
 	}
+	if isPatch(rec.Schema()) {
+		return w.writePatch(stream, rec)
+	}
 	f := w.open[stream]
 	if f != nil && !f.schema.Equal(rec.Schema()) {
 		// The engine widened the schema: a Parquet file has one schema,
@@ -151,7 +155,7 @@ func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch
 		}
 	}
 	stop := context.AfterFunc(ctx, f.cancel)
-	err := f.fw.WriteBuffered(rec)
+	err := f.enc.write(rec)
 	stop()
 	if err != nil {
 		return w.fail(fmt.Errorf("parquet: write %s: %w", f.key, err))
@@ -170,6 +174,7 @@ func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch
 func (w *writer) fail(err error) error {
 	w.err = err
 	w.abortOpen()
+	w.dropPatches()
 	return err
 }
 
@@ -188,13 +193,13 @@ func (w *writer) start(ctx context.Context, stream string, first arrow.RecordBat
 		return nil, fmt.Errorf("parquet: create %s: %w", key, err)
 	}
 	cw := &countingWriter{w: bw}
-	fw, err := pqarrow.NewFileWriter(schema, cw, w.d.fileProps(first), w.d.arrowProps)
+	enc, err := w.d.newEncoder(schema, first, cw)
 	if err != nil {
 		cancel()
 		_ = bw.Close()
 		return nil, fmt.Errorf("parquet: stream %q: schema not writable as Parquet: %w", stream, err)
 	}
-	f := &openFile{stream: stream, key: key, n: n, schema: schema, fw: fw, bw: bw, cw: cw, cancel: cancel}
+	f := &openFile{stream: stream, key: key, n: n, schema: schema, enc: enc, bw: bw, cw: cw, cancel: cancel}
 	w.open[stream] = f
 	w.d.log.Debug("parquet: file started", "pipeline", w.pipeline, "lane", w.lane, "stream", stream, "key", key)
 	return f, nil
@@ -209,7 +214,7 @@ func (w *writer) finish(ctx context.Context, f *openFile) (err error) {
 	stop := context.AfterFunc(ctx, f.cancel)
 	defer stop()
 	defer f.cancel()
-	if err := f.fw.Close(); err != nil {
+	if err := f.enc.finish(); err != nil {
 		f.cancel()
 		_ = f.bw.Close()
 		return fmt.Errorf("parquet: finish %s: %w", f.key, err)
@@ -226,6 +231,7 @@ func (w *writer) finish(ctx context.Context, f *openFile) (err error) {
 // reaches the bucket.
 func (w *writer) abortOpen() {
 	for _, f := range w.open {
+		f.enc.abort()
 		f.cancel()
 		_ = f.bw.Close() // returns the cancellation; the upload is discarded
 	}
@@ -257,6 +263,10 @@ func (w *writer) PreCommit(ctx context.Context, epoch uint64) (sink.Committable,
 			return nil, w.fail(err)
 		}
 	}
+	patches, err := w.stagePatches(ctx)
+	if err != nil {
+		return nil, w.fail(err)
+	}
 	c := committable{
 		Format:   committableFormat,
 		Pipeline: w.pipeline,
@@ -264,6 +274,9 @@ func (w *writer) PreCommit(ctx context.Context, epoch uint64) (sink.Committable,
 		Epoch:    epoch,
 		Nonce:    w.nonce,
 		Files:    make([]stagedFile, 0, len(w.staged)),
+	}
+	if patches {
+		c.Format = patchFormat
 	}
 	for _, f := range w.staged {
 		f.Final = w.d.finalKey(f.Stream, epoch, w.lane, f.n, w.nonce)
@@ -292,6 +305,7 @@ func (w *writer) Close(ctx context.Context) error {
 	}
 	w.closed = true
 	w.abortOpen()
+	w.dropPatches()
 	var errs []error
 	for _, f := range w.staged {
 		if err := w.d.bucket.Delete(ctx, f.Staged); err != nil && !isNotFound(err) {
