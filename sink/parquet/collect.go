@@ -24,8 +24,10 @@ var _ sink.Collector = (*Destination)(nil)
 // the pipeline writes, the manifest versions older than the current
 // one's Config.ManifestHistory predecessors (left by versions of this
 // package that kept them all, or by a Commit that crashed before it
-// pruned). Applied data files are never removed. A removed file counts
-// in Removed and Bytes, a manifest version in Versions.
+// pruned). Applied data files are removed only once a release of held
+// values replaced them and no kept manifest version lists them
+// (package doc, Held values). A removed staged file counts in Removed
+// and Bytes, a manifest version in Versions.
 func (d *Destination) Collect(ctx context.Context, req sink.CollectRequest) (sink.Collected, error) {
 	if err := checkName("pipeline", req.Pipeline); err != nil {
 		return sink.Collected{}, err
@@ -53,6 +55,10 @@ func (d *Destination) Collect(ctx context.Context, req sink.CollectRequest) (sin
 	}
 	n, err := d.pruneAll(ctx, req.Pipeline)
 	out.Versions += n
+	if err != nil {
+		return out, err
+	}
+	_, _, err = d.collectReplaced(ctx, req) // patch_collect.go
 	return out, err
 }
 

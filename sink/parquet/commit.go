@@ -85,6 +85,7 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 	ctx, span := obs.Start(ctx, "openetl.parquet.apply", attribute.String("openetl.stream", stream), attribute.Int("openetl.files", len(files)))
 	defer func() { obs.End(span, err) }()
 	copied := false
+	files, patches := splitPatchFiles(files)
 	for range maxRaces {
 		prev, err := w.current(ctx, stream)
 		if err != nil {
@@ -97,6 +98,7 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 			// Applied before, by this attempt or an earlier one that may
 			// have died before cleaning up.
 			w.deleteStaged(ctx, files)
+			w.deleteStaged(ctx, patches)
 			return nil
 		}
 		if !copied {
@@ -104,6 +106,12 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 				return err
 			}
 			copied = true
+		}
+		// Patched copies of the files that hold patched rows, listed in
+		// place of the files they replace (patch.go).
+		patched, err := w.applyPatches(ctx, epoch, stream, prev, patches)
+		if err != nil {
+			return err
 		}
 		// Check the fence again right before the manifest write: the
 		// copies can take long, and a newer attempt may have recovered
@@ -117,8 +125,11 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		if prev != nil {
 			next.Version = prev.Version + 1
 			next.Files = slices.Grow(slices.Clone(prev.Files), len(files))
-			for _, f := range prev.Files {
-				seen[f.Key] = true
+			for i, f := range next.Files {
+				if p, ok := patched[f.Key]; ok {
+					next.Files[i] = p
+				}
+				seen[next.Files[i].Key] = true
 			}
 		}
 		for _, f := range files {
@@ -139,7 +150,12 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		if created {
 			w.setHint(stream, next.Version)
 			w.deleteStaged(ctx, files)
+			w.deleteStaged(ctx, patches)
 			w.d.pruneBehind(ctx, stream, next.Version)
+			if len(patched) > 0 {
+				w.d.log.Info("parquet: held values released: files rewritten", "pipeline", w.pipeline, "stream", stream,
+					"epoch", epoch, "files", len(patched))
+			}
 			return nil
 		}
 		// Someone else created that version: re-read and decide again.
@@ -424,9 +440,15 @@ func (w *writer) rollback(ctx context.Context, gen checkpoint.Generation, stream
 		next.Files = nil
 		var removed []File
 		for _, f := range prev.Files {
-			if f.Epoch == epoch {
+			switch {
+			case f.Patched == epoch && f.Replaced != nil:
+				// Rewritten with epoch's patches: the file it replaced
+				// is listed again.
 				removed = append(removed, f)
-			} else {
+				next.Files = append(next.Files, *f.Replaced)
+			case f.Epoch == epoch:
+				removed = append(removed, f)
+			default:
 				next.Files = append(next.Files, f)
 			}
 		}

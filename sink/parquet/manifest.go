@@ -44,8 +44,15 @@ type File struct {
 	Rows int64 `json:"rows"`
 	// Bytes is the file's size.
 	Bytes int64 `json:"bytes"`
-	// Epoch is the epoch that wrote it.
+	// Epoch is the epoch that wrote its rows.
 	Epoch uint64 `json:"epoch"`
+	// Patched, when not 0, is the epoch that released held values into
+	// the file's rows: the file is a copy of the one in Replaced, with
+	// those values set (package doc, Held values).
+	Patched uint64 `json:"patched,omitempty"`
+	// Replaced is the entry of the file this one replaced when Patched
+	// rewrote it, kept so that the epoch can be taken back.
+	Replaced *File `json:"replaced,omitempty"`
 }
 
 const manifestFormat = 1
@@ -147,6 +154,11 @@ func readManifest(ctx context.Context, vs versions, prefix, stream string, hint 
 		}
 		hint = 0
 	}
+	return decodeManifest(dir, v, data)
+}
+
+// decodeManifest decodes data, version v of the manifests in dir.
+func decodeManifest(dir string, v uint64, data []byte) (*Manifest, error) {
 	var m Manifest
 	if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("parquet: manifest %s%020d.json: %w", dir, v, err)
