@@ -258,7 +258,7 @@ func (c *Child) unblock() {
 // HoldSource is the child's side of a Hold: it returns src wrapped to
 // hold as the environment StartChild set says, or src itself when the
 // process was not started with a hold. The wrapper forwards every
-// optional capability of the source contract (Ack and Close to src; Lag,
+// optional capability of the source contract (Ack, Close and Resnapshot to src; Lag,
 // SnapshotProgress and Paused to the splits; Report to the runner's
 // Emitter).
 func HoldSource(src source.Source) source.Source {
@@ -319,6 +319,13 @@ func (s *holdSource) Permanent(err error) bool {
 	return ok && c.Permanent(err)
 }
 
+func (s *holdSource) Resnapshot(ctx context.Context, stream string) error {
+	if r, ok := s.Source.(source.Resnapshotter); ok {
+		return r.Resnapshot(ctx, stream)
+	}
+	return fmt.Errorf("re-snapshot of %q: %w", stream, errors.ErrUnsupported)
+}
+
 func (s *holdSource) Close(ctx context.Context) error {
 	if c, ok := s.Source.(source.Closer); ok {
 		return c.Close(ctx)
@@ -360,6 +367,7 @@ var (
 	_ source.Acker            = (*holdSource)(nil)
 	_ source.Classifier       = (*holdSource)(nil)
 	_ source.Closer           = (*holdSource)(nil)
+	_ source.Resnapshotter    = (*holdSource)(nil)
 	_ source.LagReporter      = (*holdSplit)(nil)
 	_ source.SnapshotReporter = (*holdSplit)(nil)
 	_ source.PauseReporter    = (*holdSplit)(nil)

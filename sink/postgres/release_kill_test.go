@@ -112,7 +112,7 @@ func TestReleaseSIGKILL(t *testing.T) {
 		return c.Output()
 	}
 	complete("narrow")
-	amounts := heldValues(t, dir, faker.Orders, "amount")
+	amounts := testutil.HeldValues(t, dir, faker.Orders, "amount")
 	if len(amounts) != releaseRows {
 		t.Fatalf("%d amounts held, want %d", len(amounts), releaseRows)
 	}

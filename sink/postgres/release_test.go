@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -37,114 +36,6 @@ func (d narrowed) Capabilities() sink.Capabilities {
 }
 
 const releaseRows = 3000
-
-// releaseRun is one Sync of the fake customers (merged) and orders
-// (appended) into dst, with checkpoints in dir, and the events it sent.
-type releaseRun struct {
-	res    etl.Result
-	err    error
-	events []etl.Event
-}
-
-func syncRelease(t *testing.T, dir string, dst sink.Destination, streams ...string) releaseRun {
-	t.Helper()
-	return syncReleaseRows(t, dir, dst, releaseRows, streams...)
-}
-
-// syncReleaseRows is syncRelease of a source of rows records a stream.
-func syncReleaseRows(t *testing.T, dir string, dst sink.Destination, rows int64, streams ...string) releaseRun {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	src, err := faker.New(faker.Config{Seed: 9, Rows: rows, Streams: streams})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := checkpoint.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(context.Background())
-	var mu sync.Mutex
-	var run releaseRun
-	done := make(chan struct{})
-	b := etl.NewPipeline("release").From(src).To(dst).Checkpoints(store)
-	if len(streams) == 0 || slices.Contains(streams, faker.Customers) {
-		b = b.Mode(delivery.Merge, faker.Customers)
-	}
-	p, err := b.Lanes(2).OnEvent(func(e etl.Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		run.events = append(run.events, e)
-		if e.Kind == etl.EventSyncSucceeded || e.Kind == etl.EventSyncFailed {
-			close(done)
-		}
-	}, 0).Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(context.Background())
-	res, err := p.Sync(ctx)
-	testutil.Recv(t, "the attempt's last event", done)
-	mu.Lock()
-	defer mu.Unlock()
-	run.res, run.err = res, err
-	return run
-}
-
-// released returns the held.released events of a run, as
-// "stream.column rows".
-func (r releaseRun) released() []string {
-	var out []string
-	for _, e := range r.events {
-		if e.Kind == etl.EventHeldReleased {
-			out = append(out, e.Stream+"."+e.Column+" "+strconv.FormatInt(e.Rows, 10))
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// heldValues reads the published held lines of stream's column: the
-// value by the row's _openetl_id.
-func heldValues(t *testing.T, dir, stream, column string) map[string]string {
-	t.Helper()
-	store, err := checkpoint.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(context.Background())
-	names, err := store.(checkpoint.FileLister).ListFiles(t.Context(), "release", "_held/"+stream+"/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, name := range names {
-		b, err := store.ReadFile(t.Context(), "release", name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			var l struct{ Column, Value, ID string }
-			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-				t.Fatal(err)
-			}
-			if l.Column != column {
-				continue
-			}
-			if l.ID == "" {
-				t.Fatalf("held line without the row's id: %s", sc.Bytes())
-			}
-			if _, ok := out[l.ID]; ok {
-				t.Fatalf("two held values of %s for row %s", column, l.ID)
-			}
-			out[l.ID] = l.Value
-		}
-	}
-	return out
-}
 
 // stripIDs rewrites stream's published held files without the rows'
 // ids, as versions that didn't keep them wrote the engine's lines.
@@ -283,19 +174,19 @@ func (e *env) hasColumn(t *testing.T, table, column string) bool {
 func TestReleaseHeldValues(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
-	first := syncRelease(t, dir, narrowed{e.open(t)})
-	if first.err != nil {
-		t.Fatal(first.err)
+	first := testutil.SyncRelease(t, dir, narrowed{e.open(t)}, releaseRows, true)
+	if first.Err != nil {
+		t.Fatal(first.Err)
 	}
-	orders, customers := first.res.Streams[faker.Orders], first.res.Streams[faker.Customers]
+	orders, customers := first.Res.Streams[faker.Orders], first.Res.Streams[faker.Customers]
 	if orders.Held == 0 || customers.Held == 0 {
 		t.Fatalf("first Sync: counts %+v, %+v: want values held", orders, customers)
 	}
 	if e.hasColumn(t, faker.Orders, "amount") || e.hasColumn(t, faker.Customers, "score") {
 		t.Fatal("a held column reached the tables")
 	}
-	amounts := heldValues(t, dir, faker.Orders, "amount")
-	scores := heldValues(t, dir, faker.Customers, "score")
+	amounts := testutil.HeldValues(t, dir, faker.Orders, "amount")
+	scores := testutil.HeldValues(t, dir, faker.Customers, "score")
 	if len(amounts) != int(orders.Written) {
 		t.Fatalf("%d amounts held, %d orders written", len(amounts), orders.Written)
 	}
@@ -304,18 +195,18 @@ func TestReleaseHeldValues(t *testing.T) {
 
 	// The source has 500 more records a stream now: they land in the
 	// same epoch as the patches, with their values.
-	second := syncReleaseRows(t, dir, e.open(t), releaseRows+500)
-	if second.err != nil {
-		t.Fatal(second.err)
+	second := testutil.SyncRelease(t, dir, e.open(t), releaseRows+500, true)
+	if second.Err != nil {
+		t.Fatal(second.Err)
 	}
-	if r := second.res.Streams[faker.Orders].Released; r != int64(len(amounts)) {
+	if r := second.Res.Streams[faker.Orders].Released; r != int64(len(amounts)) {
 		t.Errorf("second Sync released %d amounts, want %d", r, len(amounts))
 	}
-	if r := second.res.Streams[faker.Customers].Released; r != int64(len(scores)) {
+	if r := second.Res.Streams[faker.Customers].Released; r != int64(len(scores)) {
 		t.Errorf("second Sync released %d scores, want %d", r, len(scores))
 	}
 	want := []string{"customers.score " + strconv.Itoa(len(scores)), "orders.amount " + strconv.Itoa(len(amounts))}
-	if got := second.released(); !slices.Equal(got, want) {
+	if got := second.Released(); !slices.Equal(got, want) {
 		t.Errorf("held.released events %q, want %q", got, want)
 	}
 	old := fmt.Sprintf("_openetl_seq <= %d", releaseRows) // versions of the first Sync
@@ -339,19 +230,19 @@ func TestReleaseHeldValues(t *testing.T) {
 	}
 	snapshot := psql(t, `SELECT md5(string_agg(_openetl_id || coalesce(amount::text, '-'), ',' ORDER BY _openetl_id)) FROM `+e.schema+`.orders`)
 
-	third := syncReleaseRows(t, dir, e.open(t), releaseRows+500)
-	if third.err != nil {
-		t.Fatal(third.err)
+	third := testutil.SyncRelease(t, dir, e.open(t), releaseRows+500, true)
+	if third.Err != nil {
+		t.Fatal(third.Err)
 	}
-	if got := third.released(); len(got) != 0 {
+	if got := third.Released(); len(got) != 0 {
 		t.Errorf("third Sync released %q again", got)
 	}
 	for _, s := range []string{faker.Orders, faker.Customers} {
-		if c := third.res.Streams[s]; c.Released != 0 {
+		if c := third.Res.Streams[s]; c.Released != 0 {
 			t.Errorf("third Sync: %s counts %+v, want nothing released", s, c)
 		}
 	}
-	if got := third.res.Totals[faker.Orders].Released; got != int64(len(amounts)) {
+	if got := third.Res.Totals[faker.Orders].Released; got != int64(len(amounts)) {
 		t.Errorf("totals: %d amounts released, want %d", got, len(amounts))
 	}
 	if got := psql(t, `SELECT md5(string_agg(_openetl_id || coalesce(amount::text, '-'), ',' ORDER BY _openetl_id)) FROM `+e.schema+`.orders`); got != snapshot {
@@ -372,25 +263,25 @@ func TestReleaseSchemaChecked(t *testing.T) {
 	dir := t.TempDir()
 	dst := e.open(t)
 	psql(t, `CREATE TABLE `+e.schema+`.orders (amount numeric(10,2))`)
-	first := syncRelease(t, dir, dst, faker.Orders)
-	if first.err != nil {
-		t.Fatal(first.err)
+	first := testutil.SyncRelease(t, dir, dst, releaseRows, true, faker.Orders)
+	if first.Err != nil {
+		t.Fatal(first.Err)
 	}
-	if c := first.res.Streams[faker.Orders]; c.Held == 0 {
+	if c := first.Res.Streams[faker.Orders]; c.Held == 0 {
 		t.Fatalf("counts %+v: want amounts held", c)
 	}
 	if got := psql(t, `SELECT count(*) FROM `+e.schema+`.orders WHERE amount IS NOT NULL`); got != "0" {
 		t.Fatalf("%s amounts written into the numeric column", got)
 	}
-	amounts := heldValues(t, dir, faker.Orders, "amount")
+	amounts := testutil.HeldValues(t, dir, faker.Orders, "amount")
 	t.Logf("held: %d amounts", len(amounts))
 
 	// Still numeric: nothing is released.
-	again := syncRelease(t, dir, dst, faker.Orders)
-	if again.err != nil {
-		t.Fatal(again.err)
+	again := testutil.SyncRelease(t, dir, dst, releaseRows, true, faker.Orders)
+	if again.Err != nil {
+		t.Fatal(again.Err)
 	}
-	if got := again.released(); len(got) != 0 {
+	if got := again.Released(); len(got) != 0 {
 		t.Fatalf("released %q into a column of another type", got)
 	}
 
@@ -403,19 +294,19 @@ func TestReleaseSchemaChecked(t *testing.T) {
 	for _, id := range spoilt {
 		delete(amounts, id)
 	}
-	second := syncRelease(t, dir, dst, faker.Orders)
-	if second.err != nil {
-		t.Fatal(second.err)
+	second := testutil.SyncRelease(t, dir, dst, releaseRows, true, faker.Orders)
+	if second.Err != nil {
+		t.Fatal(second.Err)
 	}
-	if r := second.res.Streams[faker.Orders].Released; r != int64(len(amounts)) {
+	if r := second.Res.Streams[faker.Orders].Released; r != int64(len(amounts)) {
 		t.Errorf("released %d amounts, want %d", r, len(amounts))
 	}
 	if n, m := e.checkPatched(t, faker.Orders, "amount", "", amounts, map[string]string{kept: "-1"}); n != len(amounts)+3 || m != len(amounts) {
 		t.Errorf("%d orders, %d of them with a held amount; want %d and %d", n, m, len(amounts)+3, len(amounts))
 	}
-	blocked := func(run releaseRun) []string {
+	blocked := func(run testutil.ReleaseRun) []string {
 		var out []string
-		for _, ev := range run.events {
+		for _, ev := range run.Events {
 			if ev.Kind == etl.EventSchemaBlocked {
 				out = append(out, ev.Stream+"."+ev.Column+": "+ev.Detail)
 			}
@@ -426,12 +317,12 @@ func TestReleaseSchemaChecked(t *testing.T) {
 		t.Errorf("schema.blocked events %q, want one for the 3 amounts that can't be typed", got)
 	}
 	// Settled: the next Sync neither reads them again nor says it again.
-	third := syncRelease(t, dir, dst, faker.Orders)
-	if third.err != nil {
-		t.Fatal(third.err)
+	third := testutil.SyncRelease(t, dir, dst, releaseRows, true, faker.Orders)
+	if third.Err != nil {
+		t.Fatal(third.Err)
 	}
-	if got := blocked(third); len(got) != 0 || len(third.released()) != 0 {
-		t.Errorf("third Sync: schema.blocked %q, released %q; want neither", got, third.released())
+	if got := blocked(third); len(got) != 0 || len(third.Released()) != 0 {
+		t.Errorf("third Sync: schema.blocked %q, released %q; want neither", got, third.Released())
 	}
 }
 
@@ -444,11 +335,11 @@ func TestReleaseSchemaChecked(t *testing.T) {
 func TestReleaseCrash(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
-	first := syncRelease(t, dir, narrowed{e.open(t)}, faker.Orders)
-	if first.err != nil {
-		t.Fatal(first.err)
+	first := testutil.SyncRelease(t, dir, narrowed{e.open(t)}, releaseRows, true, faker.Orders)
+	if first.Err != nil {
+		t.Fatal(first.Err)
 	}
-	amounts := heldValues(t, dir, faker.Orders, "amount")
+	amounts := testutil.HeldValues(t, dir, faker.Orders, "amount")
 	if len(amounts) == 0 {
 		t.Fatal("no amounts held")
 	}
@@ -462,12 +353,12 @@ func TestReleaseCrash(t *testing.T) {
 	}
 	// The first epoch's PreCommit stages its rows (the patches) and the
 	// process dies before the record.
-	epoch := first.res.Epoch + 1
-	staged := syncRelease(t, dir, crashAt(sinktest.FakePreCommit, epoch, true), faker.Orders)
-	if !errors.Is(staged.err, sinktest.ErrFakeFault) && !errors.Is(staged.err, sinktest.ErrFakeKilled) {
-		t.Fatalf("Sync: %v, want the injected crash", staged.err)
+	epoch := first.Res.Epoch + 1
+	staged := testutil.SyncRelease(t, dir, crashAt(sinktest.FakePreCommit, epoch, true), releaseRows, true, faker.Orders)
+	if !errors.Is(staged.Err, sinktest.ErrFakeFault) && !errors.Is(staged.Err, sinktest.ErrFakeKilled) {
+		t.Fatalf("Sync: %v, want the injected crash", staged.Err)
 	}
-	if got := staged.released(); len(got) != 0 {
+	if got := staged.Released(); len(got) != 0 {
 		t.Fatalf("released %q before the commit point", got)
 	}
 	if e.hasColumn(t, faker.Orders, "amount") {
@@ -475,25 +366,25 @@ func TestReleaseCrash(t *testing.T) {
 	}
 	// Again, and this time the process dies after the record, before
 	// Commit applies the epoch.
-	committed := syncRelease(t, dir, crashAt(sinktest.FakeCommit, epoch, false), faker.Orders)
-	if committed.err == nil {
+	committed := testutil.SyncRelease(t, dir, crashAt(sinktest.FakeCommit, epoch, false), releaseRows, true, faker.Orders)
+	if committed.Err == nil {
 		t.Fatal("Sync succeeded through the injected crash")
 	}
-	if r := committed.res.Streams[faker.Orders].Released; r != int64(len(amounts)) {
+	if r := committed.Res.Streams[faker.Orders].Released; r != int64(len(amounts)) {
 		t.Errorf("the committed epoch released %d amounts, want %d", r, len(amounts))
 	}
-	last := syncRelease(t, dir, e.open(t), faker.Orders)
-	if last.err != nil {
-		t.Fatal(last.err)
+	last := testutil.SyncRelease(t, dir, e.open(t), releaseRows, true, faker.Orders)
+	if last.Err != nil {
+		t.Fatal(last.Err)
 	}
-	if got := last.released(); len(got) != 0 {
+	if got := last.Released(); len(got) != 0 {
 		t.Errorf("released %q again after the commit point", got)
 	}
-	if got := last.res.Totals[faker.Orders].Released; got != int64(len(amounts)) {
+	if got := last.Res.Totals[faker.Orders].Released; got != int64(len(amounts)) {
 		t.Errorf("totals: %d amounts released, want %d", got, len(amounts))
 	}
-	if n, m := e.checkPatched(t, faker.Orders, "amount", "", amounts, nil); n != int(first.res.Streams[faker.Orders].Written) || m != len(amounts) {
-		t.Errorf("%d orders, %d of them with a held amount; want %d and %d", n, m, first.res.Streams[faker.Orders].Written, len(amounts))
+	if n, m := e.checkPatched(t, faker.Orders, "amount", "", amounts, nil); n != int(first.Res.Streams[faker.Orders].Written) || m != len(amounts) {
+		t.Errorf("%d orders, %d of them with a held amount; want %d and %d", n, m, first.Res.Streams[faker.Orders].Written, len(amounts))
 	}
 }
 
@@ -554,7 +445,7 @@ func TestReleaseKeyless(t *testing.T) {
 			t.Fatalf("%s: counts %+v, want 200 written and 200 s values held", s, c)
 		}
 	}
-	loose := heldValues(t, dir, "loose", "s")
+	loose := testutil.HeldValues(t, dir, "loose", "s")
 	stripIDs(t, dir, "stripped")
 
 	second, events := sync(e.open(t))
@@ -590,11 +481,11 @@ func TestReleaseKeyless(t *testing.T) {
 func TestReleaseRun(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
-	first := syncRelease(t, dir, narrowed{e.open(t)}, faker.Orders)
-	if first.err != nil {
-		t.Fatal(first.err)
+	first := testutil.SyncRelease(t, dir, narrowed{e.open(t)}, releaseRows, true, faker.Orders)
+	if first.Err != nil {
+		t.Fatal(first.Err)
 	}
-	amounts := heldValues(t, dir, faker.Orders, "amount")
+	amounts := testutil.HeldValues(t, dir, faker.Orders, "amount")
 	src, err := faker.New(faker.Config{Seed: 9, Rows: releaseRows, Streams: []string{faker.Orders}})
 	if err != nil {
 		t.Fatal(err)
