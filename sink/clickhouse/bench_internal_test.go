@@ -80,19 +80,25 @@ func cpu() (self, server time.Duration) {
 	if dir == "" {
 		return self, 0
 	}
-	pid, err := os.ReadFile(filepath.Join(dir, "clickhouse.pid"))
+	return self, pidCPU(filepath.Join(dir, "clickhouse.pid"))
+}
+
+// pidCPU is the CPU time of the process whose PID is in file (0 when
+// unknown).
+func pidCPU(file string) time.Duration {
+	pid, err := os.ReadFile(file)
 	if err != nil {
-		return self, 0
+		return 0
 	}
 	stat, err := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/stat")
 	if err != nil {
-		return self, 0
+		return 0
 	}
 	s := string(stat)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return self, time.Duration(ut+st) * (time.Second / 100) // USER_HZ
+	return time.Duration(ut+st) * (time.Second / 100) // USER_HZ
 }
 
 func report(b *testing.B, rows int64, elapsed, self, server time.Duration) {

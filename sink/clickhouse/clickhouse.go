@@ -48,7 +48,8 @@ type Table struct {
 type Config struct {
 	// Conn is the connection pool to the server, opened by the caller
 	// (clickhouse.Open with the native protocol). The caller owns it and
-	// closes it after the last Writer is closed. Required.
+	// closes it after the last Writer is closed. Required, unless
+	// Cluster is set.
 	//
 	// Several Options.Addr are the ways to one set of data: addresses of
 	// one server (or of proxies or load balancers in front of it), not
@@ -78,7 +79,9 @@ type Config struct {
 
 	// ApplyWait bounds how long Recover waits for applies of an older
 	// generation still running on the server (a zombie's, or a killed
-	// process's query the server finishes anyway). Default 2m.
+	// process's query the server finishes anyway), and how long Commit
+	// waits for a mutation that releases held values (package doc, Held
+	// values). Default 2m.
 	ApplyWait time.Duration
 
 	// Retries is how many times a block whose send to its staging table
@@ -92,12 +95,26 @@ type Config struct {
 	// Logger receives lifecycle events at Info, per-block detail at
 	// Debug. Never row data. Default: discard.
 	Logger *slog.Logger
+
+	// Cluster, instead of Conn, makes the destination write to a sharded
+	// and replicated cluster (see Cluster and the package doc, Clusters).
+	// Conn must be nil then.
+	Cluster *Cluster
+}
+
+// conn is what the destination asks of a connection pool: a
+// driver.Conn, or the pool of one shard of a Cluster.
+type conn interface {
+	Exec(ctx context.Context, query string, args ...any) error
+	Query(ctx context.Context, query string, args ...any) (driver.Rows, error)
+	QueryRow(ctx context.Context, query string, args ...any) driver.Row
+	PrepareBatch(ctx context.Context, query string, opts ...driver.PrepareBatchOption) (driver.Batch, error)
 }
 
 // Destination writes streams into ClickHouse tables. It implements
 // sink.Destination and is safe for concurrent use.
 type Destination struct {
-	conn      driver.Conn
+	conn      conn
 	db        string
 	tables    map[string]Table
 	blockRows int
@@ -105,6 +122,18 @@ type Destination struct {
 	retries   int
 	log       *slog.Logger
 	features  Features
+
+	// In a cluster: the shards' destinations (the Destination routes
+	// rows to them and has no conn of its own), or, in one of those, the
+	// shard's replicas (each its own pool: statements every replica
+	// runs) and the cluster's name for Distributed tables.
+	shards   []*Destination
+	replicas []driver.Conn
+	shard    int
+	cluster  string
+	shardBy  map[string]string // Cluster.ShardBy
+	zkPath   string            // Cluster.ZooKeeperPath, or its default; empty on one server
+	closers  []driver.Conn     // pools New opened, closed by Close
 
 	mu      sync.Mutex
 	schemas map[string]*tableSchema // table → what this process knows of it
@@ -123,10 +152,14 @@ var _ sink.Destination = (*Destination)(nil)
 
 // New connects to the server through cfg.Conn, detects its version
 // (Features), and creates the database and the state tables when
-// missing. Cancelling ctx stops it.
+// missing; with cfg.Cluster, it opens the cluster's pools and does so on
+// every replica of every shard. Cancelling ctx stops it.
 func New(ctx context.Context, cfg Config) (*Destination, error) {
-	if cfg.Conn == nil {
+	if cfg.Conn == nil && cfg.Cluster == nil {
 		return nil, errors.New("clickhouse: Config.Conn is nil")
+	}
+	if cfg.Conn != nil && cfg.Cluster != nil {
+		return nil, errors.New("clickhouse: Config.Conn and Config.Cluster are both set: a destination writes to one server or one cluster")
 	}
 	if cfg.Database == "" {
 		cfg.Database = DefaultDatabase
@@ -153,12 +186,22 @@ func New(ctx context.Context, cfg Config) (*Destination, error) {
 			return nil, fmt.Errorf("clickhouse: Config.Tables: %w", err)
 		}
 	}
+	if cfg.Cluster != nil {
+		return newCluster(ctx, cfg)
+	}
+	return newOne(ctx, cfg, cfg.Conn, nil, 0)
+}
+
+// newOne is the destination of one server (replicas empty), or of one
+// shard of a cluster: conn reaches its first healthy replica, and
+// statements every replica must run go to each of replicas.
+func newOne(ctx context.Context, cfg Config, c conn, replicas []driver.Conn, shard int) (*Destination, error) {
 	var version string
-	if err := cfg.Conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
+	if err := c.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
 		return nil, fmt.Errorf("clickhouse: ask the server's version: %w", err)
 	}
 	d := &Destination{
-		conn:      cfg.Conn,
+		conn:      c,
 		db:        cfg.Database,
 		tables:    cfg.Tables,
 		blockRows: cfg.BlockRows,
@@ -166,18 +209,45 @@ func New(ctx context.Context, cfg Config) (*Destination, error) {
 		retries:   cfg.Retries,
 		log:       cfg.Logger,
 		features:  ServerFeatures(version),
+		replicas:  replicas,
+		shard:     shard,
 		schemas:   make(map[string]*tableSchema),
 		blocks:    make(map[uint64]blockState),
 		gens:      make(map[string]uint64),
 	}
-	for _, q := range append([]string{createDatabase(d.db)}, createState(d.db)...) {
-		if err := d.conn.Exec(ctx, q); err != nil {
-			return nil, fmt.Errorf("clickhouse: create state tables in %q: %w", d.db, err)
+	if cfg.Cluster != nil {
+		d.cluster = cfg.Cluster.Name
+		d.shardBy = cfg.Cluster.ShardBy
+		d.zkPath = cfg.Cluster.ZooKeeperPath
+		if d.zkPath == "" {
+			d.zkPath = DefaultZooKeeperPath
 		}
 	}
-	d.log.Info("clickhouse: connected", "version", version, "database", d.db, "dedup_tokens", d.features.DedupToken)
+	if err := d.createState(ctx); err != nil {
+		return nil, err
+	}
+	if d.replicated() {
+		d.log.Info("clickhouse: connected to a shard", "shard", shard, "replicas", len(replicas), "version", version, "database", d.db)
+	} else {
+		d.log.Info("clickhouse: connected", "version", version, "database", d.db, "dedup_tokens", d.features.DedupToken)
+	}
 	return d, nil
 }
+
+// createState creates the database and the state tables when missing
+// (on every replica of a shard).
+func (d *Destination) createState(ctx context.Context) error {
+	for _, q := range append([]string{createDatabase(d.db)}, createState(d.db, d.zkPath)...) {
+		if err := d.execAll(ctx, q); err != nil {
+			return fmt.Errorf("clickhouse: create state tables in %q: %w", d.db, err)
+		}
+	}
+	return nil
+}
+
+// replicated reports whether d is a shard of a cluster: its tables are
+// Replicated ones.
+func (d *Destination) replicated() bool { return len(d.replicas) > 0 }
 
 var (
 	_ sink.SpecChecker = (*Destination)(nil)
@@ -185,11 +255,19 @@ var (
 )
 
 // CheckStream fails for a merged stream without a key, or whose table
-// Config.Tables gives an OrderBy (a merge table is ordered by its key).
+// Config.Tables gives an OrderBy (a merge table is ordered by its key),
+// on a cluster with Distributed tables (Cluster.Name), for a table
+// whose name ends in "_all": those names are the Distributed tables',
+// and for a merged stream whose Cluster.ShardBy column is not one of its
+// key columns.
 // Overwrite and hard deletes are not in Capabilities: Build refuses
 // them before asking.
 func (d *Destination) CheckStream(spec sink.StreamSpec) error {
 	switch {
+	case d.cluster != "" && strings.HasSuffix(spec.Table, distSuffix):
+		return fmt.Errorf("clickhouse: table %q ends in %q, the suffix of the Distributed tables Config.Cluster.Name asks for: rename the stream's table", spec.Table, distSuffix)
+	case spec.Mode == sink.Merge && d.shardBy[spec.Table] != "" && !slices.Contains(spec.Key, d.shardBy[spec.Table]):
+		return fmt.Errorf("clickhouse: Config.Cluster.ShardBy[%q] is %q, which is not a key column of the merged stream (key %q): every version of a key must land on one shard", spec.Table, d.shardBy[spec.Table], spec.Key)
 	case spec.Mode != sink.Merge:
 		return nil
 	case len(spec.Key) == 0:
@@ -217,13 +295,16 @@ func (d *Destination) Class() sink.Class { return sink.StageAndApply }
 // bytes (a table's staging table adds a prefix, and table names are
 // directory names on the server); the Arrow types no column here takes
 // (struct, interval, duration, time, null, and on servers without
-// DateTime64 timestamps, which DateTime would truncate) are held back.
+// DateTime64 timestamps, which DateTime would truncate) are held back;
+// patches (held values released into rows already written, by a
+// mutation: package doc, Held values) on one server, not on a Cluster.
 func (d *Destination) Capabilities() sink.Capabilities {
 	return sink.Capabilities{
 		Merge:             true,
 		MaxIdentifier:     maxIdentifier,
 		SimpleIdentifiers: true,
 		Unsupported:       unsupportedOn(d.features),
+		Patches:           d.shards == nil,
 	}
 }
 
@@ -232,6 +313,9 @@ const maxIdentifier = 180
 // Writer returns the writer of one lane of cfg.Pipeline. ctx is not
 // used beyond the call.
 func (d *Destination) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
+	if d.shards != nil {
+		return d.clusterWriter(ctx, cfg)
+	}
 	pipeline, lane := cfg.Pipeline, cfg.Lane
 	if pipeline == "" {
 		return nil, errors.New("clickhouse: empty pipeline name")
@@ -329,15 +413,20 @@ func (d *Destination) genOf(pipeline string) uint64 {
 
 // Permanent reports whether err is a server exception no retry fixes:
 // an unknown user or refused credentials (192, 516), access denied
-// (497), or a database that does not exist (81). Run returns such an
-// error at once instead of retrying it for its budget (sink.Classifier).
+// (497), or, on one server, a database that does not exist (81; on a
+// cluster a replica that was down when the database was created lacks
+// it until the next attempt's Recover creates it there). Run returns
+// such an error at once instead of retrying it for its budget
+// (sink.Classifier).
 func (d *Destination) Permanent(err error) bool {
 	var exc *proto.Exception
 	if !errors.As(err, &exc) {
 		return false
 	}
 	switch exc.Code {
-	case 81, 192, 497, 516:
+	case 81:
+		return d.shards == nil
+	case 192, 497, 516:
 		return true
 	}
 	return false

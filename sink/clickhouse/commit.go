@@ -19,7 +19,8 @@ import (
 
 // Commit applies epoch: it copies each block of the committables from its
 // staging table into its table (one INSERT ... SELECT per block, one part
-// each, under the fence), then records the epoch in _openetl_epochs and
+// each, under the fence), applies the patch blocks (patch.go: a mutation
+// per column, waited for), then records the epoch in _openetl_epochs and
 // drops the staging partitions. An epoch already recorded is skipped, so
 // Commit is idempotent. A block that may already be in its table (staged
 // by another process, or whose apply was sent before and failed) is
@@ -48,11 +49,21 @@ func (w *writer) Commit(ctx context.Context, epoch uint64, committables []sink.C
 		return nil
 	}
 	blocks := 0
-	for _, t := range slices.Sorted(maps.Keys(byTable)) {
-		if err := w.applyTable(ctx, t, byTable[t], gen); err != nil {
+	copies := maps.Clone(byTable)
+	patches := splitPatches(copies)
+	for _, t := range slices.Sorted(maps.Keys(copies)) {
+		if err := w.applyTable(ctx, t, copies[t], gen); err != nil {
 			return err
 		}
-		blocks += len(byTable[t])
+		blocks += len(copies[t])
+	}
+	// Patches after the copies: they set columns of rows of earlier
+	// epochs (patch.go), and the epoch is recorded once they are done.
+	for _, t := range slices.Sorted(maps.Keys(patches)) {
+		if err := w.applyPatches(ctx, t, patches[t], gen); err != nil {
+			return err
+		}
+		blocks += len(patches[t])
 	}
 	if err := w.d.conn.Exec(ctx, markEpoch(w.d.db, w.pipeline, epoch, gen, blocks, total)); err != nil {
 		return fmt.Errorf("clickhouse: record epoch %d as applied: %w", epoch, err)
@@ -71,6 +82,35 @@ func (w *writer) Commit(ctx context.Context, epoch uint64, committables []sink.C
 	}
 	w.dropStaged(ctx, byTable)
 	w.d.log.Debug("clickhouse: epoch committed", "pipeline", w.pipeline, "epoch", epoch, "blocks", blocks, "rows", total)
+	return nil
+}
+
+// present fails unless every block of the epoch's committables is
+// staged whole or already in its table, or the epoch is recorded as
+// applied: what Commit needs to apply the epoch whole.
+func (w *writer) present(ctx context.Context, epoch uint64, committables []sink.Committable) error {
+	byTable, _, err := w.decodeAll(epoch, committables)
+	if err != nil || len(byTable) == 0 {
+		return err
+	}
+	if applied, err := w.applied(ctx, epoch); err != nil || applied {
+		return err
+	}
+	for _, t := range slices.Sorted(maps.Keys(byTable)) {
+		for _, b := range byTable[t] {
+			n, err := w.stagedRows(ctx, t, b.Token)
+			if err != nil {
+				return err
+			}
+			if n == b.Rows {
+				continue
+			}
+			if done, err := w.landed(ctx, t, b); err != nil || done {
+				return err
+			}
+			return fmt.Errorf("clickhouse: block %d of %q has %d rows staged and none applied, want %d: epoch %d can't be applied (staged through a replica that is down, before the others had it?)", b.Token, t, n, b.Rows, epoch)
+		}
+	}
 	return nil
 }
 
@@ -467,6 +507,9 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 			if n != b.Rows {
 				w.d.log.Warn("clickhouse: a block of the head epoch is neither staged nor applied", "pipeline", w.pipeline,
 					"epoch", head.Epoch, "table", t, "token", b.Token)
+				if w.d.replicated() {
+					return w.acrossReplicas(ctx, head.Epoch, byTable)
+				}
 				return sink.Lost, nil
 			}
 		}
@@ -486,6 +529,9 @@ var _ sink.Collector = (*Destination)(nil)
 // the generation still holds the pipeline. Removed counts the
 // partitions dropped, Kept those of Head's blocks found.
 func (d *Destination) Collect(ctx context.Context, req sink.CollectRequest) (sink.Collected, error) {
+	if d.shards != nil {
+		return d.collectCluster(ctx, req)
+	}
 	keep := make(map[uint64]bool)
 	if req.Head != nil {
 		for _, raw := range req.Head.Committables {

@@ -55,9 +55,13 @@ func visible(ctx context.Context, conn driver.Conn, db, table string) ([]sinktes
 		return nil, err
 	}
 	from := fmt.Sprintf("%s.`%s`", db, table)
-	if engine == "ReplacingMergeTree" {
+	if strings.HasSuffix(engine, "ReplacingMergeTree") {
 		from += " FINAL"
-		if strings.Count(strings.SplitN(full, ")", 2)[0], ",") > 0 { // ReplacingMergeTree(ver, is_deleted)
+		args := strings.Count(strings.SplitN(full, ")", 2)[0], ",")
+		if strings.HasPrefix(engine, "Replicated") {
+			args -= 2 // ReplicatedReplacingMergeTree(path, replica, ver...)
+		}
+		if args > 0 { // ReplacingMergeTree(ver, is_deleted)
 			var key string
 			if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT sorting_key FROM system.tables WHERE database = '%s' AND name = '%s'", db, table)).
 				Scan(&key); err != nil {

@@ -41,13 +41,37 @@ func createDatabase(db string) string {
 // tables. The fence is the highest generation of a pipeline in
 // _openetl_fence; _openetl_epochs has a row for each applied epoch that
 // had rows.
-func createState(db string) []string {
+//
+// In a cluster (zk, the tables' ZooKeeper path prefix, not empty) they
+// are ReplicatedMergeTree tables of the shard, so that every replica of
+// the shard sees the same fence and epochs.
+func createState(db, zk string) []string {
 	return []string{
 		"CREATE TABLE IF NOT EXISTS " + qualified(db, fenceTable) +
-			" (pipeline String, generation UInt64, at DateTime) ENGINE = MergeTree ORDER BY (pipeline, generation)",
+			" (pipeline String, generation UInt64, at DateTime) ENGINE = " + engine("MergeTree", db, fenceTable, zk) + " ORDER BY (pipeline, generation)",
 		"CREATE TABLE IF NOT EXISTS " + qualified(db, epochsTable) +
-			" (pipeline String, epoch UInt64, generation UInt64, blocks UInt64, rows UInt64, at DateTime) ENGINE = MergeTree ORDER BY (pipeline, epoch)",
+			" (pipeline String, epoch UInt64, generation UInt64, blocks UInt64, rows UInt64, at DateTime) ENGINE = " + engine("MergeTree", db, epochsTable, zk) + " ORDER BY (pipeline, epoch)",
 	}
+}
+
+// DefaultZooKeeperPath is where a cluster's replicated tables keep their
+// replicas' shared state in ZooKeeper (or Keeper), by shard, unless
+// Cluster.ZooKeeperPath says otherwise: {shard} is the servers' macro.
+const DefaultZooKeeperPath = "/clickhouse/tables/{shard}/openetl/"
+
+// engine is a table engine without arguments of its own (MergeTree), or
+// in a cluster (zk, the ZooKeeper path prefix, not empty) its
+// Replicated form with the table's ZooKeeper path (zk + db/table) and
+// the replica's name, the {replica} macro.
+func engine(name, db, table, zk string, args ...string) string {
+	if zk != "" {
+		name = "Replicated" + name
+		args = append([]string{quoteString(zk + db + "/" + table), quoteString("{replica}")}, args...)
+	}
+	if len(args) == 0 {
+		return name
+	}
+	return name + "(" + strings.Join(args, ", ") + ")"
 }
 
 func columnList(cols []column) string {
@@ -71,8 +95,10 @@ func nameList(names []string) string {
 // the latest version of a key wins (and reads with FINAL see only it); on
 // servers with is_deleted, _openetl_deleted is its second argument. An
 // append table is a MergeTree ordered by orderBy (default _openetl_seq).
-// With dedup tokens the table remembers its last blocks' tokens.
-func createTarget(db, table string, cols []column, key, orderBy []string, f Features) string {
+// With dedup tokens the table remembers its last blocks' tokens. In a
+// cluster (zk not empty) it is the Replicated form of the same engine,
+// and a replicated table deduplicates repeated blocks by itself.
+func createTarget(db, table string, cols []column, key, orderBy []string, f Features, zk string) string {
 	var b strings.Builder
 	b.WriteString("CREATE TABLE IF NOT EXISTS ")
 	b.WriteString(qualified(db, table))
@@ -80,24 +106,24 @@ func createTarget(db, table string, cols []column, key, orderBy []string, f Feat
 	b.WriteString(columnList(cols))
 	b.WriteString(") ENGINE = ")
 	if len(key) > 0 {
-		b.WriteString("ReplacingMergeTree(")
-		b.WriteString(quoteIdent(colSeq))
+		args := []string{quoteIdent(colSeq)}
 		if f.IsDeleted {
-			b.WriteString(", ")
-			b.WriteString(quoteIdent(colDeleted))
+			args = append(args, quoteIdent(colDeleted))
 		}
-		b.WriteString(") ORDER BY (")
+		b.WriteString(engine("ReplacingMergeTree", db, table, zk, args...))
+		b.WriteString(" ORDER BY (")
 		b.WriteString(nameList(key))
 		b.WriteString(")")
 	} else {
 		if len(orderBy) == 0 {
 			orderBy = []string{colSeq}
 		}
-		b.WriteString("MergeTree ORDER BY (")
+		b.WriteString(engine("MergeTree", db, table, zk))
+		b.WriteString(" ORDER BY (")
 		b.WriteString(nameList(orderBy))
 		b.WriteString(")")
 	}
-	if f.DedupToken {
+	if f.DedupToken && zk == "" {
 		fmt.Fprintf(&b, " SETTINGS non_replicated_deduplication_window = %d", dedupWindow)
 	}
 	return b.String()
@@ -120,11 +146,30 @@ var stageOnly = []column{
 
 // createStage is the staging table of a target: the same columns plus
 // stageOnly, one partition per staged block (so a block is dropped whole
-// once applied).
-func createStage(db, table string, cols []column) string {
+// once applied). In a cluster (zk not empty) it is replicated too, so
+// that a block staged through one replica can be applied through
+// another.
+func createStage(db, table string, cols []column, zk string) string {
 	return "CREATE TABLE IF NOT EXISTS " + qualified(db, stageName(table)) + " (" + columnList(append(cols[:len(cols):len(cols)], stageOnly...)) +
-		") ENGINE = MergeTree PARTITION BY " + quoteIdent(colBatch) + " ORDER BY tuple()"
+		") ENGINE = " + engine("MergeTree", db, stageName(table), zk) + " PARTITION BY " + quoteIdent(colBatch) + " ORDER BY tuple()"
 }
+
+// createDistributed is a Distributed table over table on every shard of
+// cluster, for reads: readers see the whole cluster's rows through it.
+// With shardBy (Cluster.ShardBy) that column is its sharding key, which
+// routes an insert through it as the writer routes rows; without, it has
+// none, and ClickHouse refuses inserts through it.
+func createDistributed(db, table, cluster, shardBy string) string {
+	q := "CREATE TABLE IF NOT EXISTS " + qualified(db, table+distSuffix) + " AS " + qualified(db, table) +
+		" ENGINE = Distributed(" + quoteString(cluster) + ", " + quoteString(db) + ", " + quoteString(table)
+	if shardBy != "" {
+		q += ", " + quoteIdent(shardBy)
+	}
+	return q + ")"
+}
+
+// distSuffix names a table's Distributed table (Config.Cluster).
+const distSuffix = "_all"
 
 // leftoverBlocks lists the blocks an older generation of pipeline staged
 // in a staging table.

@@ -130,16 +130,32 @@ func TestStatements(t *testing.T) {
 		{"_openetl_batch", colType{ch: "UInt64"}},
 	}
 	for _, tc := range []struct{ name, got, want string }{
-		{"merge table, 18.16", createTarget("db", "t", cols, []string{"id"}, nil, old),
+		{"merge table, 18.16", createTarget("db", "t", cols, []string{"id"}, nil, old, ""),
 			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64, `_openetl_deleted` UInt8, `_openetl_batch` UInt64) ENGINE = ReplacingMergeTree(`_openetl_seq`) ORDER BY (`id`)"},
-		{"merge table, current", createTarget("db", "t", cols, []string{"id"}, nil, modern),
+		{"merge table, current", createTarget("db", "t", cols, []string{"id"}, nil, modern, ""),
 			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64, `_openetl_deleted` UInt8, `_openetl_batch` UInt64) ENGINE = ReplacingMergeTree(`_openetl_seq`, `_openetl_deleted`) ORDER BY (`id`) SETTINGS non_replicated_deduplication_window = 10000"},
-		{"append table, 18.16", createTarget("db", "t", cols[:3], nil, nil, old),
+		{"append table, 18.16", createTarget("db", "t", cols[:3], nil, nil, old, ""),
 			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64) ENGINE = MergeTree ORDER BY (`_openetl_seq`)"},
-		{"append table, ordered", createTarget("db", "t", cols[:3], nil, []string{"id", "v"}, old),
+		{"append table, ordered", createTarget("db", "t", cols[:3], nil, []string{"id", "v"}, old, ""),
 			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64) ENGINE = MergeTree ORDER BY (`id`, `v`)"},
-		{"stage", createStage("db", "t", cols[:2]),
+		{"stage", createStage("db", "t", cols[:2], ""),
 			"CREATE TABLE IF NOT EXISTS `db`.`_openetl_stage_t` (`id` Int64, `v` Nullable(String), `_openetl_stage_pipeline` String, `_openetl_stage_generation` UInt64) ENGINE = MergeTree PARTITION BY `_openetl_batch` ORDER BY tuple()"},
+		{"replicated merge table, current", createTarget("db", "t", cols, []string{"id"}, nil, modern, DefaultZooKeeperPath),
+			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64, `_openetl_deleted` UInt8, `_openetl_batch` UInt64) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/openetl/db/t', '{replica}', `_openetl_seq`, `_openetl_deleted`) ORDER BY (`id`)"},
+		{"replicated append table", createTarget("db", "t", cols[:3], nil, nil, old, DefaultZooKeeperPath),
+			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/openetl/db/t', '{replica}') ORDER BY (`_openetl_seq`)"},
+		{"replicated append table, another ZooKeeper path", createTarget("db", "t", cols[:3], nil, nil, old, "/clickhouse/{layer}-{shard}/tables/"),
+			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64) ENGINE = ReplicatedMergeTree('/clickhouse/{layer}-{shard}/tables/db/t', '{replica}') ORDER BY (`_openetl_seq`)"},
+		{"replicated stage", createStage("db", "t", cols[:2], DefaultZooKeeperPath),
+			"CREATE TABLE IF NOT EXISTS `db`.`_openetl_stage_t` (`id` Int64, `v` Nullable(String), `_openetl_stage_pipeline` String, `_openetl_stage_generation` UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/openetl/db/_openetl_stage_t', '{replica}') PARTITION BY `_openetl_batch` ORDER BY tuple()"},
+		{"replicated fence", createState("db", DefaultZooKeeperPath)[0],
+			"CREATE TABLE IF NOT EXISTS `db`.`_openetl_fence` (pipeline String, generation UInt64, at DateTime) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/openetl/db/_openetl_fence', '{replica}') ORDER BY (pipeline, generation)"},
+		{"fence", createState("db", "")[0],
+			"CREATE TABLE IF NOT EXISTS `db`.`_openetl_fence` (pipeline String, generation UInt64, at DateTime) ENGINE = MergeTree ORDER BY (pipeline, generation)"},
+		{"distributed", createDistributed("db", "t", "c1", ""),
+			"CREATE TABLE IF NOT EXISTS `db`.`t_all` AS `db`.`t` ENGINE = Distributed('c1', 'db', 't')"},
+		{"distributed, sharded by a column", createDistributed("db", "t", "c1", "tenant"),
+			"CREATE TABLE IF NOT EXISTS `db`.`t_all` AS `db`.`t` ENGINE = Distributed('c1', 'db', 't', `tenant`)"},
 		{"leftover blocks", leftoverBlocks("db", "_openetl_stage_t", "p", 5),
 			"SELECT DISTINCT `_openetl_batch` FROM `db`.`_openetl_stage_t` WHERE `_openetl_stage_pipeline` = 'p' AND `_openetl_stage_generation` < 5"},
 		{"add column, 18.16", addColumn("db", "t", cols[1], old),
@@ -155,6 +171,54 @@ func TestStatements(t *testing.T) {
 		{"raise fence", raiseFence("db", "p", 4),
 			"INSERT INTO `db`.`_openetl_fence` (pipeline, generation, at) SELECT 'p', 4, now()"},
 		{"quoted identifier", quoteIdent("a`b\\c"), "`a\\`b\\\\c`"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+// TestClusterStatementsCurrent: what a shard of a cluster of current
+// servers (25.8: dedup tokens, is_deleted) runs, word for word. Keeper
+// speaks ZooKeeper's protocol: the servers' <zookeeper> section names
+// Keeper's address and the statements are the same, Replicated engines
+// with the ZooKeeper path and {replica}. Replicated tables deduplicate
+// by themselves (replicated_deduplication_window), so no
+// non_replicated_deduplication_window; the copy into a replicated table
+// still carries the block's insert_deduplication_token, the second
+// guard when a copy retried through another replica repeats one that
+// landed.
+func TestClusterStatementsCurrent(t *testing.T) {
+	cols := []column{
+		{"id", colType{ch: "Int64"}},
+		{"v", colType{ch: "Nullable(String)"}},
+		{"_openetl_seq", colType{ch: "Int64"}},
+		{"_openetl_deleted", colType{ch: "UInt8"}},
+		{"_openetl_batch", colType{ch: "UInt64"}},
+	}
+	zk := DefaultZooKeeperPath
+	state := createState("db", zk)
+	for _, tc := range []struct{ name, got, want string }{
+		{"fence", state[0],
+			"CREATE TABLE IF NOT EXISTS `db`.`_openetl_fence` (pipeline String, generation UInt64, at DateTime) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/openetl/db/_openetl_fence', '{replica}') ORDER BY (pipeline, generation)"},
+		{"epochs", state[1],
+			"CREATE TABLE IF NOT EXISTS `db`.`_openetl_epochs` (pipeline String, epoch UInt64, generation UInt64, blocks UInt64, rows UInt64, at DateTime) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/openetl/db/_openetl_epochs', '{replica}') ORDER BY (pipeline, epoch)"},
+		{"merge table: is_deleted", createTarget("db", "t", cols, []string{"id"}, nil, modern, zk),
+			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64, `_openetl_deleted` UInt8, `_openetl_batch` UInt64) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/openetl/db/t', '{replica}', `_openetl_seq`, `_openetl_deleted`) ORDER BY (`id`)"},
+		{"merge table before is_deleted (22.8)", createTarget("db", "t", cols, []string{"id"}, nil, ServerFeatures("22.8.1"), zk),
+			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64, `_openetl_deleted` UInt8, `_openetl_batch` UInt64) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/openetl/db/t', '{replica}', `_openetl_seq`) ORDER BY (`id`)"},
+		{"append table", createTarget("db", "t", cols[:3], nil, []string{"id"}, modern, zk),
+			"CREATE TABLE IF NOT EXISTS `db`.`t` (`id` Int64, `v` Nullable(String), `_openetl_seq` Int64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/openetl/db/t', '{replica}') ORDER BY (`id`)"},
+		{"stage", createStage("db", "t", cols[:2], zk),
+			"CREATE TABLE IF NOT EXISTS `db`.`_openetl_stage_t` (`id` Int64, `v` Nullable(String), `_openetl_stage_pipeline` String, `_openetl_stage_generation` UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/openetl/db/_openetl_stage_t', '{replica}') PARTITION BY `_openetl_batch` ORDER BY tuple()"},
+		{"distributed, sharded by a column", createDistributed("db", "t", "events", "tenant"),
+			"CREATE TABLE IF NOT EXISTS `db`.`t_all` AS `db`.`t` ENGINE = Distributed('events', 'db', 't', `tenant`)"},
+		{"apply: the dedup token", applyBlock("db", "t", []string{"id", "_openetl_batch"}, 0xabc, 500, "p", 2, modern),
+			"INSERT INTO `db`.`t` (`id`, `_openetl_batch`) SELECT `id`, `_openetl_batch` FROM `db`.`_openetl_stage_t` WHERE `_openetl_batch` = 2748 AND (SELECT max(generation) FROM `db`.`_openetl_fence` WHERE pipeline = 'p') <= 2 SETTINGS min_insert_block_size_rows = 501, min_insert_block_size_bytes = 1099511627776, insert_deduplicate = 1, insert_deduplication_token = 'openetl/p/t/0000000000000abc'"},
+		{"add column", addColumn("db", "t", cols[1], modern),
+			"ALTER TABLE `db`.`t` ADD COLUMN IF NOT EXISTS `v` Nullable(String)"},
+		{"add column to the Distributed table", addColumn("db", "t"+distSuffix, cols[1], modern),
+			"ALTER TABLE `db`.`t_all` ADD COLUMN IF NOT EXISTS `v` Nullable(String)"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s:\n got %s\nwant %s", tc.name, tc.got, tc.want)

@@ -55,9 +55,40 @@
 //	struct                          String: the value's JSON text (named Tuples need 20.x)
 //	interval, duration, time, null  unsupported (Capabilities): held back by the engine
 //
-// The destination applies no patches (Capabilities.Patches is false):
-// held values stay under the pipeline's _held/, even once a newer
-// server takes their type.
+// # Held values
+//
+// On one server the destination applies patches
+// (sink.Capabilities.Patches), so the runner releases held values once
+// it takes their column: when a later version of this package (or of a
+// server) takes a type that was held back. The next attempt sends them
+// in its first epoch as patch batches (sink.PatchMetadataKey), which a
+// lane stages like rows, in the table's staging table, as blocks of
+// their own (the column is added to the table and the staging table
+// first, Nullable). Commit, after the epoch's copies and before it
+// records the epoch, applies each patched column with one mutation,
+//
+//	ALTER TABLE t UPDATE c = <the row's staged value>
+//	WHERE isNull(c) AND _openetl_id IN (SELECT _openetl_id FROM
+//	_openetl_stage_t WHERE _openetl_batch = token ...) AND fence <= gen
+//
+// (empty(c) for an Array column, whose rows without a value hold an
+// empty array), and waits until system.mutations reports it done, for
+// at most Config.ApplyWait. A mutation only sets what is unset, with the
+// same values, so applying an epoch again (a Commit retried, a crash
+// before the epoch's record, a zombie beside its successor) changes
+// nothing more: each held value lands on its row once, with the row's
+// _openetl_id and _openetl_seq, and no row is added. A patch of a merge
+// table's key whose row was replaced by a newer version since changes
+// nothing a reader sees (FINAL reads the newer version, and merges drop
+// the older). Mutations, not re-inserted rows: an append
+// table (MergeTree) has no version that could replace a row, and a
+// merge table's re-inserted row would need a higher _openetl_seq. A
+// mutation rewrites the parts that hold patched rows, once per released
+// column; a column of a table's sorting key, or one neither Nullable nor
+// an Array (created by hand), can't be patched: Write fails naming it.
+// A cluster (Config.Cluster) applies no patches (a mutation runs on each
+// replica by itself, against what that replica has fetched of the
+// staging table): its held values stay under the pipeline's _held/.
 //
 // # Quarantine
 //
@@ -159,6 +190,115 @@
 //     but not fsynced by default, so a power loss can lose what the
 //     server acknowledged.
 //
+// # Clusters
+//
+// With Config.Cluster instead of Conn, the destination writes to a
+// sharded, replicated cluster: Cluster.Shards lists each shard's
+// replicas' addresses, and the destination opens, per shard, one pool
+// over its replicas in order (every query goes to the first replica
+// that answers, and moves on when it stops) and one pool per replica
+// for the statements each replica runs (Destination.Close closes them):
+//
+//	dst, err := clickhouse.New(ctx, clickhouse.Config{
+//		Database: "analytics",
+//		Cluster: &clickhouse.Cluster{
+//			Shards: [][]string{{"ch1a:9000", "ch1b:9000"}, {"ch2a:9000", "ch2b:9000"}},
+//			Name:   "events", // remote_servers: a Distributed table t_all per table t
+//		},
+//	})
+//
+// Every table of the destination is the Replicated form of its engine
+// (ReplicatedMergeTree, ReplicatedReplacingMergeTree), the staging and
+// state tables too, at /clickhouse/tables/{shard}/openetl/DATABASE/TABLE
+// in ZooKeeper with replica name {replica}: the servers' macros
+// (Cluster.ZooKeeperPath sets another prefix, e.g. for servers that
+// are each a shard of their own: /clickhouse/tables/{replica}/).
+//
+// DDL is per replica, never ON CLUSTER: CREATE ... IF NOT EXISTS runs on
+// every replica of every shard that answers, and ALTER ... ADD or
+// MODIFY COLUMN through the replica the shard's queries use (a
+// Replicated table's ALTER reaches its other replicas through
+// ZooKeeper; a Distributed table, each server's own, is altered on
+// every replica). ON CLUSTER, which 18.16 has with the servers'
+// distributed_ddl queue, is not used because it needs a remote_servers
+// cluster listing exactly Cluster.Shards (Cluster.Name is optional, and
+// for reads); because the server that takes it waits for every host of
+// that cluster, up to distributed_ddl_task_timeout (180 s by default),
+// and then fails (code 159) when one is down, though the others ran it,
+// where the writer must go on with a replica down; and because
+// statements per replica reach the same tables, a replica that was down
+// getting its own at the next attempt. Every statement is idempotent: "already exists" from a writer racing
+// this one (a zombie, another process on the same tables) is success,
+// so two writers creating and altering the same tables at once both go
+// on.
+//
+// A row goes to shard FNV-1a(value) mod shards: of its key columns for a
+// merge table, so that every version of a key lands on the same shard
+// and FINAL on each shard is FINAL of the whole; of _openetl_id for an
+// append table (the same for a record however often it is read, so a
+// replayed record goes where it went before); of every column for a row
+// without _openetl_id. Integers hash as 8 bytes whatever their width, so
+// a widened key column routes as before; changing the shards' number or
+// order moves keys (older versions of a key stay on the shard that had
+// them): re-sync into new tables instead.
+//
+// A table the user shards by a column of theirs (Cluster.ShardBy: an
+// integer column, for a merged stream one of its key columns) routes a
+// row to shard value mod shards, a signed value taken as the unsigned
+// integer of its width: ClickHouse's own rule for a Distributed table's
+// integer sharding key over shards of weight 1, in remote_servers'
+// order. The writer creates the table's Distributed table (Cluster.Name)
+// with that column as its sharding key:
+//
+//	CREATE TABLE db.t_all AS db.t ENGINE = Distributed('events', 'db', 't', tenant)
+//
+// so rows another client inserts through it land on the shard the
+// writer would pick, and every version of a key on one shard. The rule
+// holds when remote_servers lists the shards in Cluster.Shards' order,
+// each of weight 1; a Distributed table that already exists is kept as
+// it is. Another sharding expression (cityHash64 of a string, a range)
+// is the user's to compute into an integer column, before the
+// destination (a transform) and, for other writers, in their inserts.
+// Without ShardBy the Distributed table has no sharding key, so
+// ClickHouse refuses inserts through it when there are several shards
+// (FNV-1a is not a ClickHouse function).
+//
+// Each shard is then exactly one server of the sections above: its own
+// staging, blocks, fence (_openetl_fence), applied epochs
+// (_openetl_epochs) and verification, all through the replica its pool
+// uses, so counts read the replica that was written. A lane's
+// committable holds every shard's. Commit first checks that every
+// shard's blocks are staged (or applied), then applies the shards at
+// once; an epoch applied on some shards when a Commit failed is applied
+// on the others by the retry, and skipped where it was. Recover raises
+// every shard's fence and reports the epoch Applied when every shard
+// applied its share, Recoverable when each share not applied is still
+// staged, Lost when none was applied and a share is gone; applied on
+// some shards and gone from others is an error (a replay would double
+// the applied shards' rows), which the check before applying makes
+// possible only when a replica dies between that check and its copy.
+//
+// Replicas: a replica that stops answering is skipped, the shard's
+// queries move to the next, and a block being sent is sent again there
+// after the same check as on one server. A replica that was down when
+// the database or a table was created gets it at the next attempt
+// (Recover creates the database and state tables on every replica, and
+// the attempt's first Write of a table its tables); until then a missing
+// database is not a permanent error on a cluster. Before Recover calls
+// an epoch Lost it asks every replica of the shard, since the one in
+// use may not have fetched the parts another applied: Lost only when
+// all answer and none has the epoch; with one down, Recover fails until
+// it is back. Replicated tables deduplicate a
+// repeated insert of the same block by its checksum, a second guard
+// when a copy retried through another replica repeats one that landed.
+// What this rests on beyond one server's list: ClickHouse's replication
+// is asynchronous, so a part acknowledged by a replica that dies before
+// the others fetched it is missing until that replica returns (a staged
+// block so missing makes its epoch Lost, and the runner replays it); the
+// fence is read on the replica that copies, so a zombie copying through
+// another replica than the one Recover used may see the raised fence
+// late (a network partition between replicas; not a crash).
+//
 // # Limits
 //
 //   - There is no overwrite mode, and deletes are soft (a deleted key's
@@ -174,7 +314,14 @@
 //     balancers in front of one server (see Guarantee). Not independent
 //     servers, and not replicas of Replicated tables: a block staged
 //     through one replica may not be there yet through another, and the
-//     count that guards a retried copy would not be exact.
+//     count that guards a retried copy would not be exact. A cluster is
+//     Config.Cluster's (see Clusters).
+//   - Clusters are tested on 18.16 only (2 shards x 2 replicas with
+//     ZooKeeper); the statements for current servers (Keeper, dedup
+//     tokens, is_deleted) are checked word for word by unit tests. A
+//     user's sharding is an integer column (Cluster.ShardBy), not an
+//     arbitrary expression. Held values are not released into a
+//     cluster (Held values).
 //   - Writes use clickhouse-go's column Append with Go slices filled once
 //     per batch per column (strings and timestamps in slices the writer
 //     reuses); decimals and fixed strings cost an allocation per value

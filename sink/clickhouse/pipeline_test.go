@@ -45,17 +45,22 @@ func child() error {
 		return err
 	}
 	ctx := context.Background()
-	conn, err := openConn(os.Getenv("OPENETL_TEST_CLICKHOUSE_ADDR"))
+	cfg := clickhouse.Config{Database: os.Getenv("OPENETL_CH_DB"), BlockRows: 5000}
+	if os.Getenv("OPENETL_CH_CLUSTER") == "1" {
+		cfg.Cluster = clusterConfig()
+	} else {
+		conn, err := openConn(os.Getenv("OPENETL_TEST_CLICKHOUSE_ADDR"))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		cfg.Conn = conn
+	}
+	dst, err := clickhouse.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	dst, err := clickhouse.New(ctx, clickhouse.Config{
-		Conn: conn, Database: os.Getenv("OPENETL_CH_DB"), BlockRows: 5000,
-	})
-	if err != nil {
-		return err
-	}
+	defer dst.Close()
 	src, err := faker.New(faker.Config{Seed: fakerSeed, Rows: rows})
 	if err != nil {
 		return err
@@ -110,8 +115,15 @@ func wantCustomers(t *testing.T, rows int64) map[int64]int64 {
 // record exactly once.
 func checkTables(t *testing.T, db string, rows int64) {
 	t.Helper()
+	checkTablesVia(t, func(q string) string { return clientQuery(t, q) }, db, "", rows)
+}
+
+// checkTablesVia is checkTables with query running clickhouse-client,
+// reading the tables named with suffix (a cluster's Distributed tables).
+func checkTablesVia(t *testing.T, query func(string) string, db, suffix string, rows int64) {
+	t.Helper()
 	want := wantCustomers(t, rows)
-	out := clientQuery(t, fmt.Sprintf("SELECT id, _openetl_seq, _openetl_op FROM %s.customers FINAL WHERE _openetl_deleted = 0 ORDER BY id", db))
+	out := query(fmt.Sprintf("SELECT id, _openetl_seq, _openetl_op FROM %s.customers%s FINAL WHERE _openetl_deleted = 0 ORDER BY id", db, suffix))
 	got := map[int64]int64{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		if line == "" {
@@ -146,7 +158,7 @@ func checkTables(t *testing.T, db string, rows int64) {
 	if bad > 0 || len(got) != len(want) {
 		t.Fatalf("customers FINAL: %d rows, want %d; %d differences", len(got), len(want), bad)
 	}
-	ords := strings.Fields(clientQuery(t, fmt.Sprintf("SELECT count(), uniqExact(_openetl_id), uniqExact(_openetl_seq), min(_openetl_seq), max(_openetl_seq) FROM %s.orders", db)))
+	ords := strings.Fields(query(fmt.Sprintf("SELECT count(), uniqExact(_openetl_id), uniqExact(_openetl_seq), min(_openetl_seq), max(_openetl_seq) FROM %s.orders%s", db, suffix)))
 	wantOrd := []string{fmt.Sprint(rows), fmt.Sprint(rows), fmt.Sprint(rows), "1", fmt.Sprint(rows)}
 	if strings.Join(ords, " ") != strings.Join(wantOrd, " ") {
 		t.Fatalf("orders: count, distinct ids, distinct seqs, min and max seq = %v, want %v (every record exactly once)", ords, wantOrd)
@@ -243,9 +255,24 @@ func TestChaosTwoCopies(t *testing.T) {
 	db := freshDB(t, conn)
 	dir := t.TempDir()
 	const rows = 100_000
-	fenced, killed := 0, 0
-	for range 4 {
-		// Each copy holds 1 to rows/10 records into what it reads, so
+	killed, fenced := twoCopies(t, rng, 4, rows/10, func() *exec.Cmd { return runChild(t, db, dir, rows) })
+	t.Logf("%d copies killed, %d fenced", killed, fenced)
+	if killed == 0 {
+		t.Fatal("no copy was killed mid-run")
+	}
+	if c := testutil.StartChild(t, runChild(t, db, dir, rows), testutil.Hold{}); c.Wait() != nil {
+		t.Fatalf("final run: %v\n%s", c.Err(), c.Output())
+	}
+	checkTables(t, db, rows)
+}
+
+// twoCopies starts two copies of the pipeline (start makes each) at
+// once, rounds times, SIGKILLing each at a random moment, and counts the
+// copies killed and those that ended fenced; any other end fails t.
+func twoCopies(t *testing.T, rng *rand.Rand, rounds int, holdMax int64, start func() *exec.Cmd) (killed, fenced int) {
+	t.Helper()
+	for range rounds {
+		// Each copy holds 1 to holdMax records into what it reads, so
 		// neither can finish before its kill: at a random moment, or soon
 		// after it holds.
 		var cs [2]*testutil.Child
@@ -253,7 +280,7 @@ func TestChaosTwoCopies(t *testing.T) {
 			if i == 1 {
 				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
 			}
-			cs[i] = testutil.StartChild(t, runChild(t, db, dir, rows), testutil.Hold{After: 1 + rng.Int64N(rows/10)})
+			cs[i] = testutil.StartChild(t, start(), testutil.Hold{After: 1 + rng.Int64N(holdMax)})
 		}
 		var wg sync.WaitGroup
 		ended := make([]bool, 2)
@@ -284,12 +311,5 @@ func TestChaosTwoCopies(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d copies killed, %d fenced", killed, fenced)
-	if killed == 0 {
-		t.Fatal("no copy was killed mid-run")
-	}
-	if c := testutil.StartChild(t, runChild(t, db, dir, rows), testutil.Hold{}); c.Wait() != nil {
-		t.Fatalf("final run: %v\n%s", c.Err(), c.Output())
-	}
-	checkTables(t, db, rows)
+	return killed, fenced
 }

@@ -69,11 +69,15 @@ func (d *Destination) layoutFor(ctx context.Context, table string, key []string,
 			slices.Sort(missing)
 			return nil, fmt.Errorf("clickhouse: table %q: key columns %v are not in the stream's schema", table, missing)
 		}
-		for _, q := range []string{
-			createTarget(d.db, table, all, key, cfg.OrderBy, d.features),
-			createStage(d.db, table, all),
-		} {
-			if err := d.conn.Exec(d.ddlContext(ctx), q); err != nil {
+		qs := []string{
+			createTarget(d.db, table, all, key, cfg.OrderBy, d.features, d.zkPath),
+			createStage(d.db, table, all, d.zkPath),
+		}
+		if d.cluster != "" {
+			qs = append(qs, createDistributed(d.db, table, d.cluster, d.shardBy[table]))
+		}
+		for _, q := range qs {
+			if err := d.execAll(d.ddlContext(ctx), q); err != nil {
 				return nil, fmt.Errorf("clickhouse: create table %q: %w", table, err)
 			}
 		}
@@ -124,6 +128,9 @@ func (d *Destination) layoutFor(ctx context.Context, table string, key []string,
 		}
 		if !ok {
 			if err := d.addColumn(ctx, table, c); err != nil {
+				return nil, err
+			}
+			if err := d.alterDistributed(ctx, table, addColumn(d.db, table+distSuffix, c, d.features)); err != nil {
 				return nil, err
 			}
 			ts.target[c.name] = c.typ.ch
@@ -237,6 +244,20 @@ func (d *Destination) modifyColumn(ctx context.Context, table string, c column) 
 		if err := d.conn.Exec(d.ddlContext(ctx), modifyColumn(d.db, t, c)); err != nil {
 			return fmt.Errorf("clickhouse: widen column %q of %q to %s: %w", c.name, t, c.typ.ch, err)
 		}
+	}
+	return d.alterDistributed(ctx, table, modifyColumn(d.db, table+distSuffix, c))
+}
+
+// alterDistributed runs q, an ALTER of table's Distributed table, on
+// every replica when the destination makes Distributed tables (an ALTER
+// of a Replicated table reaches every replica by itself; a Distributed
+// table is each server's own). "Already exists" is success.
+func (d *Destination) alterDistributed(ctx context.Context, table, q string) error {
+	if d.cluster == "" {
+		return nil
+	}
+	if err := d.execAll(d.ddlContext(ctx), q); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return fmt.Errorf("clickhouse: alter the Distributed table of %q: %w", table, err)
 	}
 	return nil
 }

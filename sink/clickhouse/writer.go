@@ -35,7 +35,7 @@ type writer struct {
 
 	gen atomic.Uint64 // set by Recover, read by Commit
 
-	open      map[string]*openBlock // table → its block being gathered
+	open      map[string]*openBlock // blockKey(table, patch) → its block being gathered
 	staged    []stagedBlock         // blocks sent since the last PreCommit
 	lastEpoch uint64
 	preCommit bool
@@ -60,6 +60,7 @@ type openBlock struct {
 	token uint64
 	gen   uint64 // the attempt's generation, as lane 0's Recover set it
 	rows  int64
+	patch []string // a patch block's columns (sink.PatchMetadataKey); nil for rows
 }
 
 // stagedBlock is one block of a committable: rows sent to the staging
@@ -68,6 +69,9 @@ type stagedBlock struct {
 	Table string `json:"table"`
 	Token uint64 `json:"token"`
 	Rows  int64  `json:"rows"`
+	// Patch lists the columns a patch block sets (sink.PatchMetadataKey):
+	// Commit applies it to the table's rows instead of copying it.
+	Patch []string `json:"patch,omitempty"`
 }
 
 // committable is the JSON form of a sink.Committable.
@@ -80,7 +84,13 @@ type committable struct {
 	Blocks   []stagedBlock `json:"blocks"`
 }
 
-const committableFormat = 1
+// committableFormat is the format of a committable without patch
+// blocks; one with them is patchFormat, so that a version that knows no
+// patches refuses it instead of copying the patches in as rows.
+const (
+	committableFormat = 1
+	patchFormat       = 2
+)
 
 func decodeCommittable(c sink.Committable) (*committable, error) {
 	var out committable
@@ -90,8 +100,8 @@ func decodeCommittable(c sink.Committable) (*committable, error) {
 	if err := json.Unmarshal(c, &out); err != nil {
 		return nil, fmt.Errorf("clickhouse: decode committable: %w", err)
 	}
-	if out.Format != committableFormat {
-		return nil, fmt.Errorf("clickhouse: committable format %d, want %d: written by another version?", out.Format, committableFormat)
+	if out.Format != committableFormat && out.Format != patchFormat {
+		return nil, fmt.Errorf("clickhouse: committable format %d, want %d or %d: written by another version?", out.Format, committableFormat, patchFormat)
 	}
 	return &out, nil
 }
@@ -123,7 +133,8 @@ func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch
 }
 
 func (w *writer) write(ctx context.Context, table string, rec arrow.RecordBatch) error {
-	blk := w.open[table]
+	patch := isPatch(rec.Schema())
+	blk := w.open[blockKey(table, patch)]
 	if blk != nil && !blk.lay.schema.Equal(rec.Schema()) {
 		// The engine widened the schema: the block ends here.
 		if err := w.seal(ctx, blk); err != nil {
@@ -133,7 +144,7 @@ func (w *writer) write(ctx context.Context, table string, rec arrow.RecordBatch)
 	}
 	if blk == nil {
 		var err error
-		if blk, err = w.start(ctx, table, rec.Schema()); err != nil {
+		if blk, err = w.start(ctx, table, rec.Schema(), patch); err != nil {
 			return err
 		}
 	}
@@ -250,9 +261,17 @@ func deletedFlags(rec arrow.RecordBatch, sel []int, n int) []uint8 {
 	return out
 }
 
-// start opens a new block of table with schema's layout.
-func (w *writer) start(ctx context.Context, table string, schema *arrow.Schema) (*openBlock, error) {
-	lay, err := w.d.layoutFor(ctx, table, w.keys[table], schema)
+// start opens a new block of table with schema's layout; with patch, a
+// patch block (patch.go).
+func (w *writer) start(ctx context.Context, table string, schema *arrow.Schema, patch bool) (*openBlock, error) {
+	var lay *layout
+	var cols []string
+	var err error
+	if patch {
+		lay, cols, err = w.d.patchLayout(ctx, table, schema)
+	} else {
+		lay, err = w.d.layoutFor(ctx, table, w.keys[table], schema)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -272,22 +291,22 @@ func (w *writer) start(ctx context.Context, table string, schema *arrow.Schema) 
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: prepare a block of %q: %w", table, err)
 	}
-	blk := &openBlock{table: table, lay: lay, batch: b, token: token, gen: w.d.genOf(w.pipeline)}
-	w.open[table] = blk
+	blk := &openBlock{table: table, lay: lay, batch: b, token: token, gen: w.d.genOf(w.pipeline), patch: cols}
+	w.open[blockKey(table, patch)] = blk
 	return blk, nil
 }
 
 // seal sends blk to the staging table, one insert: once it returns nil the
 // block is durable in the staging table's partition blk.token.
 func (w *writer) seal(ctx context.Context, blk *openBlock) error {
-	delete(w.open, blk.table)
+	delete(w.open, blockKey(blk.table, blk.patch != nil))
 	if blk.rows == 0 {
 		_ = blk.batch.Abort()
 		return nil
 	}
 	// Registered before the send: if it fails half-way, Close drops the
 	// partition.
-	w.staged = append(w.staged, stagedBlock{Table: blk.table, Token: blk.token, Rows: blk.rows})
+	w.staged = append(w.staged, stagedBlock{Table: blk.table, Token: blk.token, Rows: blk.rows, Patch: blk.patch})
 	// A failed send is retried with the same sealed block (clickhouse-go
 	// sends a sent batch again on a newly acquired connection), unless the
 	// failed one landed after all: then the partition holds the block
@@ -434,6 +453,11 @@ func (w *writer) PreCommit(ctx context.Context, epoch uint64) (sink.Committable,
 	}
 	if c.Blocks == nil {
 		c.Blocks = []stagedBlock{}
+	}
+	for _, b := range c.Blocks {
+		if b.Patch != nil {
+			c.Format = patchFormat
+		}
 	}
 	out, err := json.Marshal(c)
 	if err != nil {
