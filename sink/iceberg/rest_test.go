@@ -92,12 +92,23 @@ func TestRestConformance(t *testing.T) {
 // client and commits its own epoch 2. Attempt 1's commit of epoch 2, its
 // later Recover and a replay of attempt 2's commit must change nothing:
 // pyiceberg, through the REST catalog, reads epoch 1's rows and attempt 2's
-// epoch 2 exactly once, and the markers of generation 2.
+// epoch 2 exactly once, and the markers of generation 2 (table properties
+// by default; TestRestZombieFencedSnapshots runs it with the markers in
+// snapshot summaries).
 func TestRestZombieFenced(t *testing.T) {
-	ctx := context.Background()
 	uri := restURI(t)
+	restZombieFenced(t, uri, uri, iceberg.Config{}, false)
+}
+
+// restZombieFenced runs TestRestZombieFenced's steps with cfg through the
+// REST catalog at uri, reading back through readURI (the catalog itself,
+// when uri is a proxy). summaries says where the markers must be: in the
+// summary of each table's current snapshot, and none in its properties,
+// or in its properties.
+func restZombieFenced(t *testing.T, uri, readURI string, cfg iceberg.Config, summaries bool) {
+	ctx := context.Background()
 	ns := restNamespace("fence")
-	cfg := iceberg.Config{Namespace: []string{ns}}
+	cfg.Namespace = []string{ns}
 	specs := []sink.StreamSpec{appended("a"), merged("m", "id")}
 	const pipeline = "fence"
 	write := func(w sink.Writer, epoch uint64, ops []op) sink.Committable {
@@ -163,17 +174,25 @@ func TestRestZombieFenced(t *testing.T) {
 		t.Fatalf("stale Recover(1): %v, want sink.ErrFenced", err)
 	}
 
-	got := readREST(t, uri, ns)
+	got := readREST(t, readURI, ns)
 	all := append(append([]op{}, epoch1...), epoch2...)
 	checkAppend(t, got["a"], all)
 	checkMerge(t, "m", got["m"], all, false)
+	want := map[string]string{"openetl.fence.epoch": "2", "openetl.fence.generation": "2", "openetl.fence.fence": "2"}
 	for name, tb := range got {
-		if tb.Properties["openetl.fence.epoch"] != "2" || tb.Properties["openetl.fence.generation"] != "2" ||
-			tb.Properties["openetl.fence.fence"] != "2" {
-			t.Errorf("%s: markers %v, want epoch 2, generation 2, fence 2", name, tb.Properties)
-		}
 		if tb.FormatVersion != 2 {
 			t.Errorf("%s: format version %d, want 2", name, tb.FormatVersion)
+		}
+		marks := tb.Properties
+		if summaries {
+			checkNoMarkers(t, name, tb.Properties)
+			marks = currentSummary(t, readURI, ns, name)
+		}
+		for k, v := range want {
+			if marks[k] != v {
+				t.Errorf("%s: markers %v, want epoch 2, generation 2, fence 2", name, marks)
+				break
+			}
 		}
 	}
 }
