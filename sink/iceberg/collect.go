@@ -155,9 +155,7 @@ func (d *Destination) pipelineTables(ctx context.Context, pipeline string) ([]*t
 		if err != nil {
 			return nil, fmt.Errorf("iceberg: load table %v: %w", ident, err)
 		}
-		props := tbl.Properties()
-		_, marked := props[epochKey(pipeline)]
-		if _, fenced := props[fenceKey(pipeline)]; marked || fenced {
+		if _, found, err := d.markersOf(tbl.Metadata(), pipeline); err == nil && found {
 			out = append(out, tbl)
 		}
 	}

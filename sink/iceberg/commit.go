@@ -26,7 +26,8 @@ import (
 // adds the files (an append snapshot; for Merge tables a row-delta
 // snapshot per epoch with its deletes, in epoch order; position deletes
 // are found and written here, see the package doc) and sets
-// the pipeline's markers in the table's properties: the epoch (every
+// the pipeline's markers (in the table's properties or its snapshot
+// summaries, Config.Fence): the epoch (every
 // file of that epoch and before is in the table), the generation, and
 // the fence raised to this generation. The commit requires, checked by
 // the catalog against the table's current metadata, that the fence is
@@ -103,7 +104,7 @@ func (w *writer) applyAll(ctx context.Context, epoch uint64, byTable map[string]
 			if err != nil {
 				return fmt.Errorf("iceberg: load table %v: %w", w.d.ident(name), err)
 			}
-			m, err := readMarkers(tbl.Properties(), w.pipeline)
+			m, _, err := w.d.markersOf(tbl.Metadata(), w.pipeline)
 			if err != nil {
 				return err
 			}
@@ -165,7 +166,7 @@ func (w *writer) checkFence(ctx context.Context, gen checkpoint.Generation) erro
 		if err != nil {
 			return fmt.Errorf("iceberg: load table %v: %w", ident, err)
 		}
-		m, err := readMarkers(tbl.Properties(), w.pipeline)
+		m, _, err := w.d.markersOf(tbl.Metadata(), w.pipeline)
 		if err != nil {
 			return err
 		}
@@ -194,8 +195,11 @@ func (w *writer) Visible() uint64 { return w.visible.Load() }
 func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generation, name string, files *epochFiles, final bool) (uint64, error) {
 	ident := w.d.ident(name)
 	mode := w.mode(name)
-	req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: uint64(gen)}
+	req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: uint64(gen), Where: w.d.reading()}
 	var lastErr error
+	// refused is the error of a commit with the markers as table
+	// properties, under FenceAuto: it is tried again without them.
+	var refused error
 	for try := 0; try < w.d.maxTries; try++ {
 		req.Epoch, req.Pin = 0, nil
 		tbl, err := w.d.fenced(ctx, ident, req)
@@ -205,7 +209,7 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		if err := req.Validate(tbl.Metadata()); err != nil {
 			return 0, err
 		}
-		m, err := readMarkers(tbl.Properties(), w.pipeline)
+		m, _, err := w.d.markersOf(tbl.Metadata(), w.pipeline)
 		if err != nil {
 			return 0, err
 		}
@@ -217,6 +221,14 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		}
 		if !final && mode == sink.Overwrite {
 			return p.minEpoch, nil // the refresh goes on
+		}
+		// upTo is the epoch the commit applies the table up to: epoch,
+		// or, for a group of a format v3 table with deletion vectors,
+		// only its oldest epoch (see commitsPerEpoch); the loop then
+		// commits the next.
+		upTo := epoch
+		if gs := p.byEpoch(); len(gs) > 1 && commitsPerEpoch(tbl, p) {
+			p, upTo = gs[0], gs[0].minEpoch
 		}
 		// Checked here to skip work; the catalog checks it again,
 		// atomically with the commit.
@@ -235,8 +247,18 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 		} else if missing != "" {
 			return 0, fmt.Errorf("iceberg: table %v: epoch %d: data file %s is gone: not committing it", ident, epoch, missing)
 		}
+		// The markers each snapshot of the commit records in its summary
+		// (Config.Fence): the epoch up to which its files are in; the
+		// fence may be written there, as the commit requires the table to
+		// be at the snapshot it was read from.
+		var marks func(uint64) ice.Properties
+		if w.d.fence != FenceProperties {
+			marks = func(e uint64) ice.Properties {
+				return markerProps(w.pipeline, markers{epoch: e, gen: gen, fence: max(gen, m.fence)})
+			}
+		}
 		tx := tbl.NewTransaction()
-		st, err := w.stage(ctx, name, tbl, tx, mode, epoch, uint64(gen), p)
+		st, err := w.stageAll(ctx, name, tbl, tx, mode, upTo, uint64(gen), p, marks)
 		if err != nil {
 			st.abort(ctx, w, name, tbl, true)
 			return 0, fmt.Errorf("iceberg: table %v: stage epoch %d: %w", ident, epoch, err)
@@ -246,34 +268,48 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 			pin := currentSnapshot(tbl)
 			req.Pin = &pin
 		}
-		props := ice.Properties{
-			epochKey(w.pipeline): strconv.FormatUint(epoch, 10),
-			genKey(w.pipeline):   strconv.FormatUint(uint64(gen), 10),
-		}
-		// Only where the fence check is atomic with the commit (SQL
-		// catalogs): elsewhere a zombie's commit racing Recover's raise
-		// could write the fence back down, so only Recover writes it.
-		if w.d.cat.CatalogType() == catalog.SQL {
-			props[fenceKey(w.pipeline)] = strconv.FormatUint(uint64(max(gen, m.fence)), 10)
-		}
-		if err := tx.SetProperties(props); err != nil {
-			st.abort(ctx, w, name, tbl, true)
-			return 0, fmt.Errorf("iceberg: table %v: set markers: %w", ident, err)
+		var props ice.Properties
+		if !w.d.summariesOnly() && refused == nil {
+			props = ice.Properties{
+				epochKey(w.pipeline): strconv.FormatUint(upTo, 10),
+				genKey(w.pipeline):   strconv.FormatUint(uint64(gen), 10),
+			}
+			// Only where the fence check is atomic with the commit (SQL
+			// catalogs): elsewhere a zombie's commit racing Recover's
+			// raise could write the fence property back down, so only
+			// Recover writes it.
+			if w.d.cat.CatalogType() == catalog.SQL {
+				props[fenceKey(w.pipeline)] = strconv.FormatUint(uint64(max(gen, m.fence)), 10)
+			}
+			if err := tx.SetProperties(props); err != nil {
+				st.abort(ctx, w, name, tbl, true)
+				return 0, fmt.Errorf("iceberg: table %v: set markers: %w", ident, err)
+			}
 		}
 		next, err := tx.Commit(ctx)
 		if err != nil {
 			// The position-delete files are removed only when the commit
 			// surely did not happen; after another error the catalog may
 			// have taken it, and they would then be the table's.
-			clean := isConflict(err) || errors.Is(err, errMoved) || errors.Is(err, errApplied) || errors.Is(err, sink.ErrFenced)
+			clean := !errors.Is(err, errOutcomeUnknown) &&
+				(isConflict(err) || errors.Is(err, errMoved) || errors.Is(err, errApplied) || errors.Is(err, sink.ErrFenced))
 			st.abort(ctx, w, name, tbl, clean)
 		}
 		switch {
 		case err == nil:
+			if refused != nil {
+				w.d.useSummaries(ident, "refused", refused)
+			} else if props != nil && w.d.fence == FenceAuto && !propsKept(next.Metadata(), props) {
+				w.d.useSummaries(ident, "dropped", nil)
+			}
 			st.done(ctx, w, name, next, p)
-			w.d.noteApplied(w.pipeline, name, epoch)
+			w.d.noteApplied(w.pipeline, name, upTo)
 			if !slices.ContainsFunc(w.fenceAt, func(id table.Identifier) bool { return slices.Equal(id, ident) }) {
 				w.fenceAt = append(w.fenceAt, ident)
+			}
+			if upTo < epoch {
+				try = -1 // the next epoch's commit, with tries of its own
+				continue
 			}
 			delete(w.waitSince, name)
 			w.d.log.Debug("iceberg: table committed", "pipeline", w.pipeline, "table", name, "epoch", epoch,
@@ -294,11 +330,32 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 			w.d.log.Warn("iceberg: commit lost a race; reloading the table and redoing it",
 				"pipeline", w.pipeline, "table", name, "epoch", epoch, "err", err)
 			continue
+		case props != nil && w.d.fence == FenceAuto && w.d.mayRefuse(err):
+			// Does the catalog refuse the properties? The commit is tried
+			// once more with the markers in the snapshot summaries only
+			// (they were there too: had the catalog taken the commit after
+			// all, the next try finds the epoch applied).
+			refused, lastErr = err, err
+			w.d.log.Warn("iceberg: commit failed; trying it again without the pipeline's table properties",
+				"pipeline", w.pipeline, "table", name, "epoch", epoch, "err", err)
+			continue
 		default:
 			return 0, fmt.Errorf("iceberg: table %v: commit epoch %d: %w", ident, epoch, err)
 		}
 	}
 	return 0, fmt.Errorf("iceberg: table %v: commit of epoch %d lost the race %d times: %w", ident, epoch, w.d.maxTries, lastErr)
+}
+
+// commitsPerEpoch reports whether a group of epochs p is committed to
+// tbl one catalog commit per epoch: on a format v3 table, where
+// deletion vectors find the rows they delete, as a later epoch of the
+// group may delete rows of a data file an earlier one adds, and
+// iceberg-go v0.7.0 refuses a deletion vector whose data file is not in
+// the table before the commit ("referenced data files missing"), even
+// when the same transaction adds it.
+func commitsPerEpoch(tbl *table.Table, p pending) bool {
+	_, locating := p.locates()
+	return locating && tbl.Metadata().Version() >= 3
 }
 
 // staged is what stage did besides adding to the transaction: the key
@@ -329,9 +386,9 @@ func (st *staged) abort(ctx context.Context, w *writer, name string, tbl *table.
 }
 
 // done applies the staged index changes once next is committed, and
-// removes the files of keys deleted for good, which no snapshot refers
-// to and which the table's epoch marker now says are applied (best
-// effort; Collect and Maintain remove those left).
+// removes the files of keys deleted for good and of patches, which no
+// snapshot refers to and which the table's epoch marker now says are
+// applied (best effort; Collect and Maintain remove those left).
 func (st *staged) done(ctx context.Context, w *writer, name string, next *table.Table, p pending) {
 	if st == nil || st.idx == nil {
 		return
@@ -342,7 +399,7 @@ func (st *staged) done(ctx context.Context, w *writer, name string, next *table.
 		return
 	}
 	for _, fd := range p.deletes {
-		if len(fd.Locate) > 0 {
+		if len(fd.Locate) > 0 || fd.Patch {
 			_ = fsys.Remove(fd.Path)
 		}
 	}
@@ -366,9 +423,12 @@ func (p pending) locates() ([]int, bool) {
 // the table. An epoch whose files are marked Locate gets position
 // deletes (deletion vectors on a v3 table), found in table name's key
 // index and written here. On a v3 table appends are row deltas too.
-func (w *writer) stage(ctx context.Context, name string, tbl *table.Table, tx *table.Transaction, mode sink.Mode, epoch, gen uint64, p pending) (*staged, error) {
+func (w *writer) stage(ctx context.Context, name string, tbl *table.Table, tx *table.Transaction, mode sink.Mode, epoch, gen uint64, p pending, marks func(uint64) ice.Properties) (*staged, error) {
 	spec, sc := tbl.Spec(), tbl.Schema()
 	props := w.snapshotProps(epoch, gen)
+	if marks != nil {
+		maps.Copy(props, marks(epoch))
+	}
 	if mode == sink.Overwrite {
 		data, err := dataFiles(p.data, spec, sc)
 		if err != nil {
@@ -407,7 +467,8 @@ func (w *writer) stage(ctx context.Context, name string, tbl *table.Table, tx *t
 		}
 		st.idx = x
 	}
-	for _, e := range p.byEpoch() {
+	groups := p.byEpoch()
+	for i, e := range groups {
 		data, err := dataFiles(e.data, spec, sc)
 		if err != nil {
 			return st, err
@@ -442,7 +503,27 @@ func (w *writer) stage(ctx context.Context, name string, tbl *table.Table, tx *t
 				deletes = pos
 			}
 		}
-		rd := tx.NewRowDelta(w.snapshotProps(e.minEpoch, gen)).AddRows(data...).AddDeletes(deletes...)
+		// Each snapshot's markers say what it holds: a rollback to one
+		// (takeBack) must not claim the group's later epochs. The last
+		// holds every file up to epoch, which takeBack looks for even
+		// when the epoch has no file of the table (its files waited).
+		me := e.minEpoch
+		if i == len(groups)-1 {
+			me = epoch
+		}
+		sprops := w.snapshotProps(me, gen)
+		if marks != nil {
+			maps.Copy(sprops, marks(me))
+		}
+		if len(data) == 0 && len(deletes) == 0 && len(replaced) == 0 {
+			// Only keys deleted for good that have no row: nothing to
+			// add or delete, but the epoch's snapshot records it.
+			if err := markerSnapshot(ctx, tbl, tx, sprops); err != nil {
+				return st, err
+			}
+			continue
+		}
+		rd := tx.NewRowDelta(sprops).AddRows(data...).AddDeletes(deletes...)
 		if len(replaced) > 0 {
 			rd.RemoveDeletes(replaced...)
 		}
@@ -485,8 +566,8 @@ func dataFiles(fs []fileDesc, spec ice.PartitionSpec, sc *ice.Schema) ([]ice.Dat
 }
 
 // Recover raises the pipeline's fence to gen on every table of the
-// namespace that the pipeline has written (its markers are in the
-// table's properties), each with a commit that requires the fence not to
+// namespace that the pipeline has written (it has the pipeline's
+// markers), each with a commit that requires the fence not to
 // be above gen, so two attempts recovering at once can't lower it; it
 // fails with an error wrapping sink.ErrFenced when a newer generation has
 // recovered. Then it reports what became of head's epoch: Applied when
@@ -558,7 +639,7 @@ func (w *writer) raiseFences(ctx context.Context, gen checkpoint.Generation, hea
 		}
 		idents = append(idents, ident)
 	}
-	req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: uint64(gen)}
+	req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: uint64(gen), Where: w.d.reading()}
 	var ours []table.Identifier
 	for _, ident := range idents {
 		tbl, err := w.d.cat.LoadTable(ctx, ident)
@@ -568,18 +649,21 @@ func (w *writer) raiseFences(ctx context.Context, gen checkpoint.Generation, hea
 		if err != nil {
 			return fmt.Errorf("iceberg: load table %v: %w", ident, err)
 		}
-		props := tbl.Properties()
-		_, marked := props[epochKey(w.pipeline)]
-		if _, fenced := props[fenceKey(w.pipeline)]; !marked && !fenced {
+		m, found, err := w.d.markersOf(tbl.Metadata(), w.pipeline)
+		if errors.Is(err, errMarkersExpired) {
+			// Nothing can be committed to it (Commit fails the same way).
+			w.d.log.Warn("iceberg: table skipped: markers unreadable", "pipeline", w.pipeline, "table", ident, "err", err)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !found {
 			continue // not a table of this pipeline
 		}
 		// A zombie learns it is one first: a newer generation may have
 		// applied epochs after this one's head.
 		if err := req.Validate(tbl.Metadata()); err != nil {
-			return err
-		}
-		m, err := readMarkers(props, w.pipeline)
-		if err != nil {
 			return err
 		}
 		if err := sink.CheckAhead(w.pipeline, fmt.Sprintf("table %v", ident), m.epoch, m.gen, gen, head); err != nil {
@@ -596,8 +680,11 @@ func (w *writer) raiseFences(ctx context.Context, gen checkpoint.Generation, hea
 	return nil
 }
 
+// raiseFence raises the fence of one table: a table property, or, where
+// the markers live in snapshot summaries only, a snapshot without files
+// that records them with the new fence.
 func (w *writer) raiseFence(ctx context.Context, ident table.Identifier, gen checkpoint.Generation, req *fenceRequirement) error {
-	var lastErr error
+	var lastErr, refused error
 	for try := 0; try < w.d.maxTries; try++ {
 		tbl, err := w.d.fenced(ctx, ident, req)
 		if errors.Is(err, catalog.ErrNoSuchTable) {
@@ -606,31 +693,54 @@ func (w *writer) raiseFence(ctx context.Context, ident table.Identifier, gen che
 		if err != nil {
 			return fmt.Errorf("iceberg: load table %v: %w", ident, err)
 		}
-		props := tbl.Properties()
-		if _, ours := props[epochKey(w.pipeline)]; !ours {
-			if _, fenced := props[fenceKey(w.pipeline)]; !fenced {
-				return nil // not a table of this pipeline
-			}
+		m, found, err := w.d.markersOf(tbl.Metadata(), w.pipeline)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return nil // not a table of this pipeline
 		}
 		if err := req.Validate(tbl.Metadata()); err != nil {
 			return err
 		}
-		m, _ := readMarkers(props, w.pipeline)
 		if m.fence == gen {
 			return nil
 		}
 		tx := tbl.NewTransaction()
-		if err := tx.SetProperties(ice.Properties{fenceKey(w.pipeline): strconv.FormatUint(uint64(gen), 10)}); err != nil {
-			return err
+		var props ice.Properties
+		if w.d.summariesOnly() || refused != nil {
+			err = markerSnapshot(ctx, tbl, tx, markerProps(w.pipeline, markers{epoch: m.epoch, gen: m.gen, fence: gen}))
+		} else {
+			props = ice.Properties{fenceKey(w.pipeline): strconv.FormatUint(uint64(gen), 10)}
+			err = tx.SetProperties(props)
+			if err == nil && w.d.fence == FenceAuto && w.d.cat.CatalogType() != catalog.SQL {
+				// Where the catalog can't check the fence atomically with
+				// a commit (REST), the raise also moves main: a zombie's
+				// commit that checked the fence just before requires the
+				// snapshot it checked (pinMain), and is refused.
+				err = markerSnapshot(ctx, tbl, tx, markerProps(w.pipeline, markers{epoch: m.epoch, gen: m.gen, fence: gen}))
+			}
 		}
-		_, err = tx.Commit(ctx)
+		if err != nil {
+			return fmt.Errorf("iceberg: table %v: raise fence: %w", ident, err)
+		}
+		next, err := tx.Commit(ctx)
 		switch {
 		case err == nil:
+			if refused != nil {
+				w.d.useSummaries(ident, "refused", refused)
+			} else if props != nil && w.d.fence == FenceAuto && !propsKept(next.Metadata(), props) {
+				w.d.useSummaries(ident, "dropped", nil)
+				continue // and raise it in a snapshot
+			}
 			return nil
 		case errors.Is(err, sink.ErrFenced):
 			return err
 		case isConflict(err):
 			lastErr = err
+			continue
+		case props != nil && w.d.fence == FenceAuto && w.d.mayRefuse(err):
+			refused, lastErr = err, err // try it in a snapshot
 			continue
 		default:
 			return fmt.Errorf("iceberg: table %v: raise fence: %w", ident, err)
@@ -668,7 +778,7 @@ func (w *writer) outcome(ctx context.Context, head *checkpoint.Record) (sink.Out
 		if err != nil {
 			return 0, nil, fmt.Errorf("iceberg: load table %s: %w", name, err)
 		}
-		m, err := readMarkers(tbl.Properties(), w.pipeline)
+		m, _, err := w.d.markersOf(tbl.Metadata(), w.pipeline)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -738,8 +848,9 @@ func firstMissing(ctx context.Context, tbl *table.Table, p pending) (string, err
 }
 
 // takeBack rolls table name back to the snapshot before the ones that
-// applied epoch (a commit adds one snapshot, or one per epoch with
-// deletes, all marked with its epoch), and its epoch marker to
+// applied epoch (a commit adds one snapshot marked with its epoch, or
+// one per epoch with deletes, the last marked with its epoch and the
+// others with theirs), and its epoch marker to
 // the epoch of the newest snapshot of the pipeline before them, fenced
 // like a commit. A table whose first snapshots applied epoch is emptied
 // instead. Nothing happens when the table's marker is below epoch.
@@ -753,14 +864,14 @@ func (w *writer) takeBack(ctx context.Context, name string, epoch uint64) error 
 		}
 		return s.Summary.Properties["openetl.epoch"], true
 	}
-	var lastErr error
+	var lastErr, refused error
 	for try := 0; try < w.d.maxTries; try++ {
-		req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: gen}
+		req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: gen, Where: w.d.reading()}
 		tbl, err := w.d.fenced(ctx, ident, req)
 		if err != nil {
 			return fmt.Errorf("iceberg: load table %v: %w", ident, err)
 		}
-		m, err := readMarkers(tbl.Properties(), w.pipeline)
+		m, _, err := w.d.markersOf(tbl.Metadata(), w.pipeline)
 		if err != nil {
 			return err
 		}
@@ -823,14 +934,29 @@ func (w *writer) takeBack(ctx context.Context, name string, epoch uint64) error 
 		if err != nil {
 			return fmt.Errorf("iceberg: table %v: take back epoch %d: %w", ident, epoch, err)
 		}
-		if err := tx.SetProperties(ice.Properties{
-			epochKey(w.pipeline): strconv.FormatUint(prev, 10),
-			genKey(w.pipeline):   strconv.FormatUint(gen, 10),
-		}); err != nil {
-			return err
+		var props ice.Properties
+		if !w.d.summariesOnly() && refused == nil {
+			props = ice.Properties{
+				epochKey(w.pipeline): strconv.FormatUint(prev, 10),
+				genKey(w.pipeline):   strconv.FormatUint(gen, 10),
+			}
+			if err := tx.SetProperties(props); err != nil {
+				return err
+			}
+		}
+		if w.d.fence != FenceProperties {
+			// The snapshot rolled back to has older markers, the fence
+			// included: a snapshot on top of it records the current ones.
+			mp := markerProps(w.pipeline, markers{epoch: prev, gen: checkpoint.Generation(gen), fence: m.fence})
+			if err := markerSnapshot(ctx, tbl, tx, mp); err != nil {
+				return fmt.Errorf("iceberg: table %v: take back epoch %d: %w", ident, epoch, err)
+			}
 		}
 		_, err = tx.Commit(ctx)
 		switch {
+		case err == nil && refused != nil:
+			w.d.useSummaries(ident, "refused", refused)
+			fallthrough
 		case err == nil:
 			w.d.resetApplied(w.pipeline, name, prev)
 			w.d.log.Warn("iceberg: epoch lost after some tables had it: taken back", "pipeline", w.pipeline,
@@ -840,6 +966,9 @@ func (w *writer) takeBack(ctx context.Context, name string, epoch uint64) error 
 			return err
 		case isConflict(err):
 			lastErr = err
+			continue
+		case props != nil && w.d.fence == FenceAuto && w.d.mayRefuse(err):
+			refused, lastErr = err, err // try it without the properties
 			continue
 		default:
 			return fmt.Errorf("iceberg: table %v: take back epoch %d: %w", ident, epoch, err)

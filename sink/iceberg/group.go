@@ -23,7 +23,8 @@ import (
 // Grouping saves catalog commits, snapshots and manifests (one per group
 // instead of one per epoch; a Merge table still gets one snapshot per
 // epoch, committed together, because an epoch's deletes must
-// apply to the rows of earlier epochs); it does not merge data files,
+// apply to the rows of earlier epochs, and on a format v3 table one
+// commit per epoch, see the package doc); it does not merge data files,
 // which are written per epoch and lane: the pipeline's epoch size (etl's
 // EpochEvery) and Maintain's compaction set the file size. Readers see a
 // table up to Interval (plus an epoch) behind the checkpoint log.

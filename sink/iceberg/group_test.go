@@ -23,8 +23,9 @@ const groupRows = killRows / 3
 // TestSyncCommitsGroupAtEnd syncs the fake orders (append) and customers
 // (merge) through the real runner with a grouping that is never due (the
 // default's 128 MiB, and 1000h rather than 60s so a slow machine can't
-// reach it) and epochs every 10ms: no table commit is due during the
-// sync, so everything becomes visible when the runner closes lane 0's
+// reach it) and a barrier every 32 KiB of payload read in batches of
+// 256 rows, so the epoch count depends on the data, not on how fast the
+// machine reads it: no table commit is due during the sync, so everything becomes visible when the runner closes lane 0's
 // writer at the end of Sync. pyiceberg must then read every
 // order once and every customer's latest version, in fewer snapshots
 // than epochs; a second Sync with nothing new changes nothing.
@@ -51,7 +52,7 @@ func TestSyncCommitsGroupAtEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		p, err := etl.NewPipeline("kill").From(src).To(dst).Checkpoints(store).
-			Mode(delivery.Merge, faker.Customers).Lanes(2).EpochEvery(10*time.Millisecond, 0).
+			Mode(delivery.Merge, faker.Customers).Lanes(2).EpochEvery(1000*time.Hour, 32<<10).BatchSize(256, 0).
 			Require(delivery.ExactlyOnce).Build()
 		if err != nil {
 			t.Fatal(err)
@@ -63,6 +64,7 @@ func TestSyncCommitsGroupAtEnd(t *testing.T) {
 		return res
 	}
 	res := sync()
+	t.Logf("the first sync took %d epochs", res.Epochs)
 	if res.Epochs < 3 {
 		t.Fatalf("the sync took %d epochs: too few to group", res.Epochs)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -59,8 +60,10 @@ type TableReport struct {
 // says, on every table of the Destination's namespace, one after the
 // other; the host calls it when it likes (a cron, between syncs, or while
 // a pipeline runs: a Commit that races it reloads and redoes its
-// transaction). The pipeline markers are table properties, which none of
-// these touch, so exactly-once bookkeeping survives them. It returns the
+// transaction). The pipeline markers survive them, so exactly-once
+// bookkeeping does: table properties are not touched, and markers kept in
+// snapshot summaries (Config.Fence) are carried into the compaction's
+// snapshot and, before an expiry, onto the current snapshot. It returns the
 // reports of the tables it finished and the first error.
 func (d *Destination) Maintain(ctx context.Context, opts MaintainOptions) ([]TableReport, error) {
 	if opts.RetainLast <= 0 {
@@ -139,7 +142,16 @@ func (d *Destination) maintain(ctx context.Context, ident table.Identifier, opts
 			if err != nil {
 				return err
 			}
-			res, err := tbl.RewriteDataFiles(ctx, groups, table.RewriteDataFilesOptions{ExtraDeleteFilesToRemove: dead})
+			// Where the markers live in snapshot summaries, the rewrite's
+			// snapshot carries them over, and requires the table to be
+			// still at the snapshot they were read from.
+			var carry map[string]string
+			if d.fence != FenceProperties {
+				if carry = carriedMarkers(tbl.Metadata()); len(carry) > 0 {
+					tbl = d.pinned(tbl)
+				}
+			}
+			res, err := tbl.RewriteDataFiles(ctx, groups, table.RewriteDataFilesOptions{ExtraDeleteFilesToRemove: dead, SnapshotProps: carry})
 			if err != nil {
 				return err
 			}
@@ -147,6 +159,26 @@ func (d *Destination) maintain(ctx context.Context, ident table.Identifier, opts
 			return nil
 		}); err != nil {
 			return r, fmt.Errorf("compact: %w", err)
+		}
+	}
+	if opts.ExpireOlderThan > 0 && d.fence != FenceProperties {
+		// Expiry keeps the current snapshot: it must carry the markers
+		// (another writer's snapshot may be on top of the one that does).
+		if err := d.retry(ctx, ident, func(tbl *table.Table) error {
+			carry := carriedMarkers(tbl.Metadata())
+			cur := tbl.CurrentSnapshot()
+			if len(carry) == 0 || cur == nil || cur.Summary != nil && hasAll(cur.Summary.Properties, carry) {
+				return nil
+			}
+			tbl = d.pinned(tbl)
+			tx := tbl.NewTransaction()
+			if err := markerSnapshot(ctx, tbl, tx, carry); err != nil {
+				return err
+			}
+			_, err := tx.Commit(ctx)
+			return err
+		}); err != nil {
+			return r, fmt.Errorf("carry the markers before expiry: %w", err)
 		}
 	}
 	if opts.ExpireOlderThan > 0 {
@@ -251,4 +283,94 @@ func (w *writer) maybeMaintain(ctx context.Context, byTable map[string]*epochFil
 		w.d.log.Warn("iceberg: scheduled maintenance failed; it runs again in Config.Maintenance.Every",
 			"pipeline", w.pipeline, "err", err)
 	}
+}
+
+// carriedMarkers are the markers of every pipeline found in the
+// summaries of meta's current snapshot and its ancestors, each from the
+// newest snapshot that carries it.
+func carriedMarkers(meta table.Metadata) map[string]string {
+	out := map[string]string{}
+	seen := map[string]bool{}
+	for s := meta.CurrentSnapshot(); s != nil; {
+		if s.Summary != nil {
+			here := map[string]bool{}
+			for k := range s.Summary.Properties {
+				if p, ok := markerPipeline(k); ok && !seen[p] {
+					here[p] = true
+				}
+			}
+			for k, v := range s.Summary.Properties {
+				if p, ok := markerPipeline(k); ok && here[p] {
+					out[k] = v
+				}
+			}
+			for p := range here {
+				seen[p] = true
+			}
+		}
+		if s.ParentSnapshotID == nil {
+			break
+		}
+		s = meta.SnapshotByID(*s.ParentSnapshotID)
+	}
+	return out
+}
+
+// markerPipeline returns the pipeline of marker key k
+// (openetl.{pipeline}.epoch, .generation or .fence).
+func markerPipeline(k string) (string, bool) {
+	rest, ok := strings.CutPrefix(k, "openetl.")
+	if !ok {
+		return "", false
+	}
+	p, field, ok := strings.Cut(rest, ".")
+	if !ok || p == "" || (field != "epoch" && field != "generation" && field != "fence") {
+		return "", false
+	}
+	return p, true
+}
+
+func hasAll(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// pinnedCatalog commits a table only while the table's branch main is
+// still at pin: a commit that carries markers read from that snapshot
+// must not be replayed on another (it would write older markers over
+// newer ones, a raised fence included). A lost race is reported as a
+// plain conflict, which iceberg-go does not replay; Maintain's retry
+// reloads the table and starts over.
+type pinnedCatalog struct {
+	inner table.CatalogIO
+	pin   *int64
+}
+
+// pinned returns tbl committing through a pinnedCatalog at its current
+// snapshot.
+func (d *Destination) pinned(tbl *table.Table) *table.Table {
+	var pin *int64
+	if s := tbl.CurrentSnapshot(); s != nil {
+		id := s.SnapshotID
+		pin = &id
+	}
+	c := &pinnedCatalog{inner: d.cat, pin: pin}
+	return table.New(tbl.Identifier(), tbl.Metadata(), tbl.MetadataLocation(), tbl.FS, c)
+}
+
+func (c *pinnedCatalog) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
+	return c.inner.LoadTable(ctx, ident)
+}
+
+func (c *pinnedCatalog) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, updates []table.Update) (table.Metadata, string, error) {
+	reqs = append(slices.Clone(reqs), table.AssertRefSnapshotID(table.MainBranch, c.pin))
+	meta, loc, err := c.inner.CommitTable(ctx, ident, reqs, updates)
+	if err != nil && (errors.Is(err, table.ErrCommitFailed) || isConflict(err)) {
+		return nil, "", fmt.Errorf("requirement failed: branch main moved from snapshot %v: %v", c.pin, err)
+	}
+	return meta, loc, err
 }

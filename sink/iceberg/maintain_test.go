@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/openetl/etl/checkpoint"
@@ -20,11 +21,20 @@ import (
 // snapshot expiry and orphan cleanup, and checks the rows read the same,
 // the markers survive (a repeated Commit of the last epoch adds nothing,
 // Recover reports it applied), an uncommitted epoch's files are removed
-// as orphans, and the pipeline carries on.
+// as orphans, and the pipeline carries on; with the markers in table
+// properties (the default), and in snapshot summaries (FenceSnapshots:
+// compaction's snapshot carries them over, and expiry leaves them on the
+// current snapshot).
 func TestMaintainKeepsMarkers(t *testing.T) {
+	for _, fence := range []iceberg.Fence{iceberg.FenceAuto, iceberg.FenceSnapshots} {
+		t.Run(fence.String(), func(t *testing.T) { maintainKeepsMarkers(t, fence) })
+	}
+}
+
+func maintainKeepsMarkers(t *testing.T, fence iceberg.Fence) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
-	cfg := iceberg.Config{}
+	cfg := iceberg.Config{Fence: fence}
 	specs := []sink.StreamSpec{appended("a"), merged("m", "id")}
 	d := newDest(t, wh.cat, cfg)
 	w, err := d.Writer(ctx, writerConfig("maint", 0, specs...))
@@ -115,7 +125,12 @@ func TestMaintainKeepsMarkers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p := tbl.Properties(); p["openetl.maint.epoch"] != "8" || p["openetl.maint.fence"] != "1" {
+		p := tbl.Properties()
+		if fence == iceberg.FenceSnapshots {
+			checkNoMarkers(t, name, p)
+			p = tbl.CurrentSnapshot().Summary.Properties
+		}
+		if p["openetl.maint.epoch"] != "8" || p["openetl.maint.fence"] != "1" {
 			t.Errorf("%s: markers after maintenance: %v", name, p)
 		}
 	}
@@ -151,5 +166,81 @@ func TestMaintainKeepsMarkers(t *testing.T) {
 	}
 	if got, _ := scan(ctx, wh.cat, iceberg.DefaultNamespace, "a"); len(got) != len(all)+len(ops) {
 		t.Fatalf("after the next epoch: %d rows, want %d", len(got), len(all)+len(ops))
+	}
+}
+
+// TestMaintainExpiryKeepsSummaryMarkers: with the markers in snapshot
+// summaries (FenceSnapshots), another writer's snapshot on top of the
+// pipeline's (here an empty append) carries none of them; Maintain's
+// expiry, keeping only the current snapshot, first records them on a
+// snapshot of their own, so the next attempt still reads them: Recover
+// reports the last epoch applied instead of failing with unreadable
+// markers.
+func TestMaintainExpiryKeepsSummaryMarkers(t *testing.T) {
+	ctx := context.Background()
+	wh := newWarehouse(t)
+	cfg := iceberg.Config{Fence: iceberg.FenceSnapshots}
+	specs := []sink.StreamSpec{appended("a")}
+	d := newDest(t, wh.cat, cfg)
+	w, err := d.Writer(ctx, writerConfig("exp", 0, specs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if _, err := w.Recover(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	ops := []op{{key: 1, kind: "insert", seq: 1, name: "a1"}}
+	rec := batch(ops, false)
+	if err := w.Write(ctx, "a", rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	c, err := w.PreCommit(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(ctx, 1, []sink.Committable{c}); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer's snapshot.
+	ident := table.Identifier{iceberg.DefaultNamespace, "a"}
+	tbl, err := wh.cat.LoadTable(ctx, ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := table.SchemaToArrowSchema(tbl.Schema(), nil, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdr, err := array.NewRecordReader(as, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := tbl.NewTransaction()
+	if err := tx.Append(ctx, rdr, nil); err != nil {
+		t.Fatal(err)
+	}
+	rdr.Release()
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Maintain(ctx, iceberg.MaintainOptions{ExpireOlderThan: time.Nanosecond}); err != nil {
+		t.Fatal(err)
+	}
+	if tbl, err = wh.cat.LoadTable(ctx, ident); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tbl.Metadata().Snapshots()); n != 1 {
+		t.Errorf("%d snapshots after expiry, want 1", n)
+	}
+	w2, err := newDest(t, wh.cat, cfg).Writer(ctx, writerConfig("exp", 0, specs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close(ctx)
+	out, err := w2.Recover(ctx, 2, &checkpoint.Record{Pipeline: "exp", Epoch: 1, Generation: 1, Committables: [][]byte{c}})
+	if err != nil || out != sink.Applied {
+		t.Fatalf("Recover after expiry: %v, %v; want Applied", out, err)
 	}
 }

@@ -219,7 +219,7 @@ func (w *writer) keyIndex(ctx context.Context, name string, tbl *table.Table, id
 	}
 	delete(w.indexes, name)
 	start := time.Now()
-	x, err := buildKeyIndex(ctx, tbl, ids)
+	x, err := buildKeyIndex(ctx, tbl, ids, nil)
 	if err != nil {
 		return nil, fmt.Errorf("iceberg: table %v: index keys: %w", tbl.Identifier(), err)
 	}
@@ -230,8 +230,11 @@ func (w *writer) keyIndex(ctx context.Context, name string, tbl *table.Table, id
 }
 
 // buildKeyIndex reads the key columns of tbl's live data files, leaving
-// out the rows their deletion vectors and position deletes delete.
-func buildKeyIndex(ctx context.Context, tbl *table.Table, ids []int) (*keyIndex, error) {
+// out the rows their deletion vectors and position deletes delete. With
+// want set it holds only those keys (by their bytes: a release's
+// _openetl_ids), while still listing every live file, its deletion
+// vector and (v3) its position deletes, which writeDeletionVectors needs.
+func buildKeyIndex(ctx context.Context, tbl *table.Table, ids []int, want map[string]bool) (*keyIndex, error) {
 	ints := intKey(tbl.Schema(), ids)
 	version := tbl.Metadata().Version()
 	if tbl.CurrentSnapshot() == nil {
@@ -246,6 +249,9 @@ func buildKeyIndex(ctx context.Context, tbl *table.Table, ids []int) (*keyIndex,
 	for _, t := range tasks {
 		rows += t.File.Count()
 		hasDV = hasDV || len(t.DeletionVectorFiles) > 0
+	}
+	if want != nil {
+		rows = int64(len(want))
 	}
 	x := newKeyIndex(ids, ints, currentSnapshot(tbl), version, int(rows))
 	fsys, err := tbl.FS(ctx)
@@ -312,7 +318,7 @@ func buildKeyIndex(ctx context.Context, tbl *table.Table, ids []int) (*keyIndex,
 			}
 		}
 		if err := readKeys(ctx, fsys, path, ids, ints, func(pos int, k key) {
-			if !dels[int64(pos)] && (bm == nil || !bm.Contains(uint64(pos))) {
+			if (want == nil || want[string(k.b)]) && !dels[int64(pos)] && (bm == nil || !bm.Contains(uint64(pos))) {
 				x.put(k, loc{file: fi, pos: uint32(pos)})
 			}
 		}); err != nil {

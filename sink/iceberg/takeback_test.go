@@ -21,11 +21,19 @@ import (
 // record before, with more rows this time, both tables take it: a holds
 // epoch 1's rows and the new epoch 2's, none of the old epoch 2's.
 // (Package sim found this class in sink/parquet with staged files
-// expiring.)
+// expiring.) With the markers in snapshot summaries (FenceSnapshots) a
+// snapshot on top of the one rolled back to records the marker 1 and
+// the fence.
 func TestLostEpochTakenBack(t *testing.T) {
+	for _, fence := range []iceberg.Fence{iceberg.FenceAuto, iceberg.FenceSnapshots} {
+		t.Run(fence.String(), func(t *testing.T) { lostEpochTakenBack(t, fence) })
+	}
+}
+
+func lostEpochTakenBack(t *testing.T, fence iceberg.Fence) {
 	ctx := context.Background()
 	wh := newWarehouse(t)
-	d := newDest(t, wh.cat, iceberg.Config{})
+	d := newDest(t, wh.cat, iceberg.Config{Fence: fence})
 	rng := rand.New(rand.NewPCG(7, 7))
 	var seq int64
 	live := map[int64]bool{}
@@ -122,7 +130,7 @@ func TestLostEpochTakenBack(t *testing.T) {
 		t.Fatalf("a holds %d rows before Recover, want 80: the test wants a applied before b failed", len(got))
 	}
 
-	d2 := newDest(t, wh.cat, iceberg.Config{})
+	d2 := newDest(t, wh.cat, iceberg.Config{Fence: fence})
 	w2, err := d2.Writer(ctx, writerConfig("tb", 0, merged("a", "id"), appended("b")))
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +141,17 @@ func TestLostEpochTakenBack(t *testing.T) {
 	}
 	want("a", e1["a"])
 	want("b", e1["b"])
+	if fence == iceberg.FenceSnapshots {
+		// The rollback went back to a snapshot of generation 1: the
+		// fence of generation 2 must be on top of it.
+		tbA, err := wh.cat.LoadTable(ctx, []string{iceberg.DefaultNamespace, "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := tbA.CurrentSnapshot().Summary.Properties; p["openetl.tb.epoch"] != "1" || p["openetl.tb.fence"] != "2" {
+			t.Fatalf("a's markers after the take-back: %v, want epoch 1, fence 2", p)
+		}
+	}
 	if out, err := w2.Recover(ctx, 2, head1); err != nil || out != sink.Applied {
 		t.Fatalf("Recover of epoch 1: %v, %v; want applied", out, err)
 	}
