@@ -53,8 +53,11 @@ type fileDesc struct {
 	// the file (a data file, or a file of keys deleted for good that is
 	// listed among the deletes but never added) and writes position
 	// deletes for the rows earlier epochs wrote for them (format 3).
-	Locate      []int `json:"locate,omitempty"`
-	SortOrderID *int  `json:"sort_order_id,omitempty"`
+	Locate []int `json:"locate,omitempty"`
+	// Patch marks a file of patch batches (patch.go), listed among the
+	// deletes but never added to the table (format 4).
+	Patch       bool `json:"patch,omitempty"`
+	SortOrderID *int `json:"sort_order_id,omitempty"`
 	// Partition holds the partition values by partition field ID, as
 	// JSON; their Go types come back from the spec's result types.
 	Partition map[int]json.RawMessage `json:"partition,omitempty"`
@@ -137,8 +140,8 @@ func decodeCommittable(c sink.Committable) (*committable, error) {
 	if err := json.Unmarshal(c, &out); err != nil {
 		return nil, fmt.Errorf("iceberg: decode committable: %w", err)
 	}
-	if out.Format < 1 || out.Format > committableFormat {
-		return nil, fmt.Errorf("iceberg: committable format %d, want %d: written by another version?", out.Format, committableFormat)
+	if out.Format < 1 || out.Format > patchFormat {
+		return nil, fmt.Errorf("iceberg: committable format %d, want at most %d: written by another version?", out.Format, patchFormat)
 	}
 	return &out, nil
 }

@@ -24,3 +24,19 @@ func TestConformance(t *testing.T) {
 		Skip: knownLimits,
 	})
 }
+
+// TestConformanceSnapshots runs the suite with the pipeline's markers in
+// snapshot summaries (FenceSnapshots). Through the REST catalog, the
+// zombie tests and a pipeline through a catalog that refuses custom
+// properties run with them (rest_fence_test.go).
+func TestConformanceSnapshots(t *testing.T) {
+	wh := newWarehouse(t)
+	sinktest.Run(t, func(t *testing.T) sink.Destination {
+		return newDest(t, wh.cat, iceberg.Config{Fence: iceberg.FenceSnapshots})
+	}, sinktest.Options{
+		Visible: func(ctx context.Context, stream string) ([]sinktest.Row, error) {
+			return scan(ctx, wh.cat, iceberg.DefaultNamespace, stream)
+		},
+		Skip: knownLimits,
+	})
+}

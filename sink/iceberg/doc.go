@@ -29,12 +29,17 @@
 // credentials, tokens fetched from the catalog's /v1/oauth/tokens or
 // rest.WithAuthURI and refreshed before they expire), rest.WithOAuthToken
 // (a bearer token), rest.WithSigV4 (AWS Glue, S3 Tables) or a custom
-// rest.AuthManager. Both the client-credentials and the bearer-token
-// paths are tested through a proxy that enforces them in front of the
-// REST catalog test server, with tokens that expire during the sync.
+// rest.AuthManager. SigV4 is rest.WithSigV4RegionSvc(region, service)
+// (service "glue", "s3tables" or, the default, "execute-api"), with
+// rest.WithAwsConfig for credentials other than the SDK's default chain.
+// The client-credentials, bearer-token and SigV4 paths are tested
+// through proxies that enforce them in front of the REST catalog test
+// server: tokens that expire during the sync, and every request's SigV4
+// signature recomputed with aws-sdk-go-v2's signer.
 //
 // Destination.Permanent (sink.Classifier) calls a refusal permanent: a
-// 401 or 403 from the catalog, or the token endpoint's invalid_client,
+// 401 or 403 from the catalog (a SigV4 signature made with a wrong or
+// rotated secret is a 403), or the token endpoint's invalid_client,
 // invalid_grant, unauthorized_client, invalid_scope, invalid_request or
 // unsupported_grant_type. Run returns such an error at once and
 // etl.IsPermanent reports it; an unreachable token endpoint, a 419
@@ -62,9 +67,9 @@
 //	openetl.{pipeline}.generation  the attempt that applied it
 //	openetl.{pipeline}.fence       the highest generation that recovered
 //
-// The markers are table properties, not snapshot summary fields (which
-// the epoch's snapshot has too, for people), because compaction and
-// snapshot expiry drop summaries. The commit carries a requirement, which
+// (where the markers live is Config.Fence: see Fencing below; by
+// default they are table properties, and the epoch's snapshots record
+// them in their summaries too). The commit carries a requirement, which
 // the catalog checks against the table's current metadata, that the fence
 // is not above the writer's generation and the table does not already
 // record the epoch: a repeated Commit is a no-op, and a zombie's Commit
@@ -73,9 +78,64 @@
 // still that one, so the check and the commit are atomic.
 //
 // Recover(gen) raises the fence on every table of the namespace that
-// carries the pipeline's properties (tables are marked with fence 0 when
+// carries the pipeline's markers (tables are marked with fence 0 when
 // the pipeline first writes them), with the same kind of requirement, so
 // two attempts recovering at once can't lower it.
+//
+// # Fencing
+//
+// Config.Fence says where the markers live:
+//
+//   - FenceProperties: table properties only. On a REST catalog the
+//     pipeline's requirement can't travel with the commit, so it is
+//     checked on metadata loaded right before it: a window of one
+//     request in which a zombie's commit can still land after Recover
+//     raised the fence (the checkpoint log's fence keeps the zombie's
+//     epochs out of the log all the same).
+//   - FenceSnapshots: in the summary of the snapshots the pipeline
+//     commits. Each epoch's snapshots record the epoch, generation and
+//     fence; Recover raises the fence with a snapshot of its own, without
+//     files; the markers are read from the newest snapshot, from the
+//     current one back, that has them. Every commit requires branch main
+//     to be at the snapshot the markers were read from
+//     (assert-ref-snapshot-id, which the catalog checks with the commit),
+//     so the check is atomic on REST catalogs too: a zombie's commit
+//     that passed its check when Recover raised the fence is refused,
+//     and its replay is fenced (tested with the commit held in flight).
+//     For catalogs that refuse or drop custom table properties. The
+//     price: one snapshot without files per table and attempt (and one
+//     when the pipeline creates a table); the markers must stay
+//     reachable — Maintain carries them into its compaction snapshot and,
+//     before expiring snapshots, onto the current one, but another
+//     engine's rewrite followed by an expiry that removes every snapshot
+//     that has them leaves the table's markers unreadable, and Commit and
+//     Recover then fail ("the pipeline's markers can't be read") rather
+//     than guess; and rolling a table back by hand rolls its markers
+//     back too, the fence included, until the next Recover raises it. A
+//     pipeline moved to FenceSnapshots reads the markers its tables have
+//     as properties too, so it goes on from the last epoch applied; but
+//     a copy still running with FenceProperties reads only those and is
+//     not fenced by a raise in a snapshot: stop every copy before the
+//     move.
+//   - FenceAuto (the default): table properties, with each epoch's
+//     snapshots recording the markers too and the higher of both
+//     checked. A commit that sets the properties and fails is tried
+//     again without them (not on a SQL catalog, which keeps any
+//     property: there it fails as it is); if that one succeeds, or the
+//     catalog took the properties and did not keep them, the
+//     Destination goes on as FenceSnapshots (logged at Warn). Both kinds of catalog are tested
+//     through a proxy in front of the REST catalog test server that
+//     refuses (400) or drops openetl.* properties: zombies are fenced
+//     behind both, and a pipeline syncs exactly once behind the one that
+//     refuses (400) or answers 503 (an outage is no refusal: the
+//     commit is retried with the properties). On a catalog that can't
+//     check the fence with the commit (REST), Recover also raises the
+//     fence in a snapshot without files, as FenceSnapshots does, and
+//     every epoch's commit requires main at the snapshot it checked, so
+//     FenceAuto has no window either (tested with the commit held in
+//     flight); the price is FenceSnapshots' one snapshot per table and
+//     attempt. On the SQL catalog the check is atomic and the raise is
+//     a property update only.
 //
 // # Conflicts
 //
@@ -191,6 +251,9 @@
 // catalog commit: an epoch's equality deletes must have a higher data
 // sequence number than the rows of earlier epochs they replace, and its
 // position deletes may name rows an earlier epoch of the group added.
+// On a format v3 table (deletion vectors) each epoch of the group is a
+// catalog commit of its own, in epoch order: iceberg-go refuses a
+// deletion vector of a data file the same commit adds.
 //
 // An epoch whose files wait is committed in the checkpoint log but not
 // visible: the writer reports the newest epoch up to which every file is
@@ -228,7 +291,8 @@
 // (rewriting the rows the delete files of a Merge table remove, and
 // dropping position-delete files and deletion vectors that apply only to
 // rewritten files) and removes orphan files, as MaintainOptions says; the
-// pipeline's markers are table properties, which none of it touches. A
+// pipeline's markers survive it (table properties are not touched;
+// markers in snapshot summaries are carried over, see Fencing). A
 // host calls it when it likes (a cron, between syncs), or sets
 // Config.Maintenance to have lane 0's writer run it every
 // Maintenance.Every, between two Commits of a Sync or Run: the files the
@@ -266,16 +330,40 @@
 //     (their values under the pipeline's _held/ directory, the table's
 //     column left as it was, null for those rows) instead of failing the
 //     epoch. A Writer used without the runner fails Write or PreCommit
-//     with a *SchemaError naming the table, column and both types. The
-//     destination applies no patches (Capabilities.Patches is false):
-//     held values stay under _held/ even once the table takes the
-//     column, and are not written to their rows.
+//     with a *SchemaError naming the table, column and both types.
+//   - Held values are released (Capabilities.Patches) once the table
+//     takes their column: the runner writes them as patch batches
+//     (sink.PatchMetadataKey) in the attempt's first epoch. PreCommit
+//     adds the patched columns to the table if it lacks them and writes
+//     the patches as a Parquet file under the table's data location,
+//     named in the committable but never added to the table. Commit, in
+//     the transaction that applies the epoch, after the epoch's own
+//     snapshots, finds the live row of each patched _openetl_id (reading
+//     the _openetl_id column of every live data file, leaving out rows
+//     that position deletes and deletion vectors delete), copies each
+//     row that has a null where a patch sets a value into a new data
+//     file with the value set (same _openetl_id and _openetl_seq; a
+//     row written before the column existed counts as null) and deletes
+//     the old row by position (a deletion vector on a v3 table), in one
+//     more row-delta snapshot of the epoch's commit: under its fence
+//     and epoch marker, so a Commit redone after the catalog took it
+//     changes nothing, and an epoch taken back (Recover, Lost) takes the
+//     patch back with it. A patch of a row the epoch replaces or deletes
+//     (Merge) finds no live row and changes nothing; a Merge table's key
+//     index is rebuilt at its next commit. A Commit with patches reads
+//     the _openetl_id column of the whole table once, and holds the
+//     patches and the patched ids in memory; the patched rows are
+//     rewritten, not their files. The patch file is removed once its
+//     epoch is in the table. Overwrite tables get no patches (their next
+//     refresh writes the column whole).
 //   - Fencing is atomic with the commit on the SQL catalog (SQLite,
 //     Postgres). Other catalogs (REST) can't carry the pipeline's
-//     requirement: it is checked on metadata loaded right before the
-//     commit, which leaves a window of one request (the checkpoint log's
-//     fence still keeps a zombie's epochs out). The REST path is tested
-//     against Apache Iceberg's REST catalog test server.
+//     requirement: with FenceProperties it is checked on metadata loaded
+//     right before the commit, which leaves a window of one request (the
+//     checkpoint log's fence still keeps a zombie's epochs out);
+//     FenceSnapshots and the default FenceAuto close it (see Fencing).
+//     The REST path is tested against Apache Iceberg's REST catalog test
+//     server.
 //   - A grouped epoch whose waiting files disappear before the group is
 //     committed (deleted by hand, or by Maintain's orphan removal) is
 //     reported Lost after its Commit returned nil, and the log rewinds

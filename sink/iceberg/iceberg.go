@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	ice "github.com/apache/iceberg-go"
@@ -75,6 +77,50 @@ func (m MergeDeletes) String() string {
 	return fmt.Sprintf("MergeDeletes(%d)", int(m))
 }
 
+// Fence says where a Destination keeps a pipeline's markers in each
+// table: the last epoch applied, the generation that applied it, and the
+// fence (the highest generation that recovered). See the package doc,
+// "Fencing".
+type Fence int
+
+const (
+	// FenceAuto (the default) keeps the markers in table properties and
+	// also records them in the summary of every snapshot an epoch's
+	// commit makes, and checks the higher of the two. When the catalog
+	// refuses a table-property update, or accepts it without keeping
+	// the properties, the Destination goes on with FenceSnapshots (it
+	// logs this once at Warn). A commit that failed for a reason that
+	// says nothing of its content (the catalog unreachable or failing,
+	// 5xx, an outcome unknown, an authorization refused or expired) is
+	// no refusal: it fails as it is and is retried with the properties.
+	// Where the catalog can't check the fence atomically with a commit
+	// (REST), Recover raises it in a snapshot as well as in the
+	// properties, which closes FenceProperties' window (package doc,
+	// Fencing).
+	FenceAuto Fence = iota
+	// FenceProperties keeps the markers in table properties only.
+	FenceProperties
+	// FenceSnapshots keeps the markers only in snapshot summaries (and
+	// reads those a table has as properties from before): every
+	// commit of the pipeline (an epoch's, and Recover raising the fence,
+	// which adds a snapshot without files) records them, and every
+	// commit requires the table's current snapshot to be the one it read
+	// them from, which makes the check atomic on REST catalogs too.
+	FenceSnapshots
+)
+
+func (f Fence) String() string {
+	switch f {
+	case FenceAuto:
+		return "auto"
+	case FenceProperties:
+		return "properties"
+	case FenceSnapshots:
+		return "snapshots"
+	}
+	return fmt.Sprintf("Fence(%d)", int(f))
+}
+
 // PartitionField is one field of a partition spec: Transform applied to
 // Column (see TableConfig.Partition).
 type PartitionField struct {
@@ -87,6 +133,9 @@ const (
 	DefaultNamespace       = "openetl"
 	DefaultTargetFileBytes = 128 << 20
 	DefaultMaxCommitTries  = 16
+	// DefaultZstdLevel is the zstd level of the data files of tables the
+	// destination creates, unless Config.Properties sets a codec or level.
+	DefaultZstdLevel = 1
 )
 
 // Config configures a Destination.
@@ -104,6 +153,9 @@ type Config struct {
 
 	// Properties are added to the properties of every table the
 	// destination creates (e.g. "write.parquet.compression-codec").
+	// Without "write.parquet.compression-codec" or
+	// "write.parquet.compression-level", data files are zstd at
+	// DefaultZstdLevel ("write.parquet.compression-level" is set to it).
 	// format-version is 2 unless Properties sets "3" (then Merge tables'
 	// position deletes are deletion vectors).
 	Properties map[string]string
@@ -131,6 +183,14 @@ type Config struct {
 	// (see Maintenance). Default nil: the host calls Maintain.
 	Maintenance *Maintenance
 
+	// Fence is where the pipeline's markers live in each table: table
+	// properties, snapshot summaries, or (FenceAuto, the default)
+	// properties while the catalog keeps them, with summaries as well.
+	// Use FenceSnapshots for a catalog that refuses or drops custom table
+	// properties, or to make the fence atomic with the commit on a REST
+	// catalog; see the package doc for what it costs.
+	Fence Fence
+
 	// MaxCommitTries bounds how often Commit reloads a table and redoes
 	// its transaction after losing a race (another writer committed
 	// first: maintenance, or another attempt about to be fenced).
@@ -154,7 +214,13 @@ type Destination struct {
 	group       Grouping
 	maintenance *Maintenance
 	deletes     MergeDeletes
+	fence       Fence
 	log         *slog.Logger
+
+	// summaries is set once a FenceAuto destination found that the
+	// catalog refuses or drops table properties: from then on it writes
+	// the markers to snapshot summaries only.
+	summaries atomic.Bool
 
 	// applied holds, by pipeline and table, the last epoch a Commit in
 	// this process saw recorded in the table: lanes stop carrying files
@@ -195,6 +261,9 @@ func New(cfg Config) (*Destination, error) {
 	}
 	if cfg.MergeDeletes < MergeDeletesDefault || cfg.MergeDeletes > EqualityDeletes {
 		return nil, fmt.Errorf("iceberg: Config.MergeDeletes is %v", cfg.MergeDeletes)
+	}
+	if cfg.Fence < FenceAuto || cfg.Fence > FenceSnapshots {
+		return nil, fmt.Errorf("iceberg: Config.Fence is %v", cfg.Fence)
 	}
 	if cfg.MergeDeletes == MergeDeletesDefault {
 		cfg.MergeDeletes = PositionDeletes
@@ -237,6 +306,15 @@ func New(cfg Config) (*Destination, error) {
 	if props[table.PropertyFormatVersion] != "3" {
 		props[table.PropertyFormatVersion] = "2"
 	}
+	// Zstd at its fastest level unless the host chose a codec or level:
+	// a quarter to a third less writer CPU than the library's level 3
+	// for files within a few percent of its size (BENCHMARKS.md,
+	// "Parquet writer: codecs and levels").
+	_, codec := props[table.ParquetCompressionKey]
+	_, level := props[table.ParquetCompressionLevelKey]
+	if !codec && !level {
+		props[table.ParquetCompressionLevelKey] = strconv.Itoa(DefaultZstdLevel)
+	}
 	return &Destination{
 		cat:         cfg.Catalog,
 		ns:          slices.Clone(table.Identifier(cfg.Namespace)),
@@ -247,6 +325,7 @@ func New(cfg Config) (*Destination, error) {
 		group:       group,
 		maintenance: maint,
 		deletes:     cfg.MergeDeletes,
+		fence:       cfg.Fence,
 		log:         cfg.Logger,
 		applied:     make(map[string]uint64),
 	}, nil
@@ -285,7 +364,8 @@ func (d *Destination) CheckStream(spec sink.StreamSpec) error {
 func (d *Destination) Class() sink.Class { return sink.StageAndApply }
 
 // Capabilities reports merge (with soft or hard deletes), overwrite,
-// lower-case simple identifiers, and the
+// patches (released held values, see the package doc), lower-case
+// simple identifiers, and the
 // Arrow type classes Iceberg v2 can't hold exactly: unsigned integers
 // (uint64 does not fit a long), durations, intervals and the null type.
 func (d *Destination) Capabilities() sink.Capabilities {
@@ -297,6 +377,7 @@ func (d *Destination) Capabilities() sink.Capabilities {
 		IdentifierCase:    "lower",
 		SimpleIdentifiers: true,
 		Unsupported:       []string{"uint", "duration", "interval", "null"},
+		Patches:           true,
 	}
 }
 
@@ -378,9 +459,8 @@ func checkName(what, s string) error {
 	return nil
 }
 
-// Table property keys of the pipeline markers. They live in the table's
-// properties, not in snapshot summaries, because compaction and snapshot
-// expiry drop summaries.
+// Keys of the pipeline markers, in table properties and snapshot
+// summaries alike (see Fence).
 func epochKey(pipeline string) string { return "openetl." + pipeline + ".epoch" }
 func genKey(pipeline string) string   { return "openetl." + pipeline + ".generation" }
 func fenceKey(pipeline string) string { return "openetl." + pipeline + ".fence" }

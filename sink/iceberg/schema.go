@@ -303,10 +303,12 @@ func containsFold(s, sub string) bool {
 // be absent, so it never lowers a fence.
 func (d *Destination) mark(ctx context.Context, pipeline string, tbl *table.Table) (*table.Table, error) {
 	ident := tbl.Identifier()
-	req := &fenceRequirement{Type: "openetl-fence", Pipeline: pipeline, Unmarked: true}
-	var lastErr error
+	req := &fenceRequirement{Type: "openetl-fence", Pipeline: pipeline, Unmarked: true, Where: d.reading()}
+	var lastErr, refused error
 	for try := 0; try < d.maxTries; try++ {
-		if _, ok := tbl.Properties()[fenceKey(pipeline)]; ok {
+		if _, found, err := d.markersOf(tbl.Metadata(), pipeline); err != nil {
+			return nil, err
+		} else if found {
 			return tbl, nil
 		}
 		ft, err := d.fenced(ctx, ident, req)
@@ -314,16 +316,32 @@ func (d *Destination) mark(ctx context.Context, pipeline string, tbl *table.Tabl
 			return nil, fmt.Errorf("iceberg: load table %v: %w", ident, err)
 		}
 		tx := ft.NewTransaction()
-		if err := tx.SetProperties(ice.Properties{fenceKey(pipeline): "0"}); err != nil {
+		var props ice.Properties
+		if d.summariesOnly() || refused != nil {
+			err = markerSnapshot(ctx, ft, tx, markerProps(pipeline, markers{}))
+		} else {
+			props = ice.Properties{fenceKey(pipeline): "0"}
+			err = tx.SetProperties(props)
+		}
+		if err != nil {
 			return nil, err
 		}
 		next, err := tx.Commit(ctx)
 		switch {
+		case err == nil && refused != nil:
+			d.useSummaries(ident, "refused", refused)
+			return next, nil
+		case err == nil && props != nil && d.fence == FenceAuto && !propsKept(next.Metadata(), props):
+			d.useSummaries(ident, "dropped", nil)
+			tbl = next
+			continue // and mark it in a snapshot
 		case err == nil:
 			return next, nil
 		case errors.Is(err, errMarked):
 		case isConflict(err):
 			lastErr = err
+		case props != nil && d.fence == FenceAuto && d.mayRefuse(err):
+			refused, lastErr = err, err // try it in a snapshot
 		default:
 			return nil, fmt.Errorf("iceberg: table %v: mark as the pipeline's: %w", ident, err)
 		}

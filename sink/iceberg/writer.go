@@ -58,6 +58,8 @@ type writer struct {
 	// maintained is when lane 0 last ran Config.Maintenance (at first,
 	// when the writer was made).
 	maintained time.Time
+	// patches are the patch batches of the epoch by table (patch.go).
+	patches map[string][]arrow.RecordBatch
 }
 
 // lastCommit is what the last Commit call was given: an epoch whose
@@ -182,6 +184,9 @@ func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch
 	if rec.NumRows() == 0 {
 		return nil
 	}
+	if isPatch(rec.Schema()) {
+		return w.writePatch(stream, rec)
+	}
 	p := w.pending[stream]
 	if p == nil {
 		p = &pendingTable{}
@@ -226,6 +231,7 @@ func (w *writer) Write(ctx context.Context, stream string, rec arrow.RecordBatch
 // attempt.
 func (w *writer) fail(ctx context.Context, err error) error {
 	w.err = err
+	w.dropPatches()
 	for name, p := range w.pending {
 		p.release(context.WithoutCancel(ctx), w, name)
 	}
@@ -268,6 +274,12 @@ func (w *writer) PreCommit(ctx context.Context, epoch uint64) (sink.Committable,
 		rows[name] = tf.Rows
 	}
 	clear(w.pending)
+	pt, err := w.stagePatches(ctx)
+	if err != nil {
+		w.removeFiles(ctx, written)
+		return nil, w.fail(ctx, err)
+	}
+	written = append(written, pt...)
 	for _, tf := range written {
 		cr := w.carry[tf.Table]
 		if cr == nil {
@@ -286,6 +298,9 @@ func (w *writer) PreCommit(ctx context.Context, epoch uint64) (sink.Committable,
 	for _, name := range slices.Sorted(maps.Keys(w.carry)) {
 		cr := w.carry[name]
 		c.Tables = append(c.Tables, tableFiles{Table: name, Rows: rows[name], Data: cr.data, Deletes: cr.deletes})
+	}
+	if hasPatches(c.Tables) { // the epoch's, or carried
+		c.Format = patchFormat
 	}
 	out, err := json.Marshal(c)
 	if err != nil {
@@ -382,6 +397,7 @@ func (w *writer) Close(ctx context.Context) error {
 		return nil
 	}
 	w.closed = true
+	w.dropPatches()
 	for name, p := range w.pending {
 		p.release(ctx, w, name)
 	}
