@@ -492,6 +492,36 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	return budgetError(runner.Run(ctx, p.cfg))
 }
 
+// Resnapshot asks the pipeline's source to read stream's table again
+// while the pipeline goes on streaming its changes: for a destination
+// that lost or mangled rows, say. The source must implement
+// source.Resnapshotter (source/postgres and source/mysql do; see their
+// package docs, "Reading a table again", for how the rows read meet the
+// changes streamed meanwhile). It returns once the request is durable at the
+// source; the running Run (or the next Sync or Run, if none runs) reads
+// the table, and Status shows its progress as the stream's snapshot
+// (StreamStatus.Snapshotting, SnapshotDone, SnapshotEstimated), with
+// EventResnapshotStarted and EventResnapshotDone.
+//
+// A stream the pipeline doesn't read fails with an error wrapping
+// source.ErrUnknownStream, a stream without a primary key with
+// source.ErrNoKey, and a source without the capability with
+// errors.ErrUnsupported.
+func (p *Pipeline) Resnapshot(ctx context.Context, stream string) error {
+	if len(p.cfg.Streams) > 0 && !slices.Contains(p.cfg.Streams, stream) {
+		return fmt.Errorf("etl: pipeline %q: re-snapshot of %q: %w: the pipeline doesn't read it", p.cfg.Name, stream, source.ErrUnknownStream)
+	}
+	r, ok := p.cfg.Source.(source.Resnapshotter)
+	if !ok {
+		return fmt.Errorf("etl: pipeline %q: re-snapshot of %q: %w: the source (%T) can't read a stream again", p.cfg.Name, stream,
+			errors.ErrUnsupported, p.cfg.Source)
+	}
+	if err := r.Resnapshot(ctx, stream); err != nil {
+		return fmt.Errorf("etl: pipeline %q: %w", p.cfg.Name, err)
+	}
+	return nil
+}
+
 // Close ends the Pipeline's life in this process: later calls of Sync
 // and Run return ErrClosed. It waits for a Sync or Run still running to
 // return (cancel its context to make it stop), then until every event of

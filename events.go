@@ -60,6 +60,14 @@ const (
 	// binlog gone, with the source's policy set to take a new snapshot).
 	// Detail says what that means for the destination; Err is the cause.
 	EventSourceReset EventKind = "source.reset"
+	// EventResnapshotStarted: split Split began reading Stream's table
+	// again, as Pipeline.Resnapshot (or the source's own signal) asked,
+	// while it streams changes; its progress shows in Status as the
+	// stream's snapshot.
+	EventResnapshotStarted EventKind = "resnapshot.started"
+	// EventResnapshotDone: split Split has read Stream's table again;
+	// Detail says how many rows.
+	EventResnapshotDone EventKind = "resnapshot.done"
 	// EventStreamPaused: split Split stopped reading from its source
 	// because the runner's queues are full (backpressure: the engine or
 	// the destination is the bottleneck), as the split reports it

@@ -205,10 +205,12 @@ func QuarantineName(stream string, epoch uint64) string { return runner.Quaranti
 // were released (checkpoint.Record.Released). Result and Status count
 // them (checkpoint.Counts.Released) and an EventHeldReleased per column
 // reports them. Only destinations that apply patches
-// (sink.Capabilities.Patches: sink/postgres) release; with the others
-// the values stay held. Not released: cells held out_of_range (no
-// destination type makes the column hold them), values of a stream with
-// a Transform or in Overwrite mode, and lines held before lines carried
-// the row's id, of a stream without a key (the row can't be found). The
-// files are never rewritten.
+// (sink.Capabilities.Patches: sink/postgres, sink/clickhouse,
+// sink/parquet, sink/iceberg) release; with the others the values stay
+// held. Not
+// released: cells held out_of_range (no destination type makes the
+// column hold them), values of a stream with a Transform or in
+// Overwrite mode, and lines held before lines carried the row's id, of a
+// stream without a key (the row can't be found). The held files are
+// never rewritten.
 func HeldName(stream string, epoch uint64) string { return runner.HeldName(stream, epoch) }

@@ -89,7 +89,8 @@ type PauseReporter interface {
 // A split asserts it (e.(source.Reporter)) to report what the host should
 // know and no record shows: that it could not go on from its resume state
 // and started over, or that a schema change left rows at the destination
-// different from the source's. The runner logs each Notice at Warn and
+// different from the source's, or how reading a table again goes. The
+// runner logs each Notice at Warn (Info for a re-snapshot's) and
 // delivers it to the pipeline's OnEvent callback as an event of the
 // notice's Kind. Like the Emitter's other methods, Report is only called
 // from the goroutine that called Read; it does not block.
@@ -99,7 +100,8 @@ type Reporter interface {
 
 // Notice is one thing a split reports through a Reporter.
 type Notice struct {
-	// Kind is NoticeReset or NoticeSchemaChanged.
+	// Kind is NoticeReset, NoticeSchemaChanged, NoticeResnapshotStarted
+	// or NoticeResnapshotDone.
 	Kind string
 	// Stream is the stream concerned; empty for every stream of the
 	// split.
@@ -125,7 +127,30 @@ const (
 	// alone don't carry to the destination (a column added with a
 	// default that rows not changed since read).
 	NoticeSchemaChanged = "schema.changed"
+	// NoticeResnapshotStarted: the split began reading Stream's table
+	// again on request (see Resnapshotter), while it goes on streaming.
+	NoticeResnapshotStarted = "resnapshot.started"
+	// NoticeResnapshotDone: the split has read Stream's table again;
+	// Detail says how many rows.
+	NoticeResnapshotDone = "resnapshot.done"
 )
+
+// Resnapshotter may be implemented by a Source that can read one
+// stream's table again while it streams changes (source/postgres and
+// source/mysql do),
+// for a destination that lost or mangled rows, or a stream whose
+// transform changed. etl.Pipeline.Resnapshot calls it.
+type Resnapshotter interface {
+	// Resnapshot asks for stream to be read again. It returns once the
+	// request is durable at the source (it may be carried out by a
+	// later attempt); progress is reported as the SnapshotProgress of
+	// the split that reads it, and by NoticeResnapshotStarted and
+	// NoticeResnapshotDone. A stream the source doesn't have fails with
+	// an error wrapping ErrUnknownStream, one without a primary key with
+	// ErrNoKey. A wrapper of a Source without it returns an error
+	// wrapping errors.ErrUnsupported.
+	Resnapshot(ctx context.Context, stream string) error
+}
 
 // Classifier may be implemented by a Source that can tell a failure no
 // retry will fix: credentials the server refuses, a database or user

@@ -21,6 +21,7 @@
 //	Source   Acker             acknowledges committed positions upstream
 //	         Closer            holds resources between attempts
 //	         Classifier        tells failures no retry fixes (Run stops)
+//	         Resnapshotter     reads a stream's table again on request
 //	Split    LagReporter       how far it is behind the source's end
 //	         SnapshotReporter  how far its copy of a table is
 //	         PauseReporter     whether it stopped fetching (backpressure)
@@ -32,7 +33,8 @@
 // Emitter (a test kit's, a user's middleware) implements every one and
 // forwards it, whether the value it wraps has it or not: each is written
 // so that forwarding to a value without it means the same as not
-// implementing it. Its Ack or Close returns nil, its Lag,
+// implementing it. Its Ack or Close returns nil, its Resnapshot an
+// error wrapping errors.ErrUnsupported, its Lag,
 // SnapshotProgress or Paused returns ok false, and its Report drops the
 // notice, when the wrapped value lacks the method.
 // sourcetest.CheckWrapper tests a wrapper for that.
@@ -275,6 +277,15 @@ var (
 	// connector re-snapshot by itself: see PositionLostPolicy). Each
 	// built-in connector's position-lost error matches it.
 	ErrPositionLost = errors.New("source: resume position lost")
+
+	// ErrUnknownStream is wrapped by the error a Resnapshotter returns
+	// for a stream it doesn't have (and by etl.Pipeline.Resnapshot's for
+	// a stream the pipeline doesn't read).
+	ErrUnknownStream = errors.New("source: no such stream")
+	// ErrNoKey is wrapped by the error a Resnapshotter returns for a
+	// stream without a primary key: its rows read again can't be
+	// matched to the changes streamed meanwhile.
+	ErrNoKey = errors.New("source: stream has no primary key")
 )
 
 // PositionLostPolicy says what a connector does when the data at a

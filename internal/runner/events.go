@@ -60,6 +60,11 @@ const (
 	// binlog gone, with the source's policy set to take a new snapshot).
 	// Detail says what that means for the destination; Err is the cause.
 	EventSourceReset EventKind = "source.reset"
+	// EventResnapshotStarted and EventResnapshotDone: split Split began
+	// reading Stream's table again on request, or has read it (as the
+	// source reports it through source.Reporter).
+	EventResnapshotStarted EventKind = "resnapshot.started"
+	EventResnapshotDone    EventKind = "resnapshot.done"
 	// EventStreamPaused: split Split stopped reading from its source
 	// because the runner's queues are full (backpressure: the engine or
 	// the destination is the bottleneck), as the split reports it

@@ -133,7 +133,7 @@ func (p *pump) Record(stream string, op source.Op, seq int64, key, payload []byt
 }
 
 // Report implements source.Reporter: a notice of the split becomes a Warn
-// log line and an event.
+// log line (Info for a re-snapshot's progress) and an event.
 func (p *pump) Report(n source.Notice) {
 	p.mu.Lock()
 	epoch := p.placed + 1 // the epoch records emitted now belong to
@@ -148,9 +148,14 @@ func (p *pump) Report(n source.Notice) {
 	if n.Err != nil {
 		args = append(args, "err", n.Err)
 	}
-	r.log.Warn("the source reports", args...)
+	switch EventKind(n.Kind) {
+	case EventResnapshotStarted, EventResnapshotDone:
+		r.log.Info("the source reports", args...) // progress, not trouble
+	default:
+		r.log.Warn("the source reports", args...)
+	}
 	switch kind := EventKind(n.Kind); kind {
-	case EventSourceReset, EventSchemaChanged:
+	case EventSourceReset, EventSchemaChanged, EventResnapshotStarted, EventResnapshotDone:
 		r.mon.emit(Event{Kind: kind, Generation: r.gen, Epoch: epoch, Split: string(p.id), Stream: n.Stream, Column: n.Column,
 			Change: n.Change, To: n.To, Detail: n.Detail, Err: redactErr(n.Err)})
 	}

@@ -65,8 +65,13 @@ run_mariadb() {
   # group. innodb_flush_log_at_trx_commit=2 and sync_binlog=0: test data,
   # no fsync per commit (a SIGKILLed client never loses committed rows;
   # only a machine crash could).
+  # A temp dir of its own: in the shared /tmp, its internal temp tables'
+  # files were once reported missing on delete while other servers and
+  # test runs used it ("Error on delete of '/tmp/#sql-temptable-...'").
+  mkdir -p "$data/tmp"
+  chown mysql: "$data/tmp"
   launch mariadb runuser -u mysql -- "$(mariadb_bin mariadbd mysqld)" --no-defaults --datadir="$data/data" \
-    --user=mysql --socket="$data/s.sock" --pid-file="$data/mariadbd.pid" --port="$port" \
+    --tmpdir="$data/tmp" --user=mysql --socket="$data/s.sock" --pid-file="$data/mariadbd.pid" --port="$port" \
     --bind-address=127.0.0.1 --skip-name-resolve --server-id=1 --log-bin="$data/bin" \
     --binlog-format=ROW --binlog-row-image=FULL --binlog-row-metadata=FULL \
     --innodb-flush-log-at-trx-commit=2 --sync-binlog=0 --innodb-buffer-pool-size=256M \

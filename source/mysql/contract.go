@@ -7,8 +7,10 @@ import "github.com/openetl/etl/source"
 var (
 	_ source.Closer           = (*Source)(nil)
 	_ source.Classifier       = (*Source)(nil)
+	_ source.Resnapshotter    = (*Source)(nil)
 	_ source.LagReporter      = (*split)(nil)
 	_ source.SnapshotReporter = (*split)(nil)
 	_ source.SnapshotReporter = (*snapSplit)(nil)
 	_ source.Reporter         = markEmitter{} // forwards to the runner's
+	_ source.Reporter         = dedupe{}      // likewise
 )

@@ -202,6 +202,47 @@
 // connection as a lost link, retryable, so `mariadb-admin shutdown`
 // takes the time it takes without a client.
 //
+// # Reading a table again
+//
+// Source.Resnapshot (or etl.Pipeline.Resnapshot) reads one stream's
+// table again while the pipeline streams the binlog, for a destination
+// that lost or mangled rows:
+//
+//	err := src.Resnapshot(ctx, "orders") // or p.Resnapshot(ctx, "orders")
+//
+// The binlog has no logical messages, so the source writes rows to a
+// table of its own in the database, _openetl_watermark (created the
+// first time; the user needs CREATE, INSERT and DELETE there; it is
+// never a stream): the request is a row ("request:orders"), durable at
+// once and read in binlog order by the running attempt or the next, and
+// every pipeline reading the stream from this database acts on it. SQL
+// hosts may insert that row themselves. The binlog split then reads the
+// table in chunks of Config.SnapshotChunkRows rows in primary-key
+// order, each query between a low and a high watermark row written in
+// transactions of their own, and goes on streaming meanwhile: a change
+// of the table between the two marks drops its key's row from the
+// chunk, and at the high mark the chunk's other rows are emitted as
+// inserts whose seq is the mark's position. With ordered commits
+// (MariaDB's group commit; MySQL's binlog_order_commits, on by default)
+// transactions become visible in binlog order, so the chunk's query,
+// run after the low mark committed, saw every change before it, and
+// the changes between the marks are all it may have missed: rows changed
+// meanwhile land at their latest version, rows deleted meanwhile stay
+// deleted. An append destination gets the table's rows once more;
+// applied in seq order it equals the table (TestResnapshotUnderWriter).
+//
+// Progress is in the binlog split's resume state: a pipeline stopped
+// part way goes on from the last committed chunk (TestResnapshotKilled
+// kills the process with SIGKILL there). A bounded Sync reads every requested table
+// to its end before it stops. While a table is read again, Status shows
+// it as the stream's snapshot, and the events resnapshot.started and
+// resnapshot.done say when it begins and ends. One table is read at a
+// time; other requests queue. A table without a primary key, or with
+// one that can't be paged, fails Resnapshot with source.ErrNoKey; a
+// stream the source doesn't read with source.ErrUnknownStream. A
+// chunk's rows wait in memory for its high mark. Rows deleted at the
+// source whose delete the destination never got are not removed.
+//
 // # Credentials that expire
 //
 // Config.Credentials is asked for the user and password of every

@@ -668,6 +668,8 @@ ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION`, s.cfg.Database)
 			keyPos[t] = append(keyPos[t], [2]int{p, len(t.stream.Columns) - 1})
 		}
 	}
+	// The table re-snapshots write their marks to is no stream.
+	all = slices.DeleteFunc(all, func(t *table) bool { return t.name == watermarkTable })
 	for _, t := range all {
 		kp := keyPos[t]
 		slices.SortFunc(kp, func(a, b [2]int) int { return a[0] - b[0] })

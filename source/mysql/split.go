@@ -271,6 +271,14 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 	}
 	s := sp.src
 	start := sp.start
+	// Re-snapshots of streams this attempt doesn't read are dropped.
+	start.jobs = slices.DeleteFunc(slices.Clone(start.jobs), func(j job) bool {
+		if t := sp.byName[j.Stream]; t == nil || t.keyLits == nil {
+			s.log.WarnContext(ctx, "re-snapshot of a stream this attempt doesn't read: dropped", "stream", j.Stream)
+			return true
+		}
+		return false
+	})
 	if sp.reset != nil {
 		reportReset(e, sp.reset)
 	}
@@ -306,7 +314,7 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 			if err != nil {
 				return err
 			}
-			if !start.at.before(end) {
+			if !start.at.before(end) && len(start.jobs) == 0 {
 				return nil
 			}
 		}

@@ -83,6 +83,7 @@ type stateJSON struct {
 	Copied  []string                `json:"copied,omitempty"`
 	Skip    map[string]positionJSON `json:"skip,omitempty"`
 	Origins map[string]positionJSON `json:"origins,omitempty"`
+	Jobs    []job                   `json:"jobs,omitempty"`
 }
 
 type positionJSON struct {
@@ -102,10 +103,13 @@ type state struct {
 	// origins is each keyed table's snapshot origin, by table name; never
 	// changed once set (states share it).
 	origins map[string]position
+	// jobs are the re-snapshots queued, the first one being read
+	// (resnapshot.go); never changed in place (states share it).
+	jobs []job
 }
 
 func (st state) encode() []byte {
-	j := stateJSON{V: stateVersion, Flavor: st.flavor, File: st.at.file, Pos: st.at.pos, GTID: st.at.gtid, Copied: st.copied}
+	j := stateJSON{V: stateVersion, Flavor: st.flavor, File: st.at.file, Pos: st.at.pos, GTID: st.at.gtid, Copied: st.copied, Jobs: st.jobs}
 	if st.legacy {
 		j.V = 1
 	}
@@ -140,7 +144,12 @@ func decodeState(b []byte) (state, error) {
 	if err != nil {
 		return state{}, err
 	}
-	st := state{flavor: j.Flavor, at: at, legacy: j.V == 1, copied: j.Copied}
+	st := state{flavor: j.Flavor, at: at, legacy: j.V == 1, copied: j.Copied, jobs: j.Jobs}
+	for _, jb := range j.Jobs {
+		if jb.Stream == "" {
+			return state{}, fmt.Errorf("%w: a re-snapshot without a stream", ErrBadState)
+		}
+	}
 	if st.legacy && (len(j.Copied) > 0 || len(j.Skip) > 0) {
 		return state{}, fmt.Errorf("%w: version 1 with copied tables", ErrBadState)
 	}

@@ -51,6 +51,15 @@ type reader struct {
 	// the event being read: rows get seqs evStart, evStart+1, ...
 	evIdx, evStart, evSize, evOff uint32
 
+	// Re-snapshots (resnapshot.go): the connection chunks are read and
+	// watermarks written on, this reader's mark prefix, the chunks it
+	// read, and the chunk in flight.
+	conn  *client.Conn
+	nonce string
+	n     int
+	chunk *chunk
+	rr    rowReader
+
 	before, after, raw rowBuf
 }
 
@@ -70,6 +79,7 @@ type tableMap struct {
 	binToDecl []int     // per binlog column: its declared column, or -1
 	identity  bool      // the binlog columns are the declared ones, in order
 	fast      bool      // decode.go reads every column
+	marks     bool      // the watermark table (resnapshot.go)
 }
 
 func (sp *split) stream(ctx context.Context, e source.Emitter, start state, bounded bool, end position) error {
@@ -136,6 +146,7 @@ func (sp *split) stream(ctx context.Context, e source.Emitter, start state, boun
 	r := &reader{sp: sp, e: markEmitter{e, &sp.streamed}, flavor: s.info.flavor, bounded: bounded, end: end, cur: start.at, last: start,
 		gtid: gt, maps: map[uint64]*tableMap{}, lastMark: time.Now(), undo: sp.undo}
 	r.last.skip = maps.Clone(start.skip)
+	r.e = dedupe{r.e, r}
 	sp.readAt.Store(start.at.seq())
 	if sp.undo == nil {
 		pollCtx, stopPoll := context.WithCancel(ctx)
@@ -145,7 +156,27 @@ func (sp *split) stream(ctx context.Context, e source.Emitter, start state, boun
 	if sp.scratch == nil {
 		sp.scratch = make([]byte, 0, 64)
 	}
+	defer func() {
+		if r.conn != nil {
+			r.conn.Close()
+		}
+		if r.undo == nil {
+			sp.copyName.Store(nil)
+		}
+	}()
 	for {
+		if r.wantChunk() {
+			if err := r.nextChunk(ctx); err != nil {
+				return err
+			}
+			if err := r.checkEnd(); err != nil {
+				if errors.Is(err, errDone) {
+					return nil
+				}
+				return err
+			}
+			continue
+		}
 		ev, err := streamer.GetEvent(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -336,6 +367,11 @@ func (r *reader) commit() error {
 		return err
 	}
 	r.inTxn, r.begun = false, false
+	if r.chunk != nil && r.chunk.shut {
+		if err := r.emitChunk(); err != nil {
+			return err
+		}
+	}
 	r.last.at = position{file: r.cur.file, idx: r.cur.idx, pos: r.cur.pos, gtid: r.gtid.str}
 	for name, p := range r.last.skip {
 		if !r.last.at.before(p) {
@@ -356,7 +392,7 @@ func (r *reader) commit() error {
 // checkEnd ends a bounded read between transactions once it reached its
 // end position.
 func (r *reader) checkEnd() error {
-	if !r.bounded || r.inTxn || r.cur.before(r.end) {
+	if !r.bounded || r.inTxn || r.cur.before(r.end) || len(r.last.jobs) > 0 && r.undo == nil {
 		return nil
 	}
 	if err := r.e.ResumePoint(r.last.encode()); err != nil {
@@ -380,7 +416,7 @@ func (r *reader) tableMap(e *replication.TableMapEvent) error {
 		t = sp.byName[string(e.Table)]
 	}
 	if t == nil {
-		r.maps[e.TableID] = &tableMap{ev: e}
+		r.maps[e.TableID] = &tableMap{ev: e, marks: string(e.Schema) == sp.src.cfg.Database && string(e.Table) == watermarkTable}
 		return nil
 	}
 	if len(e.ColumnName) != int(e.ColumnCount) {
@@ -488,6 +524,10 @@ func sameTableMap(a, b *replication.TableMapEvent) bool {
 // stay inside it, below the next event's.
 func (r *reader) rows(e *replication.RowsEvent, typ replication.EventType) error {
 	m := r.maps[e.TableID]
+	if m != nil && m.marks && r.undo == nil {
+		d, ok := deferred(e)
+		return r.marks(e, d, ok)
+	}
 	if m == nil || m.t == nil {
 		return nil
 	}

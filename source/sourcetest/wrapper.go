@@ -20,16 +20,18 @@ import (
 // implements every capability and one none, opens each wrapped source
 // with no resume states and checks, each in a subtest:
 //
-//   - Full: the wrapped source is a source.Acker, a source.Closer and
-//     a source.Classifier whose Ack, Close and Permanent reach the
-//     source (Ack with the same states); every
+//   - Full: the wrapped source is a source.Acker, a source.Closer, a
+//     source.Classifier and a source.Resnapshotter whose Ack, Close,
+//     Permanent and Resnapshot reach the source (Ack with the same
+//     states, Resnapshot with the same stream); every
 //     split it opens is a source.LagReporter, source.SnapshotReporter and
 //     source.PauseReporter returning the wrapped split's values; its Read
 //     passes the wrapped split's notice on to an Emitter that is a
 //     source.Reporter, along with its record and resume point.
 //   - Bare: whatever the wrapped source and its splits implement says
 //     "not known" (ok false from Lag, SnapshotProgress and Paused; nil
-//     from Ack and Close, false from Permanent), and a Read through an Emitter that is not a
+//     from Ack and Close, false from Permanent, an error wrapping
+//     errors.ErrUnsupported from Resnapshot), and a Read through an Emitter that is not a
 //     source.Reporter works.
 //
 // wrap may wrap only some splits (the probe sources have one each, with
@@ -55,6 +57,11 @@ func CheckWrapper(t *testing.T, wrap func(source.Source) source.Source) {
 			t.Errorf("the wrapped source (%T) is not a source.Classifier: Permanent is not forwarded", w)
 		} else if !c.Permanent(errProbePermanent) || c.Permanent(errors.New("connection reset")) {
 			t.Errorf("Permanent: want the wrapped source's answer (true for its permanent error, false for another)")
+		}
+		if r, ok := w.(source.Resnapshotter); !ok {
+			t.Errorf("the wrapped source (%T) is not a source.Resnapshotter: Resnapshot is not forwarded", w)
+		} else if err := r.Resnapshot(ctx, probeStream); err != nil || p.resnapshot != probeStream {
+			t.Errorf("Resnapshot(%q) = %v, and the source got %q: want it forwarded", probeStream, err, p.resnapshot)
 		}
 		sp := openProbe(t, w)
 		if sp == nil {
@@ -101,6 +108,11 @@ func CheckWrapper(t *testing.T, wrap func(source.Source) source.Source) {
 		}
 		if c, ok := w.(source.Classifier); ok && c.Permanent(errProbePermanent) {
 			t.Errorf("Permanent of a source without a Classifier = true, want false")
+		}
+		if r, ok := w.(source.Resnapshotter); ok {
+			if err := r.Resnapshot(ctx, probeStream); !errors.Is(err, errors.ErrUnsupported) {
+				t.Errorf("Resnapshot of a source without it = %v, want an error wrapping errors.ErrUnsupported", err)
+			}
 		}
 		sp := openProbe(t, w)
 		if sp == nil {
@@ -159,9 +171,10 @@ func openProbe(t *testing.T, w source.Source) source.Split {
 // optional capability of a split when full, and none otherwise. It has
 // no Ack or Close: fullSource adds them.
 type probeSource struct {
-	full   bool
-	acked  map[source.SplitID][]byte
-	closed bool
+	full       bool
+	acked      map[source.SplitID][]byte
+	closed     bool
+	resnapshot string // the stream Resnapshot was asked for
 }
 
 func (s *probeSource) Discover(context.Context) (source.Catalog, error) {
@@ -197,6 +210,11 @@ func (s fullSource) Close(context.Context) error {
 var errProbePermanent = errors.New("sourcetest: probe: credentials refused")
 
 func (s fullSource) Permanent(err error) bool { return errors.Is(err, errProbePermanent) }
+
+func (s fullSource) Resnapshot(_ context.Context, stream string) error {
+	s.resnapshot = stream
+	return nil
+}
 
 type bareSplit struct{}
 

@@ -2,6 +2,8 @@ package sourcetest_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -41,6 +43,16 @@ func (w *forwarder) Ack(ctx context.Context, states map[source.SplitID][]byte) e
 func (w *forwarder) Permanent(err error) bool {
 	c, ok := w.Source.(source.Classifier)
 	return ok && c.Permanent(err)
+}
+
+func (w *forwarder) Resnapshot(ctx context.Context, stream string) error {
+	if r, ok := w.Source.(source.Resnapshotter); ok && w.bug != "resnapshot-nil" {
+		return r.Resnapshot(ctx, stream)
+	}
+	if w.bug == "resnapshot-nil" {
+		return nil // claims a re-snapshot nobody will read
+	}
+	return fmt.Errorf("re-snapshot of %q: %w", stream, errors.ErrUnsupported)
 }
 
 func (w *forwarder) Close(ctx context.Context) error {
@@ -121,6 +133,7 @@ func TestCheckWrapperFails(t *testing.T) {
 		{"embeds-only", []string{"Full"}},
 		{"drops-notices", []string{"Full"}},
 		{"claims-paused-known", []string{"Bare"}},
+		{"resnapshot-nil", []string{"Full", "Bare"}},
 	} {
 		name := c.bug
 		if name == "" {
