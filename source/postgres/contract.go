@@ -8,6 +8,8 @@ var (
 	_ source.Acker            = (*Source)(nil)
 	_ source.Closer           = (*Source)(nil)
 	_ source.Classifier       = (*Source)(nil)
+	_ source.Resnapshotter    = (*Source)(nil)
 	_ source.LagReporter      = (*split)(nil)
+	_ source.SnapshotReporter = (*split)(nil) // a table read again
 	_ source.SnapshotReporter = (*snapSplit)(nil)
 )

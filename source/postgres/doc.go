@@ -1,7 +1,9 @@
 // Package postgres reads tables from PostgreSQL (12 or later; tested on
 // 15, 16, 17 and 18) through logical replication: a consistent snapshot of a
 // publication's tables that hands over to the slot's pgoutput change
-// stream without losing or repeating a change.
+// stream without losing or repeating a change. It reads from a primary,
+// or from a standby on 16+, and follows a promotion through a failover
+// slot on 17+ (see Failover and standbys).
 //
 //	src, err := postgres.New(postgres.Config{
 //		DSN:               "postgres://etl@db/app",
@@ -109,6 +111,47 @@
 // An uninterrupted first snapshot has no such overlap. For a table
 // without a key, a resumed snapshot can repeat or miss a row that a
 // concurrent update moved between pages.
+//
+// # Reading a table again
+//
+// Source.Resnapshot (or etl.Pipeline.Resnapshot, or an INSERT into
+// Config.SignalTable) reads one stream's table again while the pipeline
+// streams its changes, for a destination that lost or mangled rows:
+//
+//	err := src.Resnapshot(ctx, "orders") // or p.Resnapshot(ctx, "orders")
+//	// or, in SQL: INSERT INTO openetl_signal (stream) VALUES ('orders')
+//
+// The request is written into the WAL (a logical decoding message
+// naming the slot), so it is durable at once and read in order by the
+// running attempt, or the next one. The change stream's split then
+// reads the table in chunks of Config.SnapshotChunkRows rows in
+// primary-key order, each under a snapshot of its own followed by a
+// watermark message in the WAL, and goes on streaming meanwhile: a
+// change from a transaction the chunk's snapshot did not see drops its
+// key's row from the chunk, and at the watermark the chunk's other rows
+// are emitted as inserts whose seq is the watermark's commit position
+// (a change written before it and committed after it gets a seq just
+// above it). So rows changed meanwhile land at their latest version,
+// rows deleted meanwhile stay deleted, and no exported snapshot is
+// needed; docs/sources.md has the argument. An append destination gets
+// the table's rows once more; applied in seq order it equals the table
+// (TestResnapshotUnderWriter).
+//
+// Progress is in the stream's checkpoint state: a pipeline killed part
+// way goes on from the last committed chunk (TestResnapshotKilled). A
+// bounded Sync reads every requested table to its end before it stops.
+// While a table is read again, Status shows it as the stream's snapshot
+// (Snapshotting, SnapshotDone, SnapshotEstimated), and the events
+// resnapshot.started and resnapshot.done say when it begins and ends.
+// One table is read at a time; other requests queue.
+//
+// It needs Postgres 14 or later (pgoutput sends logical messages from
+// 14 on) and EXECUTE on pg_logical_emit_message. A stream not in the
+// publication fails Resnapshot with source.ErrUnknownStream, a table
+// without a key with source.ErrNoKey; a signal for such a stream, or
+// one the pipeline doesn't read, is logged at Warn and dropped. A chunk's
+// rows wait in memory for its watermark. Rows deleted at the source
+// whose delete the destination never got are not removed.
 //
 // # Partitioned tables
 //
@@ -226,7 +269,9 @@
 // A resume state whose slot is gone (dropped by hand, say) fails Open or
 // Read with a *SlotError wrapping ErrSlotMissing; one the slot has
 // already confirmed past, with ErrSlotAdvanced; a slot that lost WAL it
-// needed (wal_status "lost"), with ErrWALRemoved. Read looks at the
+// needed (wal_status "lost"), with ErrWALRemoved; one read past the
+// fork of a promoted standby's timeline, with ErrForked (see Failover
+// and standbys). Read looks at the
 // slot again once its connection holds it: a slot dropped and created
 // again by another process (a second copy of the pipeline starting
 // fresh) after Read's first look would stream from its own start, past
@@ -264,6 +309,72 @@
 // Read returns the error, retryable, and the pipeline's next attempt
 // resumes from its last checkpoint (etl.Retry: Run starts it by
 // itself). Each reconnect is logged at Warn.
+//
+// # Failover and standbys
+//
+// On Postgres 17 and later, Config.Failover makes the slot a failover
+// slot, which a standby copies so that the pipeline continues from that
+// standby once it is promoted, without a new snapshot and without losing
+// or repeating a change. The servers need:
+//
+//	primary: synchronized_standby_slots = 'standby1'  (the standby's physical slot)
+//	standby: sync_replication_slots = on, hot_standby_feedback = on,
+//	         primary_slot_name = 'standby1', and dbname=... in primary_conninfo
+//
+// The standby's slot sync worker copies the slot; a slot made since its
+// last sync (up to 30 s when nothing changes) is not there yet, and a
+// new copy stays temporary (lost at promotion) until the primary's slot
+// has moved past the standby's own position, which needs a
+// running-transactions record on the primary (every 15 s, or
+// pg_log_standby_snapshot()): on the standby, pg_replication_slots
+// shows it with synced, and temporary false once it counts. An Open
+// that resumes from a slot made without Failover turns it on. Before
+// 17, a set Failover fails Open with ErrUnsupported.
+//
+// synchronized_standby_slots makes the primary hold a failover slot's
+// changes back until the standby has their WAL, so the pipeline never
+// commits a change the promoted standby lacks. Without it the pipeline
+// may have read changes the standby never received (gone with the old
+// primary, yet at the destination), and its checkpoint then lies past
+// the point where the new primary's timeline forked from the old one:
+// reading on would skip the new primary's first changes. Read sees that
+// in the timeline history (resume states record the timeline they were
+// read on) and fails with a *SlotError wrapping ErrForked, which
+// matches source.ErrPositionLost: Run stops (TestPromotionPastForkFails),
+// or, under source.PositionLostResnapshot, starts over from a new
+// snapshot.
+//
+// To follow a promotion, point the pipeline at the new primary. A DSN
+// naming both servers, whichever takes writes, does it by itself:
+//
+//	postgres://etl@db1:5432,db2:5432/app?target_session_attrs=read-write
+//
+// The attempts fail (retryable) while no server takes writes, and the
+// first after the promotion resumes from the last checkpoint through the
+// standby's copy of the slot (TestFailoverSlotFollowsPromotion: a
+// PostgreSQL 17 primary crashed under a running pipeline and a writer,
+// the standby promoted, more rows written; Run carries on, and the
+// output holds each row of the new primary once). A new Source with the
+// new primary's DSN, under the same pipeline name and checkpoint store,
+// does the same.
+//
+// On Postgres 16 and later the source also reads from a standby (DSN
+// the standby's; the publication made on the primary): the slot is made
+// on the standby, the snapshot read there under the slot's exported
+// snapshot, and the positions the source takes (a bounded Read's end,
+// the seq of a table read again) are the standby's replay position
+// (pg_last_wal_replay_lsn), where the primary's insert position can't
+// be read. Making the slot on a standby waits for a running-transactions
+// record from the primary (every 15 s on a busy primary, none on an idle
+// one): run SELECT pg_log_standby_snapshot() on the primary to send one
+// at once. A standby writes no WAL: Config.HeartbeatInterval fails
+// Discover and Open there with ErrUnsupported, and the publication must exist (made on
+// the primary; Config.CreatePublication can't make it there). Postgres
+// makes no failover slot on a standby, so Failover and reading from a
+// standby don't go together. TestDecodeFromStandby reads from a
+// PostgreSQL 17 standby (and passed on a 16 one by hand): the snapshot,
+// then two bounded syncs of inserts, updates and deletes made on the
+// primary; the output applied in seq order equals the table.
 //
 // # Credentials that expire
 //

@@ -32,6 +32,7 @@ type harness struct {
 	onEvent       func(etl.Event)                   // the pipeline's, when set
 	retry         *etl.Retry                        // the pipeline's, when set
 	options       func(*etl.Builder) *etl.Builder   // more of the pipeline's options, when set
+	built         func(*etl.Pipeline)               // called with each pipeline built, when set
 }
 
 func newHarness(t *testing.T, d string, cfg postgres.Config) *harness {
@@ -92,6 +93,9 @@ func (h *harness) build(epochEvery time.Duration) (*etl.Pipeline, func(), error)
 	if err != nil {
 		closeAll()
 		return nil, nil, err
+	}
+	if h.built != nil {
+		h.built(p)
 	}
 	return p, closeAll, nil
 }

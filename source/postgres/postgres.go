@@ -72,6 +72,21 @@ type Config struct {
 	// publication covers. Required with CreatePublication.
 	Tables []string
 
+	// SignalTable names a table ("name" or "schema.name") that hosts
+	// insert into to ask for a re-snapshot in SQL, as Resnapshot does:
+	// INSERT INTO signal (stream) VALUES ('orders') reads the table of
+	// stream orders again (see the package doc, "Reading a table
+	// again"). The host creates it, with a text column named stream
+	// (CREATE TABLE openetl_signal (id bigserial PRIMARY KEY, stream text
+	// NOT NULL)), and it must be in the publication (a created
+	// publication includes it): the change stream sees its inserts,
+	// in order with the changes, and the pipeline acts on them once their
+	// transaction commits. It is not a stream. Every pipeline whose
+	// publication and SignalTable name the table acts on its inserts.
+	// Open fails when the table is not in the publication or has no
+	// stream column. Default "": none.
+	SignalTable string
+
 	// Slot names the logical replication slot. Required; lowercase
 	// letters, digits and '_' only, at most 63 bytes (pglogrepl puts it
 	// into replication commands unquoted). The pipeline owns the slot: a
@@ -80,6 +95,17 @@ type Config struct {
 	// was ever committed; it refuses (ErrSlotInUse) when another process
 	// is streaming from the slot.
 	Slot string
+
+	// Failover makes the slot a failover slot (Postgres 17+): a standby
+	// with sync_replication_slots = on keeps a copy of it, which the
+	// pipeline continues from once that standby is promoted (see
+	// Failover and standbys in the package doc for the servers'
+	// settings). A first Open creates the slot with FAILOVER true; an
+	// Open that resumes from an existing slot without it turns it on
+	// (ALTER_REPLICATION_SLOT). On a server before 17 Open fails with an
+	// error wrapping ErrUnsupported; on a standby, where Postgres makes
+	// no failover slots, creating the slot fails. Default false.
+	Failover bool
 
 	// StatusInterval is how often the replication connection reports the
 	// acknowledged position to the server while streaming, asking for a
@@ -94,7 +120,8 @@ type Config struct {
 	// "openetl.heartbeat") into this database's WAL at that interval while
 	// streaming, so the slot's position moves even when nothing else in
 	// the cluster writes. The role needs EXECUTE on
-	// pg_logical_emit_message (superusers have it). Default 0: off.
+	// pg_logical_emit_message (superusers have it). A standby can't
+	// write: Open there fails with ErrUnsupported. Default 0: off.
 	HeartbeatInterval time.Duration
 
 	// SnapshotChunkRows is how many rows a snapshot split reads per query
@@ -226,6 +253,14 @@ var (
 	// after max_slot_wal_keep_size): the changes since the resume state
 	// are gone.
 	ErrWALRemoved = errors.New("postgres: WAL needed by the replication slot was removed")
+	// ErrForked is wrapped by the *SlotError returned when the resume
+	// state's position was read on a timeline that, on this server (a
+	// promoted standby), ended before it: the pipeline read changes this
+	// server never had, and this server's own changes after the fork
+	// would be skipped. A failover without synchronized_standby_slots on
+	// the old primary does this (see Failover and standbys in the
+	// package doc).
+	ErrForked = errors.New("postgres: resume position past where this server's history forked")
 	// ErrSlotInUse is returned by a Read without a resume state (which
 	// would drop and recreate the slot) when another process is streaming
 	// from the slot: it belongs to someone else.
@@ -237,6 +272,12 @@ var (
 	// and Open return when the publication sends a partitioned table's
 	// changes as its partitions' (publish_via_partition_root is off).
 	ErrNotViaRoot = errors.New("postgres: partitioned table not published via its root")
+	// ErrUnsupported is wrapped by the error Discover, Open or Read
+	// return when an option can't work on the server: Config.Failover
+	// before Postgres 17, Config.HeartbeatInterval on a standby (which
+	// writes no WAL), Config.Protocol 2 before 14. Permanent: no retry
+	// fixes it.
+	ErrUnsupported = errors.New("postgres: not supported by the server")
 	// ErrBadState is returned by Open for a resume state this source did
 	// not write.
 	ErrBadState = errors.New("postgres: malformed resume state")
@@ -258,8 +299,8 @@ var (
 )
 
 // SlotError says the replication slot can't continue from a resume
-// state. It wraps ErrSlotMissing, ErrWALRemoved or ErrSlotAdvanced, and
-// matches source.ErrPositionLost.
+// state. It wraps ErrSlotMissing, ErrWALRemoved, ErrSlotAdvanced or
+// ErrForked, and matches source.ErrPositionLost.
 type SlotError struct {
 	Slot      string
 	Want      pglogrepl.LSN // the resume state's position
@@ -275,6 +316,8 @@ func (e *SlotError) Error() string {
 // cause says what happened to the slot.
 func (e *SlotError) cause() string {
 	switch {
+	case errors.Is(e.Err, ErrForked):
+		return fmt.Sprintf("postgres: replication slot %q: %v", e.Slot, e.Err)
 	case errors.Is(e.Err, ErrWALRemoved):
 		return fmt.Sprintf("postgres: replication slot %q lost WAL it needed (resume position %s; see max_slot_wal_keep_size)", e.Slot, e.Want)
 	case errors.Is(e.Err, ErrSlotMissing):
@@ -311,10 +354,17 @@ type Source struct {
 	mu    sync.Mutex
 	query *pgconn.PgConn // lazily opened, for catalog queries and Ack
 	exp   *exporter      // the slot's exported snapshot, while splits import it
+	// signal is Config.SignalTable as the last catalog read found it in
+	// the publication; nil when it isn't.
+	signal *table
 
 	snapshots semaphore     // bounds the snapshot splits reading at once
 	reading   atomic.Bool   // a Read is streaming from the slot
 	acked     atomic.Uint64 // highest acknowledged LSN
+	// forked is the *SlotError (ErrForked) a Read found for its start:
+	// Open, which can't see the fork without a replication connection,
+	// starts over from it under PositionLostResnapshot.
+	forked atomic.Pointer[SlotError]
 }
 
 var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -505,7 +555,7 @@ func (s *Source) tables(ctx context.Context) ([]*table, error) {
 			return nil, fmt.Errorf("%w: %q (create it, or set Config.CreatePublication)", ErrPublicationMissing, s.cfg.Publication)
 		}
 		var idents []string
-		for _, t := range s.cfg.Tables {
+		for _, t := range append(slices.Clone(s.cfg.Tables), s.signalTables()...) {
 			var parts []string
 			for _, p := range strings.SplitN(t, ".", 2) {
 				parts = append(parts, quoteIdent(p))
@@ -531,13 +581,13 @@ func (s *Source) tables(ctx context.Context) ([]*table, error) {
 	if err := s.checkViaRoot(ctx, c); err != nil {
 		return nil, err
 	}
-	rows, err = queryText(ctx, c, `SELECT pg_current_wal_insert_lsn()`)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: current WAL position: %w", err)
-	}
-	discovered, err := pglogrepl.ParseLSN(string(rows[0][0]))
+	discovered, standby, err := walPosition(ctx, c)
 	if err != nil {
 		return nil, err
+	}
+	if standby && s.cfg.HeartbeatInterval > 0 {
+		return nil, fmt.Errorf("%w: Config.HeartbeatInterval writes WAL, which a standby can't: "+
+			"leave it off when reading from a standby, and write heartbeats on the primary", ErrUnsupported)
 	}
 	// One row per column that pgoutput sends of every published table
 	// (see published), in attribute order,
@@ -620,6 +670,15 @@ ORDER BY n.nspname, c.relname, a.attnum`)
 	if out, err = s.addPartitions(ctx, c, out); err != nil {
 		return nil, err
 	}
+	// The signal table is no stream.
+	s.signal = nil
+	out = slices.DeleteFunc(out, func(t *table) bool {
+		if s.cfg.SignalTable != "" && t.stream.Name == signalStream(s.cfg.SignalTable) {
+			s.signal = t
+			return true
+		}
+		return false
+	})
 	slices.SortFunc(out, func(a, b *table) int { return strings.Compare(a.stream.Name, b.stream.Name) })
 	return out, nil
 }
@@ -641,6 +700,27 @@ func published(major int) string {
 		return " AND a.attname = ANY(pt.attnames) AND a.attgenerated = ''"
 	}
 	return " AND a.attgenerated = ''"
+}
+
+// walPosition returns the WAL position the server has reached and
+// whether it is a standby: on a primary the insert position (not
+// pg_current_wal_lsn, the write position, which lags behind commits
+// under synchronous_commit=off); on a standby, where those functions
+// fail, the replay position, which is as far as the standby's catalog
+// and its logical decoding see.
+func walPosition(ctx context.Context, c *pgconn.PgConn) (pglogrepl.LSN, bool, error) {
+	rows, err := queryText(ctx, c, `SELECT pg_is_in_recovery(),
+       CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END`)
+	if err != nil {
+		return 0, false, fmt.Errorf("postgres: current WAL position: %w", err)
+	}
+	if rows[0][1] == nil {
+		// A server in recovery from its archive alone (no standby of a
+		// running primary) before replaying anything.
+		return 0, false, errors.New("postgres: current WAL position: the standby has replayed no WAL yet")
+	}
+	lsn, err := pglogrepl.ParseLSN(string(rows[0][1]))
+	return lsn, string(rows[0][0]) == "t", err
 }
 
 // isUndefinedObject reports a Postgres "undefined_object" error (no
@@ -668,34 +748,68 @@ func queryText(ctx context.Context, c *pgconn.PgConn, sql string) ([][][]byte, e
 }
 
 // The resume state: a version byte, the LSN to continue from and the
-// LSN of the slot's snapshot (both big endian). Exactly 17 bytes. Only
-// states after the snapshot exist: it is read in one go.
+// LSN of the slot's snapshot (both big endian): 17 bytes (version 1).
+// Version 2 adds the server's timeline the position was read on (big
+// endian, not 0): 21 bytes. Version 3 is version 2's 21 bytes (the
+// timeline 0 when not known) followed by the re-snapshots' part (extra,
+// JSON, not empty). Only states after the snapshot exist: it is read in
+// one go.
 const (
 	stateVersion  = 1
 	stateLen      = 17
+	stateVersion2 = 2
+	stateLen2     = 21
+	stateVersion3 = 3
 	splitIDPrefix = "slot:"
 )
 
 type state struct {
 	lsn      pglogrepl.LSN // continue right after this position
 	snapshot pglogrepl.LSN // the slot's consistent point: seq of snapshot rows
+	// tli is the timeline of the server that sent lsn (IDENTIFY_SYSTEM);
+	// 0 when not known (written before a stream started, or by a version
+	// that didn't record it).
+	tli  uint32
+	tail []byte // re-snapshots (extra, JSON); nil without any
 }
 
 func (st state) encode() []byte {
-	b := make([]byte, stateLen)
-	b[0] = stateVersion
+	n, v := stateLen, byte(stateVersion)
+	switch {
+	case len(st.tail) > 0:
+		n, v = stateLen2, stateVersion3
+	case st.tli != 0:
+		n, v = stateLen2, stateVersion2
+	}
+	b := make([]byte, n, n+len(st.tail))
+	b[0] = v
 	binary.BigEndian.PutUint64(b[1:9], uint64(st.lsn))
 	binary.BigEndian.PutUint64(b[9:17], uint64(st.snapshot))
-	return b
+	if n == stateLen2 {
+		binary.BigEndian.PutUint32(b[17:21], st.tli)
+	}
+	return append(b, st.tail...)
 }
 
 func decodeState(b []byte) (state, error) {
-	if len(b) != stateLen || b[0] != stateVersion {
+	if !(len(b) == stateLen && b[0] == stateVersion || len(b) == stateLen2 && b[0] == stateVersion2 ||
+		len(b) > stateLen2 && b[0] == stateVersion3) {
 		return state{}, fmt.Errorf("%w (%d bytes)", ErrBadState, len(b))
 	}
 	st := state{lsn: pglogrepl.LSN(binary.BigEndian.Uint64(b[1:9])), snapshot: pglogrepl.LSN(binary.BigEndian.Uint64(b[9:17]))}
+	if len(b) >= stateLen2 {
+		if st.tli = binary.BigEndian.Uint32(b[17:21]); st.tli == 0 && b[0] == stateVersion2 {
+			return state{}, fmt.Errorf("%w: timeline 0", ErrBadState)
+		}
+	}
 	if st.snapshot == 0 || st.lsn < st.snapshot {
 		return state{}, fmt.Errorf("%w: position %s before snapshot %s", ErrBadState, st.lsn, st.snapshot)
+	}
+	if len(b) > stateLen2 {
+		if _, err := decodeExtra(b[stateLen2:]); err != nil {
+			return state{}, err
+		}
+		st.tail = slices.Clone(b[stateLen2:])
 	}
 	return st, nil
 }
@@ -711,7 +825,26 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 	if err != nil {
 		return nil, err
 	}
-	sp := &split{src: s, id: source.SplitID(splitIDPrefix + s.cfg.Slot), rels: map[uint32]*relation{}, published: map[[2]string]bool{}}
+	if err := s.checkFailover(ctx); err != nil {
+		return nil, err
+	}
+	sp := &split{src: s, id: source.SplitID(splitIDPrefix + s.cfg.Slot), rels: map[uint32]*relation{}, published: map[[2]string]bool{},
+		signal: -1}
+	if s.cfg.SignalTable != "" {
+		s.mu.Lock()
+		sig := s.signal
+		s.mu.Unlock()
+		if sig == nil {
+			return nil, fmt.Errorf("postgres: signal table %q (Config.SignalTable) is not in publication %q: create it and add it "+
+				"(ALTER PUBLICATION ... ADD TABLE)", s.cfg.SignalTable, s.cfg.Publication)
+		}
+		sp.signal = slices.IndexFunc(sig.stream.Columns, func(c source.Column) bool { return c.Name == "stream" })
+		if sp.signal < 0 {
+			return nil, fmt.Errorf("postgres: signal table %q (Config.SignalTable) has no column named stream", s.cfg.SignalTable)
+		}
+		sp.signalName = [2]string{sig.schema, sig.name}
+		sp.published[sp.signalName] = true
+	}
 	for _, t := range tables {
 		sp.published[[2]string{t.schema, t.name}] = true
 		sp.discovered = max(sp.discovered, t.discovered)
@@ -782,7 +915,11 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 		}
 	}
 	if start != nil {
-		if _, err := s.checkSlot(ctx, start.lsn); err != nil {
+		_, err := s.checkSlot(ctx, start.lsn)
+		if f := s.forked.Load(); err == nil && f != nil && f.Want == start.lsn {
+			err = f
+		}
+		if err != nil {
 			// Every lost position starts over under the policy, a slot
 			// that confirmed past the state too: that is what the slot
 			// of a re-snapshot that failed before its first checkpoint
@@ -794,25 +931,39 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 			}
 			s.log.WarnContext(ctx, "replication slot lost: starting over with a new slot and snapshot (Config.OnPositionLost)", "err", err)
 			start, sp.reset = nil, err
+		} else if err := s.ensureFailover(ctx); err != nil {
+			return nil, err
 		}
 	}
 	if start == nil {
 		// A fresh start: snapshot states of an earlier slot (an
 		// inconsistent set) are no use with a new one.
-		exp, lsn, err := s.createSlot(ctx, len(snaps))
+		exp, st, err := s.createSlot(ctx, len(snaps))
 		if err != nil {
 			return nil, err
 		}
 		s.mu.Lock()
 		s.exp = exp
 		s.mu.Unlock()
-		start = &state{lsn: lsn, snapshot: lsn}
+		start = &st
 		for _, ss := range snaps {
 			ss.st = snapState{}
 			ss.exp = exp
 		}
 	}
 	sp.start = *start
+	if err := sp.rs.restore(start.tail); err != nil {
+		return nil, err
+	}
+	// Re-snapshots of streams this attempt doesn't read are dropped.
+	sp.rs.x.Jobs = slices.DeleteFunc(sp.rs.x.Jobs, func(j job) bool {
+		if t := sp.table(j.Stream); t == nil || len(t.key) == 0 {
+			s.log.WarnContext(ctx, "re-snapshot of a stream this attempt doesn't read: dropped", "stream", j.Stream)
+			return true
+		}
+		return false
+	})
+	sp.rs.setEncoded()
 	var now pglogrepl.LSN // the WAL insert position, read when a table must be read again
 	for _, ss := range snaps {
 		if ss.part != nil && ss.st.V != 0 && ss.st.Gen != ss.part.gen {
@@ -843,6 +994,13 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 			ss.st.Gen = ss.part.gen
 		}
 		ss.t.snapSeq = max(ss.t.snapSeq, pglogrepl.LSN(ss.st.rowSeq()))
+	}
+	// Changes committed after a re-snapshot chunk but written before it
+	// are raised above its rows, on replay as the first time.
+	for name, seq := range sp.rs.x.Raise {
+		if t := sp.table(name); t != nil {
+			t.snapSeq = max(t.snapSeq, pglogrepl.LSN(seq))
+		}
 	}
 	for _, t := range sp.tables {
 		switch {
@@ -978,9 +1136,10 @@ func (s *Source) Teardown(ctx context.Context) error {
 // it, the next attempt asks for fresh ones), an error of
 // Config.Credentials that says so (a method Permanent() bool returning
 // true), a database that does not exist (3D000), a privilege the user
-// lacks (42501, e.g. no REPLICATION attribute), and a publication that
+// lacks (42501, e.g. no REPLICATION attribute), a publication that
 // sends a partitioned table's changes as its partitions'
-// (ErrNotViaRoot). Run returns such an error at once instead of
+// (ErrNotViaRoot), and an option the server can't carry out
+// (ErrUnsupported). Run returns such an error at once instead of
 // retrying it for its budget (source.Classifier).
 func (s *Source) Permanent(err error) bool {
 	if errors.Is(err, ErrCredentials) {
@@ -991,5 +1150,5 @@ func (s *Source) Permanent(err error) bool {
 			return false
 		}
 	}
-	return pgerr.Permanent(err) || errors.Is(err, ErrNotViaRoot)
+	return pgerr.Permanent(err) || errors.Is(err, ErrNotViaRoot) || errors.Is(err, ErrUnsupported)
 }

@@ -47,8 +47,14 @@ type split struct {
 	// (Config.OnPositionLost), reported at the start of Read; nil
 	// otherwise.
 	reset error
-	buf   []byte
-	key   []byte
+	// rs reads tables again on request (see resnapshot.go).
+	rs resnap
+	// signal is the index of the stream column of Config.SignalTable,
+	// signalName its schema and name; -1 without one.
+	signal     int
+	signalName [2]string
+	buf        []byte
+	key        []byte
 
 	// For Lag, read from other goroutines: the server's WAL end at the
 	// last keepalive and the position read up to.
@@ -72,6 +78,9 @@ func (sp *split) Lag() (behind int64, unit string, age time.Duration, ok bool) {
 type relation struct {
 	table *table
 	src   []int // per declared column: the index in the stream's tuples, or -1 (added since: null)
+	// signal is, for Config.SignalTable, the index of its stream column
+	// in the stream's tuples; -1 for other tables.
+	signal int
 }
 
 func (sp *split) ID() source.SplitID { return sp.id }
@@ -128,16 +137,21 @@ func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error
 		return err
 	}
 	defer sp.closeRepl(ctx, repl)
-	// A bounded read ends at the server's WAL insert position as of now:
-	// it includes everything committed before the sync started. The
-	// insert position, not pg_current_wal_lsn (the write position, which
-	// lags behind commits under synchronous_commit=off).
+	// A bounded read ends at the server's WAL position as of now (see
+	// walPosition): it includes everything committed before the sync
+	// started, on a standby everything it had replayed.
 	var end pglogrepl.LSN
 	if bounded {
+		// A start past a fork of the server's timeline can lie past its
+		// end too: the check comes first (stream makes it again, for
+		// every connection).
+		if _, err := sp.timeline(ctx, repl, start); err != nil {
+			return err
+		}
 		if end, err = sp.currentLSN(ctx); err != nil {
 			return err
 		}
-		if start.lsn >= end {
+		if start.lsn >= end && !sp.rs.active() {
 			return nil
 		}
 	}
@@ -157,11 +171,8 @@ func (sp *split) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
 	if err != nil {
 		return 0, err
 	}
-	rows, err := queryText(ctx, c, `SELECT pg_current_wal_insert_lsn()`)
-	if err != nil {
-		return 0, fmt.Errorf("postgres: current WAL position: %w", err)
-	}
-	return pglogrepl.ParseLSN(string(rows[0][0]))
+	lsn, _, err := walPosition(ctx, c)
+	return lsn, err
 }
 
 // beforeStart, when set (by tests), runs between Read's check of the
@@ -254,6 +265,14 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 	if proto >= 2 {
 		args = append(args, "streaming 'on'")
 	}
+	if serverMajor(repl) >= 14 {
+		// Logical decoding messages: re-snapshot requests and watermarks.
+		args = append(args, "messages 'true'")
+	}
+	tli, err := sp.timeline(ctx, repl, start)
+	if err != nil {
+		return err
+	}
 	err = pglogrepl.StartReplication(ctx, repl, s.cfg.Slot, start.lsn, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
 		if isUndefinedObject(err) {
@@ -266,6 +285,11 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 	}
 	s.reading.Store(true)
 	defer s.reading.Store(false)
+	// Changes pass through dedupe, which drops a key's row from a
+	// re-snapshot chunk in flight when its snapshot missed the change.
+	d := &dedupe{Emitter: e, sp: sp}
+	e = d
+	defer sp.rs.close(ctx)
 
 	pos := start.lsn      // resume position: after the last whole transaction
 	emitted := start.lsn  // the last resume point's position
@@ -290,7 +314,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 	resume := func(at pglogrepl.LSN) error {
 		emitted, pending = at, false
 		sp.readTo.Store(uint64(at))
-		return e.ResumePoint(state{lsn: at, snapshot: start.snapshot}.encode())
+		return e.ResumePoint(state{lsn: at, snapshot: start.snapshot, tli: tli, tail: sp.rs.encoded}.encode())
 	}
 	// place emits the resume point a committed transaction earned. A
 	// transaction streamed in progress that is still open there is safe:
@@ -353,7 +377,33 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 			}
 		}
 	}()
+	// stopAt reports whether a bounded Read ends at lsn: past its end,
+	// with no table being read again.
+	stopAt := func(lsn pglogrepl.LSN) bool { return bounded && lsn >= end && !sp.rs.active() }
 	for {
+		// Between transactions, a table being read again gets its next
+		// chunk once the last one's watermark came by.
+		for sp.rs.active() && sp.rs.chunk == nil && !inTxn && !inStream {
+			j := sp.rs.x.Jobs[0]
+			if j.After == nil && j.Rows == 0 && sp.rs.stream.Load() == nil {
+				if r, ok := e.(source.Reporter); ok {
+					r.Report(source.Notice{Kind: source.NoticeResnapshotStarted, Stream: j.Stream,
+						Detail: "the table is read again in chunks while the stream goes on"})
+				}
+			}
+			ch, err := sp.readChunk(ctx)
+			if err != nil {
+				return err
+			}
+			if ch == nil {
+				sp.finishJob(ctx, e)
+				if err := resume(pos); err != nil {
+					return err
+				}
+				continue
+			}
+			sp.rs.chunk = ch
+		}
 		now := time.Now()
 		if !beat.IsZero() && now.After(beat) {
 			if err := sp.heartbeat(ctx); err != nil {
@@ -446,7 +496,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 				// that position is a place to resume from. So quiet tables
 				// still move the slot along with the rest of the WAL.
 				pos = max(pos, ka.ServerWALEnd)
-				if bounded && ka.ServerWALEnd >= end {
+				if stopAt(ka.ServerWALEnd) {
 					return resume(pos)
 				}
 				if pos > emitted {
@@ -498,6 +548,8 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					m = &v.TruncateMessage
 				case *pglogrepl.RelationMessageV2:
 					m = &v.RelationMessage
+				case *pglogrepl.LogicalDecodingMessageV2:
+					m = &v.LogicalDecodingMessage
 				}
 				lookup := func(id uint32) (*relation, error) {
 					if r := rels[id]; r != nil {
@@ -541,6 +593,8 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					}
 				case *pglogrepl.StreamCommitMessageV2:
 					if b := streamed[m.Xid]; b != nil {
+						d.xid = m.Xid
+						sp.rs.received(m.Xid)
 						n, err := b.replay(e, func(stream string, seq int64) int64 {
 							if t := byName[stream]; t != nil {
 								return seqFor(t, seq, m.CommitLSN, false)
@@ -565,7 +619,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					if err := place(); err != nil {
 						return err
 					}
-					if bounded && m.TransactionEndLSN >= end {
+					if stopAt(m.TransactionEndLSN) {
 						if pos > emitted {
 							return resume(pos)
 						}
@@ -573,14 +627,24 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					}
 				case *pglogrepl.BeginMessage:
 					inTxn, touched, txnStart, txnCommit = true, false, xld.WALStart, m.FinalLSN
+					d.xid = m.Xid
+					sp.rs.received(m.Xid)
 				case *pglogrepl.CommitMessage:
 					inTxn = false
 					pos = max(pos, m.TransactionEndLSN)
 					pending = pending || touched
+					if ch := sp.rs.chunk; ch != nil && ch.high {
+						// The chunk's watermark: every change its snapshot
+						// missed that commits before it has come by.
+						if err := sp.emitChunk(e); err != nil {
+							return err
+						}
+						pending = true
+					}
 					if err := place(); err != nil {
 						return err
 					}
-					if bounded && m.TransactionEndLSN >= end {
+					if stopAt(m.TransactionEndLSN) {
 						if pos > emitted {
 							return resume(pos)
 						}
@@ -613,6 +677,20 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 					r, err := lookup(m.RelationID)
 					if err != nil {
 						return err
+					}
+					if r.signal >= 0 && r.signal < len(m.Tuple.Columns) {
+						// A request in SQL (Config.SignalTable). The server
+						// sends a transaction once it committed, except one
+						// it streams in progress, which may still abort: a
+						// request there is logged, not acted on.
+						v := m.Tuple.Columns[r.signal]
+						switch {
+						case inStream:
+							s.log.WarnContext(ctx, "re-snapshot requested in a large transaction the server streamed in progress: ignored; insert it in a transaction of its own",
+								"stream", string(v.Data))
+						case v.DataType == pglogrepl.TupleDataTypeText && sp.queue(ctx, string(v.Data)):
+							touched = true
+						}
 					}
 					if r.table != nil {
 						touched = touched || !inStream
@@ -666,6 +744,18 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 						key := append([]byte(nil), sp.tupleKey(r, m.OldTuple, nil)...)
 						if err := out.Record(r.table.stream.Name, source.OpDelete, seq, key, sp.row(r, m.OldTuple, nil)); err != nil {
 							return err
+						}
+					}
+				case *pglogrepl.LogicalDecodingMessage:
+					switch m.Prefix {
+					case requestPrefix:
+						if sp.request(ctx, m.Content) {
+							// Recorded in the next resume point.
+							touched, pending = touched || inTxn, pending || !inTxn
+						}
+					case highPrefix:
+						if ch := sp.rs.chunk; ch != nil && string(m.Content) == ch.idJSON() {
+							ch.high, ch.lsn = true, txnCommit
 						}
 					}
 				case *pglogrepl.TruncateMessage:
@@ -735,9 +825,13 @@ func (sp *split) relation(m *pglogrepl.RelationMessage, at pglogrepl.LSN) (*rela
 		if !sp.published[[2]string{m.Namespace, m.RelationName}] && at > sp.discovered {
 			return nil, &SchemaChangeError{Stream: m.Namespace + "." + m.RelationName, Detail: "table added to the publication", LSN: at}
 		}
-		return &relation{}, nil
+		r := &relation{signal: -1}
+		if sp.signal >= 0 && sp.signalName == [2]string{m.Namespace, m.RelationName} {
+			r.signal = slices.IndexFunc(m.Columns, func(c *pglogrepl.RelationMessageColumn) bool { return c.Name == "stream" })
+		}
+		return r, nil
 	}
-	r := &relation{table: t, src: make([]int, len(t.stream.Columns))}
+	r := &relation{table: t, src: make([]int, len(t.stream.Columns)), signal: -1}
 	for j := range r.src {
 		r.src[j] = -1
 	}
@@ -870,7 +964,7 @@ func (s *Source) protocol(repl *pgconn.PgConn) (int, error) {
 	case s.cfg.Protocol == 0:
 		return 1, nil
 	case s.cfg.Protocol == 2 && major < 14:
-		return 0, fmt.Errorf("postgres: Config.Protocol 2 needs Postgres 14 or later; the server is %q", version)
+		return 0, fmt.Errorf("%w: Config.Protocol 2 needs Postgres 14 or later; the server is %q", ErrUnsupported, version)
 	}
 	return s.cfg.Protocol, nil
 }

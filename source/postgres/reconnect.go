@@ -51,6 +51,13 @@ func (t *trackEmitter) Record(stream string, op source.Op, seq int64, key, paylo
 	return t.Emitter.Record(stream, op, seq, key, payload)
 }
 
+// Report forwards to the runner's Reporter.
+func (t *trackEmitter) Report(n source.Notice) {
+	if r, ok := t.Emitter.(source.Reporter); ok {
+		r.Report(n)
+	}
+}
+
 func (t *trackEmitter) ResumePoint(st []byte) error {
 	if err := t.Emitter.ResumePoint(st); err != nil {
 		return err
@@ -82,8 +89,12 @@ func (sp *split) streamOn(ctx context.Context, repl *pgconn.PgConn, e source.Emi
 			return err
 		}
 		sp.src.log.WarnContext(ctx, "replication stream lost; taken up again", "at", at.lsn.String(), "err", err)
-		// A new session sends every relation message again.
+		// A new session sends every relation message again, and the
+		// re-snapshots go on from the state at.
 		sp.rels = map[uint32]*relation{}
+		if err := sp.rs.restore(at.tail); err != nil {
+			return err
+		}
 		repl, start, confirmed = next, at, conf
 		progressed = false
 		// Progress is a resume point past at: a second break before one
@@ -97,6 +108,13 @@ type progressEmitter struct {
 	source.Emitter
 	at   pglogrepl.LSN
 	seen *bool
+}
+
+// Report forwards to the runner's Reporter.
+func (p *progressEmitter) Report(n source.Notice) {
+	if r, ok := p.Emitter.(source.Reporter); ok {
+		r.Report(n)
+	}
 }
 
 func (p *progressEmitter) ResumePoint(st []byte) error {

@@ -316,22 +316,18 @@ func (sp *snapSplit) reconcile(ctx context.Context, now *pglogrepl.LSN) error {
 	return nil
 }
 
-// walInsertLSN sets *now to the WAL insert position, unless it is set.
+// walInsertLSN sets *now to the WAL position (see walPosition), unless
+// it is set.
 func (s *Source) walInsertLSN(ctx context.Context, now *pglogrepl.LSN) error {
 	if *now != 0 {
 		return nil
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	c, err := s.queryConn(ctx)
-	var rows [][][]byte
 	if err == nil {
-		rows, err = queryText(ctx, c, `SELECT pg_current_wal_insert_lsn()`)
+		*now, _, err = walPosition(ctx, c)
 	}
-	s.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("postgres: current WAL position: %w", err)
-	}
-	*now, err = pglogrepl.ParseLSN(string(rows[0][0]))
 	return err
 }
 
@@ -496,12 +492,13 @@ func (s semaphore) release() { <-s }
 
 // createSlot drops an idle slot of the configured name (nothing read from
 // it was committed) and creates it again with an exported snapshot, on a
-// replication connection it returns as an exporter. It refuses with
-// ErrSlotInUse while another process streams from the slot.
-func (s *Source) createSlot(ctx context.Context, splits int) (*exporter, pglogrepl.LSN, error) {
+// replication connection it returns as an exporter, with the state at
+// the slot's consistent point. It refuses with ErrSlotInUse while
+// another process streams from the slot.
+func (s *Source) createSlot(ctx context.Context, splits int) (*exporter, state, error) {
 	repl, err := s.connect(ctx, true)
 	if err != nil {
-		return nil, 0, err
+		return nil, state{}, err
 	}
 	ok := false
 	defer func() {
@@ -510,24 +507,30 @@ func (s *Source) createSlot(ctx context.Context, splits int) (*exporter, pglogre
 		}
 	}()
 	if err := checkSlotIdle(ctx, repl, s.cfg.Slot); err != nil {
-		return nil, 0, err
+		return nil, state{}, err
 	}
 	// WAIT: an earlier Read's walsender may still be exiting.
 	if err := pglogrepl.DropReplicationSlot(ctx, repl, s.cfg.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
 		if !isUndefinedObject(err) {
-			return nil, 0, fmt.Errorf("postgres: drop old slot %q: %w", s.cfg.Slot, err)
+			return nil, state{}, fmt.Errorf("postgres: drop old slot %q: %w", s.cfg.Slot, err)
 		}
 	}
-	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, s.cfg.Slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+	// The server's timeline, for the states read from the slot's start
+	// (see checkFork). Asked first: any command after the slot's
+	// creation would end its exported snapshot.
+	sys, err := pglogrepl.IdentifySystem(ctx, repl)
 	if err != nil {
-		return nil, 0, fmt.Errorf("postgres: create slot %q: %w", s.cfg.Slot, err)
+		return nil, state{}, fmt.Errorf("postgres: identify system: %w", err)
+	}
+	res, err := s.createSlotOn(ctx, repl)
+	if err != nil {
+		return nil, state{}, fmt.Errorf("postgres: create slot %q: %w", s.cfg.Slot, err)
 	}
 	lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
 	if err != nil {
-		return nil, 0, err
+		return nil, state{}, err
 	}
 	s.log.InfoContext(ctx, "created slot", "lsn", lsn.String(), "snapshot", res.SnapshotName)
 	ok = true
-	return &exporter{conn: repl, name: res.SnapshotName, waiting: splits}, lsn, nil
+	return &exporter{conn: repl, name: res.SnapshotName, waiting: splits}, state{lsn: lsn, snapshot: lsn, tli: uint32(sys.Timeline)}, nil
 }
