@@ -56,13 +56,18 @@ test-rust:
 # budget can't hold; the in-process tests cover the same runner and
 # connectors under the race detector. It also leaves out the tests that
 # stop and start a server under a running pipeline (TestRunRidesOut*,
-# *ShutdownUnderRun, TestRestartDuringSnapshot: 10-28 s each under -race,
+# *ShutdownUnderRun, TestRestartDuringSnapshot, and the Postgres pair's
+# promotions TestFailoverSlotFollowsPromotion, TestPromotionPastForkFails:
+# 10-28 s each under -race,
 # most of it waiting for the server) and two that repeat a suite the race
 # pass runs anyway on another catalog or at a longer length
 # (TestRestConformance, TestScheduledMaintenanceBoundsFiles): the
 # runner's retry and reconnect paths they drive are race-tested with
-# faults in internal/runner and the conformance suites.
-RACE_SKIP := TestKill|SIGKILL|TestChaos|TestRouteKill|TestRunRidesOut|ShutdownUnderRun|TestRestartDuringSnapshot|TestRestConformance|TestScheduledMaintenanceBoundsFiles
+# faults in internal/runner and the conformance suites. The ClickHouse
+# cluster's suite, replica kill and simulation (about 74 s under -race)
+# leave it too: the writer's per-shard concurrency is race-tested by the
+# cluster's smaller tests, which stay.
+RACE_SKIP := TestKill|SIGKILL|TestChaos|TestRouteKill|TestRunRidesOut|ShutdownUnderRun|TestRestartDuringSnapshot|TestRestConformance|TestScheduledMaintenanceBoundsFiles|TestClusterConformance|TestClusterReplicaDown|TestClusterSim|TestFailoverSlotFollowsPromotion|TestPromotionPastForkFails
 
 # Both passes start the longest packages first (go test keeps the order of
 # its arguments and drops repeats), so no long package starts last and runs

@@ -2,6 +2,7 @@ package etl_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -16,37 +17,43 @@ import (
 
 // BenchmarkSyncFakerToParquet measures a whole sync, faker → engine →
 // Parquet (zstd) in memory, 2 × 100k records per iteration: the
-// quickstart's path without the disk.
+// quickstart's path without the disk. Each lane count runs with both
+// encoders in turn (arrow-go, then the engine's), so -count N alternates
+// them; it reports records a second and this process's CPU a record.
 func BenchmarkSyncFakerToParquet(b *testing.B) {
 	for _, lanes := range []int{1, 2} {
-		b.Run("lanes="+string(rune('0'+lanes)), func(b *testing.B) {
-			const rows = 100_000
-			var records int64
-			for b.Loop() {
-				src, err := faker.New(faker.Config{Rows: rows})
-				if err != nil {
-					b.Fatal(err)
+		for _, enc := range []parquet.Encoder{parquet.EncoderArrowGo, parquet.EncoderEngine} {
+			b.Run(fmt.Sprintf("lanes=%d/%v", lanes, enc), func(b *testing.B) {
+				const rows = 100_000
+				var records int64
+				c0 := cpuTime()
+				for b.Loop() {
+					src, err := faker.New(faker.Config{Rows: rows})
+					if err != nil {
+						b.Fatal(err)
+					}
+					bucket := memblob.OpenBucket(nil)
+					dst, err := parquet.New(parquet.Config{Bucket: bucket, Encoder: enc})
+					if err != nil {
+						b.Fatal(err)
+					}
+					p, err := etl.NewPipeline("bench").From(src).To(dst).Checkpoints(checkpoint.NewMem()).Lanes(lanes).Build()
+					if err != nil {
+						b.Fatal(err)
+					}
+					res, err := p.Sync(context.Background())
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, c := range res.Streams {
+						records += c.Read
+					}
+					bucket.Close()
 				}
-				bucket := memblob.OpenBucket(nil)
-				dst, err := parquet.New(parquet.Config{Bucket: bucket})
-				if err != nil {
-					b.Fatal(err)
-				}
-				p, err := etl.NewPipeline("bench").From(src).To(dst).Checkpoints(checkpoint.NewMem()).Lanes(lanes).Build()
-				if err != nil {
-					b.Fatal(err)
-				}
-				res, err := p.Sync(context.Background())
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, c := range res.Streams {
-					records += c.Read
-				}
-				bucket.Close()
-			}
-			b.ReportMetric(float64(records)/b.Elapsed().Seconds(), "records/s")
-		})
+				b.ReportMetric(float64(records)/b.Elapsed().Seconds(), "records/s")
+				b.ReportMetric(float64(cpuTime()-c0)/float64(records), "cpu-ns/record")
+			})
+		}
 	}
 }
 

@@ -22,6 +22,10 @@
 #   ARROW_PG_ROWS  the Arrow rows written into Postgres (default 500k at
 #               full size, 100k small: the writer stages every row and
 #               copies it, appended and merged: 1-2 min at full size)
+#   CH_KAFKA_MSGS  the messages kafka-clickhouse moves (default 1M at
+#               full size, else KAFKA_MSGS): kafka-broker's topic when the
+#               sizes are equal, else a topic of its own; each run stores
+#               them in a MergeTree table and reads them back
 #   KFAKE_MSGS  the messages on kfake (default KAFKA_MSGS), filled once
 #               into a kfake process of its own that every run reads
 #   AVRO_MSGS   the Avro messages on the broker (kafka-avro; default 2M at
@@ -36,7 +40,11 @@
 #               rows stay comparable). canal runs at the full size.
 #   SCENARIOS   default "pg-snapshot pg-cdc mariadb-cdc kafka-kfake
 #               kafka-broker kafka-avro ndjson arrow-parquet
-#               arrow-clickhouse arrow-postgres"
+#               arrow-clickhouse kafka-clickhouse arrow-postgres"; also
+#               kafka-chcluster (not by default: the budget): the
+#               kafka-clickhouse messages into scripts/servers.sh's
+#               chcluster (2 shards x 2 replicas, ZooKeeper) at 1 and 2
+#               shard targets
 #   PEERS       default "conduit benthos canal"; "" runs OpenETL and ceilings only
 #   BUDGET_MIN  the whole run's budget in minutes (default 45). The
 #               script prints its estimate per scenario first (from the
@@ -81,12 +89,13 @@ small)
 esac
 PEER_RUNS=${PEER_RUNS:-$RUNS}
 KFAKE_MSGS=${KFAKE_MSGS:-$KAFKA_MSGS}
+if [ "$ROWS" = full ]; then CH_KAFKA_MSGS=${CH_KAFKA_MSGS:-1000000}; else CH_KAFKA_MSGS=${CH_KAFKA_MSGS:-$KAFKA_MSGS}; fi
 AVRO_MSGS=${AVRO_MSGS:-$KAFKA_MSGS}
 PEER_PG_ROWS=$((${PEER_PG_ROWS:-$PG_ROWS} < PG_ROWS ? ${PEER_PG_ROWS:-$PG_ROWS} : PG_ROWS))
 PEER_CDC_CHANGES=$((${PEER_CDC_CHANGES:-$CDC_CHANGES} < CDC_CHANGES ? ${PEER_CDC_CHANGES:-$CDC_CHANGES} : CDC_CHANGES))
 PEER_KAFKA_MSGS=$((${PEER_KAFKA_MSGS:-$KAFKA_MSGS} < KAFKA_MSGS ? ${PEER_KAFKA_MSGS:-$KAFKA_MSGS} : KAFKA_MSGS))
 BUDGET_MIN=${BUDGET_MIN:-45}
-SCENARIOS=${SCENARIOS:-pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker kafka-avro ndjson arrow-parquet arrow-clickhouse arrow-postgres}
+SCENARIOS=${SCENARIOS:-pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker kafka-avro ndjson arrow-parquet arrow-clickhouse kafka-clickhouse arrow-postgres}
 PEERS=${PEERS-conduit benthos canal}
 BENCH_OUT=${BENCH_OUT:-$ROOT/BENCHMARKS.md}
 WORK="$BENCH_DIR/work"
@@ -133,6 +142,7 @@ declare -A EST_RATE=(
   [arrow-clickhouse/ceiling]=1.2 [arrow-clickhouse/openetl]=1.2
   [arrow-clickhouse-mt/ceiling]=2 [arrow-clickhouse-mt/openetl]=3.5
   [arrow-postgres/ceiling]=4 [arrow-postgres/openetl]=7
+  [kafka-clickhouse/ceiling]=7 [kafka-clickhouse/openetl]=5 [kafka-chcluster/openetl]=7
 )
 EST_STEP=4
 
@@ -213,6 +223,15 @@ estimate() {
     t=$(($(est arrow-clickhouse/ceiling "$ARROW_ROWS" "$RUNS") + $(est arrow-clickhouse/openetl "$ARROW_ROWS" "$RUNS")
       + $(est arrow-clickhouse-mt/ceiling "$ARROW_ROWS") + $(est arrow-clickhouse-mt/openetl "$ARROW_ROWS")))
     ;;
+  kafka-clickhouse)
+    t=$(($(est kafka-clickhouse/ceiling "$CH_KAFKA_MSGS" "$RUNS") + $(est kafka-clickhouse/openetl "$CH_KAFKA_MSGS" "$RUNS")))
+    # Its messages are kafka-broker's when that scenario runs first at the same size.
+    { has kafka-broker && ((CH_KAFKA_MSGS == KAFKA_MSGS)); } || t=$((t + $(est kafka-broker/produce "$CH_KAFKA_MSGS")))
+    ;;
+  kafka-chcluster)
+    t=$(est kafka-chcluster/openetl "$CH_KAFKA_MSGS" $((2 * RUNS)))
+    { { has kafka-broker && ((CH_KAFKA_MSGS == KAFKA_MSGS)); } || has kafka-clickhouse; } || t=$((t + $(est kafka-broker/produce "$CH_KAFKA_MSGS")))
+    ;;
   arrow-postgres) t=$(($(est arrow-postgres/ceiling "$ARROW_PG_ROWS" "$RUNS") + $(est arrow-postgres/openetl "$ARROW_PG_ROWS" $((2 * RUNS))))) ;;
   esac
   echo "$t"
@@ -250,6 +269,7 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 : >"$NOTES"
 : >"$WORK/times.tsv"
+: >"$WORK/chserver.tsv"
 printf 'scenario\ttool\tsetting\trun\trows\tseconds\tcpu\trss_mb\tok\tdetail\tload\n' >"$RESULTS"
 
 # ------------------------------------------------------------ build
@@ -311,10 +331,11 @@ PY=$(scripts/test-tools.sh)
 
 services=()
 { has pg-snapshot || has pg-cdc || has arrow-postgres; } && services+=(postgres)
-{ has kafka-broker || has kafka-avro; } && services+=(kafka)
+{ has kafka-broker || has kafka-avro || has kafka-clickhouse || has kafka-chcluster; } && services+=(kafka)
 has kafka-avro && services+=(registry)
 has mariadb-cdc && services+=(mariadb)
-has arrow-clickhouse && services+=(clickhouse)
+{ has arrow-clickhouse || has kafka-clickhouse; } && services+=(clickhouse)
+has kafka-chcluster && services+=(chcluster)
 SERVERS_DIR=
 PEER_PIDS=()
 # stop_servers: on any exit, the step running (its timeout, which passes
@@ -944,6 +965,7 @@ scenario_kafka_broker() {
   log "producing $KAFKA_MSGS messages to the broker"
   bounded kafka-broker/produce "$KAFKA_MSGS" "producing $KAFKA_MSGS messages" \
     "$BIN" kafka-produce -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -n "$KAFKA_MSGS" >/dev/null
+  KAFKA_TOPIC=$topic
   local ptopic="bench_$PEER_KAFKA_MSGS"
   if peer conduit && [ "$ptopic" != "$topic" ]; then
     bounded kafka-broker/produce "$PEER_KAFKA_MSGS" "producing $PEER_KAFKA_MSGS messages" \
@@ -1116,7 +1138,6 @@ ch_driver() {
 scenario_arrow_clickhouse() {
   pin clickhouse "$DB_CPU"
   local r
-  : >"$WORK/chserver.tsv"
   for ((r = 1; r <= RUNS; r++)); do
     in_budget "arrow-clickhouse run $r" || break
     log "arrow-clickhouse run $r of $RUNS"
@@ -1127,6 +1148,122 @@ scenario_arrow_clickhouse() {
   log "arrow-clickhouse MergeTree run"
   ch_driver arrow-clickhouse-mt ceiling "clickhouse-go batch insert → MergeTree" 1 ch_read -plain -store
   ch_driver arrow-clickhouse-mt openetl "sink/clickhouse Write+PreCommit+Commit → MergeTree (staged, then copied)" 1 ch_read -store
+}
+
+# ------------------------------------------------------------ kafka-clickhouse
+
+# kch_driver TOOL SETTING RUN ARGS...: one kafka-clickhouse run (driver's
+# limits and figures), its table read back by ch_read; the server's CPU
+# per million rows goes to chserver.tsv.
+kch_driver() {
+  local sc=kafka-clickhouse tool=$1 set=$2 run=$3 out="$WORK/kafka-clickhouse-$1-$3.json" ok detail rc=0 lim
+  shift 3
+  lim=$(step_limit "$sc/$tool" "$CH_KAFKA_MSGS")
+  await_peers
+  timeout -k 10 "$lim" taskset -c "$TOOL_CPU" "$BIN" kafka-clickhouse -brokers "$OPENETL_TEST_KAFKA_BROKERS" \
+    -n "$CH_KAFKA_MSGS" "$@" >"$out" 2>"$out.err" || rc=$?
+  if ((rc == 124 || rc == 137)); then
+    result "$sc" "$tool" "$set" "$run" 0 0 0 0 FAIL "over its step budget of $lim s (killed)"
+    OVER=1
+    return 0
+  elif ((rc != 0)); then
+    result "$sc" "$tool" "$set" "$run" 0 0 0 0 FAIL "$(tail -1 "$out.err")"
+    return 0
+  fi
+  detail=$(ch_read "$out" "$CH_KAFKA_MSGS") ok=FAIL
+  [ "$detail" = ok ] && ok=ok
+  result "$sc" "$tool" "$set" "$run" "$(jget "$out" rows)" "$(jget "$out" seconds)" \
+    "$(jget "$out" cpu_seconds)" "$(jget "$out" peak_rss_mb)" "$ok" "$detail"
+  printf '%s\t%s\t%s\n' "$sc" "$tool" "$(python3 -c "print($(jget "$out" server cpu_seconds) / $CH_KAFKA_MSGS * 1e6)")" >>"$WORK/chserver.tsv"
+}
+
+# Kafka → ClickHouse end to end (issue #29): CH_KAFKA_MSGS of
+# kafka-broker's JSON messages (its topic when that scenario ran at the
+# same size, else one produced here) into a
+# MergeTree table through the pipeline (source/kafka, DecodeJSON →
+# sink/clickhouse, defaults, one Sync with its checkpoints), against the
+# baseline: a franz-go fetch of the same topic, encoding/json into a
+# struct, clickhouse-go's batch insert in 100k-row blocks. The broker
+# and ClickHouse share CPU $DB_CPU, the tool has CPU $TOOL_CPU; every
+# run's table is read back with clickhouse-client (ids 1..N).
+KAFKA_TOPIC=
+scenario_kafka_clickhouse() {
+  pin kafka "$DB_CPU"
+  pin clickhouse "$DB_CPU"
+  local topic="bench_$CH_KAFKA_MSGS" r
+  if [ "$KAFKA_TOPIC" != "$topic" ]; then
+    log "producing $CH_KAFKA_MSGS messages to the broker"
+    bounded kafka-broker/produce "$CH_KAFKA_MSGS" "producing $CH_KAFKA_MSGS messages" \
+      "$BIN" kafka-produce -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -n "$CH_KAFKA_MSGS" >/dev/null
+    KAFKA_TOPIC=$topic
+  fi
+  for ((r = 1; r <= RUNS; r++)); do
+    in_budget "kafka-clickhouse run $r" || break
+    log "kafka-clickhouse run $r of $RUNS"
+    kch_driver ceiling "franz-go fetch, encoding/json, clickhouse-go batch insert → MergeTree" "$r" -topic "$topic" -plain
+    rm -rf "$WORK/kch-out"
+    kch_driver openetl "source/kafka → sink/clickhouse, defaults (staged, then copied)" "$r" -topic "$topic" -out "$WORK/kch-out"
+    rm -rf "$WORK/kch-out"
+  done
+}
+
+# chc_read JSON N: a cluster run's table read back with clickhouse-client
+# through remote() over each shard's first replica (the one written):
+# count, distinct ids, min, max and sum over all shards, against 1..N.
+chc_read() {
+  local table shards
+  table=$(jget "$1" server table) shards=$(jget "$1" note)
+  local first=${shards%%,*}
+  clickhouse-client --host 127.0.0.1 --port "${first##*:}" --format JSONEachRow \
+    -q "SELECT count() AS count, uniqExact(id) AS distinct, min(id) AS min, max(id) AS max, sum(id) AS sum FROM remote('$shards', ${table%%.*}, ${table#*.})" |
+    python3 -c 'import json,sys; print(json.dumps({k: int(v) for k, v in json.loads(sys.stdin.read()).items()}))' >"$1.read"
+  check_ids "$1.read" "$2"
+}
+
+# Kafka → ClickHouse cluster (issue #29): kafka-clickhouse's messages
+# through the pipeline into scripts/servers.sh's chcluster (Config.Cluster:
+# ReplicatedMergeTree tables, rows routed to shards by _openetl_id, each
+# shard written through its first replica) with its first shard only and
+# with both; the five server processes (four ClickHouse, ZooKeeper) on
+# CPU $DB_CPU with the broker, the tool on CPU $TOOL_CPU; each run into a
+# fresh database, read back by chc_read. No baseline: a plain insert has
+# no routing or replication to compare with.
+scenario_kafka_chcluster() {
+  pin kafka "$DB_CPU"
+  pin chcluster "$DB_CPU"
+  local topic="bench_$CH_KAFKA_MSGS" r ns out lim rc detail ok
+  if [ "$KAFKA_TOPIC" != "$topic" ]; then
+    log "producing $CH_KAFKA_MSGS messages to the broker"
+    bounded kafka-broker/produce "$CH_KAFKA_MSGS" "producing $CH_KAFKA_MSGS messages" \
+      "$BIN" kafka-produce -brokers "$OPENETL_TEST_KAFKA_BROKERS" -topic "$topic" -n "$CH_KAFKA_MSGS" >/dev/null
+    KAFKA_TOPIC=$topic
+  fi
+  for ((r = 1; r <= RUNS; r++)); do
+    for ns in 1 2; do
+      in_budget "kafka-chcluster run $r ($ns shards)" || return 0
+      log "kafka-chcluster run $r of $RUNS, $ns shard(s)"
+      out="$WORK/kafka-chcluster-$ns-$r.json" rc=0
+      lim=$(step_limit kafka-chcluster/openetl "$CH_KAFKA_MSGS")
+      rm -rf "$WORK/kch-out"
+      timeout -k 10 "$lim" taskset -c "$TOOL_CPU" "$BIN" kafka-clickhouse -brokers "$OPENETL_TEST_KAFKA_BROKERS" \
+        -n "$CH_KAFKA_MSGS" -topic "$topic" -out "$WORK/kch-out" -shards "$OPENETL_TEST_CHCLUSTER_SHARDS" -nshards "$ns" \
+        >"$out" 2>"$out.err" || rc=$?
+      rm -rf "$WORK/kch-out"
+      local set="source/kafka → sink/clickhouse Config.Cluster, $ns shard(s) × 2 replicas"
+      if ((rc == 124 || rc == 137)); then
+        result kafka-chcluster openetl "$set" "$r" 0 0 0 0 FAIL "over its step budget of $lim s (killed)"
+        OVER=1
+        continue
+      elif ((rc != 0)); then
+        result kafka-chcluster openetl "$set" "$r" 0 0 0 0 FAIL "$(tail -1 "$out.err")"
+        continue
+      fi
+      detail=$(chc_read "$out" "$CH_KAFKA_MSGS") ok=FAIL
+      [ "$detail" = ok ] && ok=ok
+      result kafka-chcluster openetl "$set" "$r" "$(jget "$out" rows)" "$(jget "$out" seconds)" \
+        "$(jget "$out" cpu_seconds)" "$(jget "$out" peak_rss_mb)" "$ok" "$detail"
+    done
+  done
 }
 
 # ------------------------------------------------------------ arrow-postgres
@@ -1186,7 +1323,7 @@ scenario_arrow_postgres() {
 # ------------------------------------------------------------ run
 
 T_SCEN=$SECONDS
-for sc in pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker kafka-avro ndjson arrow-parquet arrow-clickhouse arrow-postgres; do
+for sc in pg-snapshot pg-cdc mariadb-cdc kafka-kfake kafka-broker kafka-avro ndjson arrow-parquet arrow-clickhouse kafka-clickhouse kafka-chcluster arrow-postgres; do
   if has "$sc"; then run_scenario "$sc" "scenario_${sc//-/_}"; fi
 done
 
@@ -1204,12 +1341,13 @@ versions() {
     echo "- PostgreSQL: $(pg 'SHOW server_version') (scripts/servers.sh: fsync=off, wal_level=logical)"
   fi
   has mariadb-cdc && echo "- MariaDB: $(my 'SELECT VERSION()') (scripts/services/mariadb.sh, binlog_format=ROW, full images)"
-  { has kafka-broker || has kafka-avro; } && echo "- Kafka: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/servers.sh) (KRaft, one broker, JVM -Xmx512m)"
+  { has kafka-broker || has kafka-avro || has kafka-clickhouse || has kafka-chcluster; } && echo "- Kafka: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/servers.sh) (KRaft, one broker, JVM -Xmx512m)"
   has kafka-avro && echo "- Registry: Apicurio Registry $(sed -n 's/^REGISTRY_VERSION=//p' scripts/services/registry.sh) (scripts/services/registry.sh, in-memory storage; the Confluent-compatible API), pinned with the broker"
   has kafka-kfake && echo "- kfake: franz-go's fake cluster, in a process of its own (openetl-bench kfake-serve) on CPU $DB_CPU, filled once for all runs"
   [ -n "$CONDUIT" ] && echo "- Conduit $CONDUIT_VERSION (built from source by bench/peers.sh, with $(go version -m "$CONDUIT" | awk '$1=="dep" && $2 ~ /conduit-connector-(postgres|file|kafka)$/ {sub(/.*\//, "", $2); printf "%s%s %s", n++ ? ", " : "", $2, $3}'); records written as JSON lines by its file destination)"
   [ -n "$BENTHOS" ] && echo "- Benthos core $BENTHOS_VERSION (built from source by bench/peers.sh)"
-  has arrow-clickhouse && echo "- ClickHouse: $(clickhouse-client --host 127.0.0.1 --port "${OPENETL_TEST_CLICKHOUSE_ADDR##*:}" -q 'SELECT version()') (scripts/services/clickhouse.sh; clickhouse-go $(go list -m -f '{{.Version}}' github.com/ClickHouse/clickhouse-go/v2), native protocol)"
+  { has arrow-clickhouse || has kafka-clickhouse; } && echo "- ClickHouse: $(clickhouse-client --host 127.0.0.1 --port "${OPENETL_TEST_CLICKHOUSE_ADDR##*:}" -q 'SELECT version()') (scripts/services/clickhouse.sh; clickhouse-go $(go list -m -f '{{.Version}}' github.com/ClickHouse/clickhouse-go/v2), native protocol)"
+  has kafka-chcluster && echo "- ClickHouse cluster: scripts/services/chcluster.sh, four Debian ClickHouse 18.16 servers (2 shards × 2 replicas) and Debian's ZooKeeper, all on CPU $DB_CPU with the broker"
   true
 }
 
@@ -1220,7 +1358,7 @@ machine() {
   echo "- Machine: $model, $(nproc) CPUs, $mem, $(uname -sr)"
 }
 
-SIZES="$PG_ROWS Postgres rows, $CDC_CHANGES changes (Postgres and MariaDB), $KAFKA_MSGS Kafka messages of ~200 bytes ($KFAKE_MSGS on kfake; $AVRO_MSGS in Avro, ~130 bytes), $ARROW_ROWS Arrow rows ($ARROW_PG_ROWS into Postgres)"
+SIZES="$PG_ROWS Postgres rows, $CDC_CHANGES changes (Postgres and MariaDB), $KAFKA_MSGS Kafka messages of ~200 bytes ($CH_KAFKA_MSGS into ClickHouse; $KFAKE_MSGS on kfake; $AVRO_MSGS in Avro, ~130 bytes), $ARROW_ROWS Arrow rows ($ARROW_PG_ROWS into Postgres)"
 PEER_SIZES="Conduit: $PEER_PG_ROWS rows (snapshot), $PEER_CDC_CHANGES changes, $PEER_KAFKA_MSGS messages; Benthos: $PEER_KAFKA_MSGS messages; canal: $CDC_CHANGES changes"
 {
   echo "<!-- bench-compare:start -->"
@@ -1256,6 +1394,8 @@ titles = {
     "arrow-parquet": "Arrow batches → Parquet (zstd, 10 columns, sink/parquet's default dictionary choice on both sides), local disk",
     "arrow-clickhouse": "Arrow batches → ClickHouse, Engine=Null (13 columns, 100k-row blocks; checked by the server's InsertedRows)",
     "arrow-clickhouse-mt": "Arrow batches → ClickHouse, MergeTree, one run (read back with clickhouse-client)",
+    "kafka-clickhouse": "Kafka JSON → ClickHouse MergeTree, Apache Kafka broker, the same messages (read back with clickhouse-client)",
+    "kafka-chcluster": "Kafka JSON → ClickHouse cluster (ReplicatedMergeTree, ZooKeeper), the same messages (read back through remote() over the shards)",
     "arrow-postgres": "Arrow batches → Postgres (14 columns, 10k-row batches, 100k-row epochs each committed before the next; read back with psql)",
 }
 def fmt(v, d=0):

@@ -18,6 +18,7 @@
 //	openetl-bench arrow-parquet -n N -out DIR [-plain]     # Arrow batches → Parquet sink (or pqarrow alone)
 //	openetl-bench arrow-clickhouse -n N [-plain] [-store]  # Arrow batches → ClickHouse sink (or clickhouse-go alone)
 //	openetl-bench arrow-postgres -n N [-plain] [-mode merge] # Arrow batches → Postgres sink (or pgx CopyFrom alone)
+//	openetl-bench kafka-clickhouse -brokers B -topic T -n N -out DIR [-plain] # Kafka JSON → ClickHouse MergeTree (or franz-go + clickhouse-go)
 //	openetl-bench check-jsonl -file F [-wait N]            # count and id checksum of JSON lines
 //
 // OPENETL_BENCH_CPUPROFILE=FILE writes a CPU profile of the whole run
@@ -38,7 +39,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: openetl-bench SCENARIO [flags]; scenarios: pg-snapshot pg-copy pg-cdc pg-cdc-ceiling mysql-cdc mysql-ceiling kafka-produce kafka kafka-ceiling kfake-serve arrow-parquet arrow-clickhouse arrow-postgres check-jsonl")
+		fmt.Fprintln(os.Stderr, "usage: openetl-bench SCENARIO [flags]; scenarios: pg-snapshot pg-copy pg-cdc pg-cdc-ceiling mysql-cdc mysql-ceiling kafka-produce kafka kafka-ceiling kfake-serve arrow-parquet arrow-clickhouse arrow-postgres kafka-clickhouse check-jsonl")
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) (*result, error){
@@ -55,6 +56,7 @@ func main() {
 		"arrow-parquet":    arrowParquet,
 		"arrow-clickhouse": arrowClickHouse,
 		"arrow-postgres":   arrowPostgres,
+		"kafka-clickhouse": kafkaClickHouse,
 		"pg-cdc-ceiling":   pgCDCCeiling,
 	}
 	f, ok := cmds[os.Args[1]]
