@@ -149,19 +149,23 @@ func New(cfg Config) (Engine, error) {
 		Key      bool   `json:"key,omitempty"`
 	}
 	type spec struct {
-		Name    string `json:"name"`
-		Format  string `json:"format"`
-		Types   string `json:"types,omitempty"`
-		Columns []col  `json:"columns,omitempty"`
-		Policy  Policy `json:"policy,omitempty"`
-		Nested  bool   `json:"nested_text,omitempty"`
-		Times   bool   `json:"timestamps,omitempty"`
-		Keyed   bool   `json:"keyed,omitempty"`
-		Pol     *pols  `json:"policies,omitempty"`
+		Name    string   `json:"name"`
+		Format  string   `json:"format"`
+		Types   string   `json:"types,omitempty"`
+		Columns []col    `json:"columns,omitempty"`
+		Policy  Policy   `json:"policy,omitempty"`
+		Nested  bool     `json:"nested_text,omitempty"`
+		Times   bool     `json:"timestamps,omitempty"`
+		Keyed   bool     `json:"keyed,omitempty"`
+		KeyCols []string `json:"key_columns,omitempty"`
+		Pol     *pols    `json:"policies,omitempty"`
 	}
 	specs := make([]spec, 0, len(cfg.Streams))
 	for _, s := range cfg.Streams {
 		sp := spec{Name: s.Name, Format: "json", Types: s.Types, Policy: s.Policy, Nested: s.NestedAsText, Times: s.Timestamps, Keyed: s.Keyed}
+		if s.Keyed && !s.Declared {
+			sp.KeyCols = s.Key
+		}
 		if s.Declared {
 			sp.Format = "row"
 			sp.Columns = make([]col, 0, len(s.Columns))

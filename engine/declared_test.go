@@ -354,6 +354,57 @@ func TestMissingKey(t *testing.T) {
 	equal(t, "quarantined", out.Quarantined, []engine.Quarantined{{Row: 1, Reason: engine.ReasonMissingKey, Detail: "the stream has a primary key but the record has none"}})
 }
 
+// TestNullKeyColumn: a row of a keyed stream whose key column is null
+// (a Kafka Avro record whose key field is null, say) is quarantined
+// missing_key naming the column, never merged under a null key; a
+// delete without a payload still lands.
+func TestNullKeyColumn(t *testing.T) {
+	spec := engine.StreamSpec{Name: "k", Declared: true, Keyed: true, Key: []string{"a", "b"},
+		Columns: []engine.Column{{Name: "a", Type: "int4", Nullable: true}, {Name: "b", Type: "text", Nullable: true}, {Name: "v", Type: "text", Nullable: true}}}
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{spec}})
+	b := &engine.RawBatch{Stream: "k"}
+	b.Append(uint8(source.OpInsert), 1, []byte("1"), row("1", "x", null))
+	b.Append(uint8(source.OpInsert), 2, []byte("2"), row("2", null, "v"))
+	b.Append(uint8(source.OpUpdate), 3, []byte("3"), row(null, "y", "v"))
+	b.Append(uint8(source.OpDelete), 4, []byte("4"), nil)
+	out := push(t, e, b)
+	equal(t, "quarantined", out.Quarantined, []engine.Quarantined{
+		{Row: 1, Reason: engine.ReasonMissingKey, Detail: `key column "b" is null`},
+		{Row: 2, Reason: engine.ReasonMissingKey, Detail: `key column "a" is null`}})
+	equal(t, "ops", cells(t, out.Record, "_openetl_op"), []string{"insert", "delete"})
+}
+
+// TestJSONKeyFieldMissing: a document of a keyed JSON stream without a
+// non-null value for each Key field (a Kafka JSON message whose payload
+// lacks Config.PrimaryKey's field) is quarantined missing_key naming the
+// field, and its fields add no column; a delete without a document, and
+// an unkeyed stream's documents, are taken.
+func TestJSONKeyFieldMissing(t *testing.T) {
+	keyed := engine.StreamSpec{Name: "k", Keyed: true, Key: []string{"id"}}
+	plain := engine.StreamSpec{Name: "p"}
+	e := newEngine(t, engine.Config{Streams: []engine.StreamSpec{keyed, plain}})
+	recs := []rec{
+		{source.OpInsert, 1, "1", `{"id":1,"v":"a"}`},
+		{source.OpInsert, 2, "2", `{"v":"b","extra":true}`},
+		{source.OpUpdate, 3, "3", `{"id":null,"v":"c"}`},
+		{source.OpDelete, 4, "4", ``},
+		{source.OpUpdate, 5, "5", `{"id":5}`},
+	}
+	out := push(t, e, batch("k", recs...))
+	equal(t, "quarantined", out.Quarantined, []engine.Quarantined{
+		{Row: 1, Reason: engine.ReasonMissingKey, Detail: `key field "id" is missing or null`},
+		{Row: 2, Reason: engine.ReasonMissingKey, Detail: `key field "id" is missing or null`}})
+	equal(t, "id", cells(t, out.Record, "id"), []string{"1", "<nil>", "5"})
+	equal(t, "columns", colNames(out.Record)[:2], []string{"id", "v"})
+	if len(out.Record.Schema().FieldIndices("extra")) != 0 {
+		t.Errorf("a quarantined document's field became a column: %v", colNames(out.Record))
+	}
+	out = push(t, e, batch("p", recs...))
+	if len(out.Quarantined) != 0 || out.Record.NumRows() != 5 {
+		t.Errorf("unkeyed stream: %d rows, quarantined %+v", out.Record.NumRows(), out.Quarantined)
+	}
+}
+
 // TestDeclaredEnumsMarked: an enum(...) column, MySQL's or the Postgres
 // source's, is utf8 with LogicalTypeKey = LogicalTypeEnum in its field
 // metadata; no other field has metadata; a declaration with an added

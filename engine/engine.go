@@ -455,11 +455,14 @@ type StreamSpec struct {
 	// Keyed says the stream has a primary key: a record without a key is
 	// quarantined ReasonMissingKey. Default false.
 	Keyed bool
-	// Key names the primary key's columns: for a Declared stream a value
-	// of a key column that its type can't hold quarantines its row
-	// (ReasonOutOfRange) instead of being held, since a row without its
-	// key can't be applied; for any stream with Rules or a Filter, the
-	// columns Merge keeps. Default none.
+	// Key names the primary key's columns. In a Keyed stream a row
+	// whose key column is null, or a document without a non-null value
+	// for each Key field, is quarantined ReasonMissingKey (a delete
+	// without a document excepted): it can't be merged or deleted by
+	// key. For a Declared stream a value of a key column that its type
+	// can't hold quarantines its row (ReasonOutOfRange) instead of being
+	// held; for any stream with Rules or a Filter, Key names the columns
+	// Merge keeps. Default none.
 	Key []string
 	// Rules are the stream's column policies (see Policies in the
 	// package doc), applied in the engine to every push's output. They
@@ -592,7 +595,7 @@ const (
 	ReasonParse        Reason = "parse_error"   // not a JSON object, a malformed row payload, an unknown op
 	ReasonTypeConflict Reason = "type_conflict" // a declared value that isn't its type; a change a frozen schema refuses
 	ReasonOutOfRange   Reason = "out_of_range"  // a declared value its type can't hold (overflow, scale, infinity)
-	ReasonMissingKey   Reason = "missing_key"   // a record without a key in a StreamSpec.Keyed stream
+	ReasonMissingKey   Reason = "missing_key"   // a record without a key, or with a null Key column, in a StreamSpec.Keyed stream
 	ReasonTooLarge     Reason = "too_large"     // payload over MaxDocumentBytes
 	ReasonTooDeep      Reason = "too_deep"      // nesting over the limit
 	// ReasonUnchanged: a declared row with a value the source did not

@@ -429,11 +429,12 @@ func engineSpecs(cfg Config, catalog source.Catalog, streams []string) []engine.
 			spec = declaredSpec(st)
 			spec.Policy = pol
 		case pol != "" || cfg.JSON[name] != JSONOptions{} || len(st.PrimaryKey) > 0 || len(rules) > 0 || filter != nil:
-			// A keyed stream's record without a key is quarantined
-			// missing_key: it can't be merged or deleted by key.
+			// A keyed stream's record without a key, or whose document
+			// lacks a key field, is quarantined missing_key: it can't be
+			// merged or deleted by key.
 			o := cfg.JSON[name]
 			spec = engine.StreamSpec{Name: st.Name, Policy: pol,
-				NestedAsText: o.NestedAsText, Timestamps: o.Timestamps, Keyed: len(st.PrimaryKey) > 0}
+				NestedAsText: o.NestedAsText, Timestamps: o.Timestamps, Keyed: len(st.PrimaryKey) > 0, Key: st.PrimaryKey}
 		default:
 			continue
 		}

@@ -809,8 +809,8 @@ fn put(f: &FieldPlan, r: &mut Cur<'_>, buf: &mut Buf) -> Option<()> {
 /// plan that fills every declared column: each value goes straight into
 /// its column's buffer, no per-row values in between. `Ok(None)` when the
 /// batch is not such a push (or has a row the engine would quarantine
-/// before decoding: an unknown op, a missing key): the caller takes the
-/// row-by-row path. Any message the fast path can't give exactly is a
+/// before decoding: an unknown op, a missing key, or a null key column):
+/// the caller takes the row-by-row path. Any message the fast path can't give exactly is a
 /// [`Status::Fallback`], as for [`decode`].
 pub fn direct(
     rows: &RawRows<'_>,
@@ -933,6 +933,14 @@ pub fn direct(
         if ok.is_none() || r.i != end {
             return Err(fallback("a message the Go path decides"));
         }
+    }
+    // A null key column: the row-by-row path quarantines the row.
+    if cols
+        .iter()
+        .zip(&valid)
+        .any(|(c, v)| c.key && v.bits.is_some())
+    {
+        return Ok(None);
     }
     let mut out = Vec::with_capacity(cols.len());
     for ((b, v), c) in bufs.into_iter().zip(valid).zip(cols) {

@@ -93,6 +93,9 @@ pub struct StreamSpec {
     /// Column and row policies (see [`crate::policy`]); configuration
     /// only, never in the saved state.
     pub policies: Policies,
+    /// A keyed JSON stream's key fields: a document without a non-null
+    /// value for each is quarantined `missing_key`. Configuration only.
+    pub key_columns: Vec<String>,
 }
 
 /// A schema outcome of a push, for the runner's schema events.
@@ -184,6 +187,8 @@ pub struct Engine {
     held: Vec<hold::Held>,
     /// Each stream's policies, when it has any.
     policies: HashMap<String, Policies>,
+    /// Each keyed JSON stream's key fields, when it names them.
+    key_columns: HashMap<String, Vec<String>>,
 }
 
 impl Engine {
@@ -211,11 +216,15 @@ impl Engine {
             .filter_map(|s| s.names.table.as_ref().map(|t| t.to_lowercase()))
             .collect();
         let mut policies = HashMap::new();
+        let mut key_columns = HashMap::new();
         for spec in &cfg.streams {
             let st = streams.entry(spec.name.clone()).or_default();
             st.policy = spec.policy;
             st.declared = spec.declared.clone();
             st.opts = spec.opts;
+            if spec.declared.is_none() && spec.opts.keyed && !spec.key_columns.is_empty() {
+                key_columns.insert(spec.name.clone(), spec.key_columns.clone());
+            }
             if spec.policies.is_empty() {
                 continue;
             }
@@ -263,6 +272,7 @@ impl Engine {
             tables,
             held: Vec::new(),
             policies,
+            key_columns,
         })
     }
 
@@ -396,6 +406,7 @@ impl Engine {
         let lanes = self.cfg.lanes;
         let payload_buf = rows.payload_buffer();
         let pols = self.policies.get(stream);
+        let key_cols = self.key_columns.get(stream);
 
         for i in 0..rows.len() {
             let op = rows.op(i);
@@ -458,6 +469,29 @@ impl Engine {
                 classify = sink.classify;
                 r
             };
+            // A keyed stream's document must carry each key field, not
+            // null: without it the row can't be merged or deleted by
+            // key (a merge would fold every such row into one).
+            let result = result.and_then(|()| match key_cols {
+                Some(keys) if !(payload.is_empty() && op == OP_DELETE) => {
+                    for k in keys {
+                        let c = schema.lookup(k);
+                        let present = c.is_some_and(|c| {
+                            sc.cells[cells_mark..]
+                                .iter()
+                                .any(|cell| cell.col as usize == c && cell.kind != Kind::Null)
+                        });
+                        if !present {
+                            return Err(Reject::new(
+                                Reason::MissingKey,
+                                format!("key field {k:?} is missing or null"),
+                            ));
+                        }
+                    }
+                    Ok(())
+                }
+                _ => Ok(()),
+            });
             // Classify the document's values against its columns: the
             // type each column would widen to and, for nested values,
             // the shape; under freeze any change blocks the document.

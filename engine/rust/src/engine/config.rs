@@ -46,12 +46,26 @@ fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
         other => return Err(format!("stream {name:?}: unknown format {other:?}")),
     };
     let flag = |k: &str| m.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let key_columns = match m.get("key_columns") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| format!("stream {name:?}: key_columns is not a list of names"))?,
+        Some(_) => {
+            return Err(format!(
+                "stream {name:?}: key_columns is not a list of names"
+            ));
+        }
+    };
     let policies = match m.get("policies") {
         None | Some(Value::Null) => Policies::default(),
         Some(p) => Policies::from_json(p).map_err(|e| format!("stream {name:?}: policies: {e}"))?,
     };
     Ok(StreamSpec {
         policies,
+        key_columns,
         name: name.to_string(),
         policy,
         declared,

@@ -233,6 +233,17 @@ impl Engine {
                         format!("row payload has more values than the {ncols} declared columns"),
                     ));
                 }
+                if res.is_ok()
+                    && let Some(col) = decl.columns.iter().enumerate().find_map(|(ci, c)| {
+                        (c.key && matches!(sc.vals[vmark + ci], Val::Null)).then_some(c)
+                    })
+                {
+                    // A row needs its key to be merged or deleted by key.
+                    res = Err((
+                        Reason::MissingKey,
+                        format!("key column {:?} is null", col.name),
+                    ));
+                }
                 res
             };
             match result {
