@@ -296,9 +296,9 @@ func TestMySQLFlavorRowsV2(t *testing.T) {
 }
 
 func testRowsV2(t *testing.T, standard bool) {
-	old := time.Local
-	time.Local = time.FixedZone("test+0530", 5*3600+1800)
-	t.Cleanup(func() { time.Local = old })
+	if _, off := time.Now().Zone(); off != 5*3600+1800 {
+		t.Fatalf("time.Local is at %+ds, want +05:30 (TestMain, zone_test.go, sets it)", off)
+	}
 
 	pos := decimalPacked(false, 1234, 56)
 	neg := decimalPacked(true, 1234, 56)

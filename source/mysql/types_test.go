@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/mysql"
@@ -125,9 +124,7 @@ func goldenInserts(db, tbl string, cols []golden, base int) []string {
 func TestGoldenTypes(t *testing.T) {
 	d := dsn(t)
 	db := database(t, d)
-	old := time.Local
-	time.Local = time.FixedZone("test+0530", 5*3600+1800)
-	t.Cleanup(func() { time.Local = old })
+	localZone(t)
 	execSQL(t, d, goldenTable(db, "gold", goldenCols))
 	src := newSource(t, d, db, mysql.Config{})
 	cat, err := src.Discover(t.Context())
@@ -228,9 +225,7 @@ func colName(i int) string {
 func TestGoldenTypesPipeline(t *testing.T) {
 	d := dsn(t)
 	db := database(t, d)
-	old := time.Local
-	time.Local = time.FixedZone("test+0530", 5*3600+1800)
-	t.Cleanup(func() { time.Local = old })
+	localZone(t)
 	// sink/parquet can't write Arrow durations (pqarrow has no DURATION):
 	// TIME columns are checked by TestGoldenTypes only.
 	var cols []golden
