@@ -108,7 +108,8 @@ func cpuSeconds() float64 {
 // BenchmarkEpoch measures one lane writing one epoch of benchRows rows to
 // a local warehouse (SQL catalog on SQLite): Write, PreCommit (data files)
 // and Commit (one snapshot), in append and merge mode (merge: unique keys,
-// so every row is kept and every key goes into the equality deletes);
+// so every row is kept and every key goes into the equality deletes),
+// each with the default encoder (the engine's) and iceberg-go's;
 // and, as the ceiling, the same batches written straight to one Parquet
 // file with pqarrow (zstd, as iceberg-go's default). It reports rows/s
 // and CPU-seconds per million rows (user+sys of the whole process).
@@ -126,8 +127,18 @@ func BenchmarkEpoch(b *testing.B) {
 		b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 		b.ReportMetric(cpu/(float64(rows)*float64(b.N)/1e6), "cpu-s/Mrows")
 	}
-	for _, mode := range []sink.Mode{sink.Append, sink.Merge} {
-		b.Run(mode.String(), func(b *testing.B) {
+	for _, run := range []struct {
+		name string
+		mode sink.Mode
+		enc  iceberg.Encoder
+	}{
+		{"append", sink.Append, iceberg.EncoderAuto},
+		{"append-iceberg-go", sink.Append, iceberg.EncoderIcebergGo},
+		{"merge", sink.Merge, iceberg.EncoderAuto},
+		{"merge-iceberg-go", sink.Merge, iceberg.EncoderIcebergGo},
+	} {
+		mode := run.mode
+		b.Run(run.name, func(b *testing.B) {
 			wh := newWarehouse(b)
 			cpu0 := cpuSeconds()
 			for b.Loop() {
@@ -135,7 +146,7 @@ func BenchmarkEpoch(b *testing.B) {
 				// pipeline's Recover finds its other tables' epochs.
 				tables++
 				name := fmt.Sprintf("orders%d", tables)
-				d := newDest(b, wh.cat, iceberg.Config{})
+				d := newDest(b, wh.cat, iceberg.Config{Encoder: run.enc})
 				w, err := d.Writer(ctx, writerConfig(name, 0, sink.StreamSpec{Stream: name, Table: name, Mode: mode, Key: []string{"id"}}))
 				if err != nil {
 					b.Fatal(err)

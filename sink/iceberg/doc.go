@@ -51,10 +51,14 @@
 // schema when it is missing (fresh field IDs; the IDs then never change,
 // columns are matched by name), or adds nullable columns and widens int →
 // long, float → double and decimal precision when the engine's schema
-// grew. For an Append table, Write hands batches to iceberg-go's writer,
-// which encodes Parquet data files under the table's data location in the
+// grew. For an Append table, Write hands batches to a writer that
+// encodes Parquet data files under the table's data location in the
 // background; PreCommit waits for them. A Merge table's batches are kept
-// in memory (retained, not copied) until PreCommit. No snapshot refers to
+// in memory (retained, not copied) until PreCommit, which writes them.
+// The writer is the engine's (arrow-rs, one cgo call per row group's
+// worth of rows; the statistics for the manifest come from the file's
+// footer) for unpartitioned tables of the codecs and types it takes, and
+// iceberg-go's otherwise (Config.Encoder, Encoder). No snapshot refers to
 // the files, so readers don't see them. The committable lists the files with
 // their statistics, so another process can add them.
 //

@@ -18,6 +18,7 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/openetl/etl/engine"
 	"github.com/openetl/etl/sink"
 )
 
@@ -191,6 +192,11 @@ type Config struct {
 	// catalog; see the package doc for what it costs.
 	Fence Fence
 
+	// Encoder is what encodes data files: EncoderAuto (the default) the
+	// engine's Parquet writer where it can, iceberg-go's otherwise. See
+	// Encoder.
+	Encoder Encoder
+
 	// MaxCommitTries bounds how often Commit reloads a table and redoes
 	// its transaction after losing a race (another writer committed
 	// first: maintenance, or another attempt about to be fenced).
@@ -210,6 +216,7 @@ type Destination struct {
 	props       ice.Properties
 	tables      map[string]TableConfig
 	targetBytes int64
+	encoder     Encoder
 	maxTries    int
 	group       Grouping
 	maintenance *Maintenance
@@ -264,6 +271,15 @@ func New(cfg Config) (*Destination, error) {
 	}
 	if cfg.Fence < FenceAuto || cfg.Fence > FenceSnapshots {
 		return nil, fmt.Errorf("iceberg: Config.Fence is %v", cfg.Fence)
+	}
+	switch cfg.Encoder {
+	case EncoderAuto, EncoderIcebergGo:
+	case EncoderEngine:
+		if !engine.ParquetAvailable() {
+			return nil, fmt.Errorf("iceberg: Config.Encoder is EncoderEngine: %w", engine.ErrUnavailable)
+		}
+	default:
+		return nil, fmt.Errorf("iceberg: Config.Encoder is %v", cfg.Encoder)
 	}
 	if cfg.MergeDeletes == MergeDeletesDefault {
 		cfg.MergeDeletes = PositionDeletes
@@ -321,6 +337,7 @@ func New(cfg Config) (*Destination, error) {
 		props:       props,
 		tables:      tables,
 		targetBytes: cfg.TargetFileBytes,
+		encoder:     cfg.Encoder,
 		maxTries:    cfg.MaxCommitTries,
 		group:       group,
 		maintenance: maint,

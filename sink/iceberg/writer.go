@@ -127,6 +127,22 @@ func (w *writer) startStream(ctx context.Context, tbl *table.Table, sc *arrow.Sc
 	// cancelled only to abort it (Close, a failure).
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &fileStream{schema: sc, ch: make(chan arrow.RecordBatch, 8), done: make(chan struct{}), cancel: cancel}
+	if opts, ok := w.d.engineOptions(tbl); ok {
+		go func() {
+			defer close(s.done)
+			s.files, s.err = w.writeEngine(bctx, tbl, sc, opts, func(yield func(arrow.RecordBatch) bool) {
+				for r := range s.ch {
+					if !yield(r) { // writeEngine released r
+						break
+					}
+				}
+			})
+			for r := range s.ch { // what it did not take after a failure
+				r.Release()
+			}
+		}()
+		return s
+	}
 	go func() {
 		defer close(s.done)
 		seq := func(yield func(arrow.RecordBatch, error) bool) {
@@ -338,6 +354,24 @@ func (w *writer) writeTable(ctx context.Context, name string, p *pendingTable) (
 // it.
 func (w *writer) write(ctx context.Context, tbl *table.Table, recs []arrow.RecordBatch) ([]fileDesc, error) {
 	sc := recs[0].Schema()
+	if opts, ok := w.d.engineOptions(tbl); ok {
+		defer func() { // what writeEngine did not take after a failure
+			for i, r := range recs {
+				if r != nil {
+					r.Release()
+					recs[i] = nil
+				}
+			}
+		}()
+		return w.writeEngine(ctx, tbl, sc, opts, func(yield func(arrow.RecordBatch) bool) {
+			for i, r := range recs {
+				recs[i] = nil // writeEngine releases what it was given
+				if !yield(r) {
+					return
+				}
+			}
+		})
+	}
 	seq := func(yield func(arrow.RecordBatch, error) bool) {
 		for i, r := range recs {
 			recs[i] = nil // iceberg-go releases what it was given
