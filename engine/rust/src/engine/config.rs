@@ -12,12 +12,31 @@ use crate::error::Error;
 use crate::hold;
 use crate::policy::Policies;
 use crate::state::{self, Policy};
-use crate::{meta, names};
+use crate::{keys, meta, names};
+
+/// The keys of a stream spec.
+const SPEC_KEYS: &[&str] = &[
+    "name",
+    "format",
+    "types",
+    "columns",
+    "policy",
+    "nested_text",
+    "timestamps",
+    "keyed",
+    "policies",
+];
 
 /// Parses one stream spec of the config:
-/// `{"name","format":"json"|"row","types":"postgres"|"mysql","columns":[...],"policy"}`.
+/// `{"name","format":"json"|"row","types":"postgres"|"mysql","columns":[...],"policy",
+/// "nested_text","timestamps","keyed","policies"}`; unknown keys are refused.
 fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
     let m = v.as_object().ok_or("a stream spec is not an object")?;
+    keys::only(
+        m,
+        SPEC_KEYS,
+        &keys::label(m, "name", "stream", "a stream spec"),
+    )?;
     let name = m
         .get("name")
         .and_then(Value::as_str)
@@ -30,11 +49,15 @@ fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
             .and_then(Policy::from_name)
             .ok_or_else(|| format!("stream {name:?}: unknown policy {p}"))?,
     };
-    let format = m.get("format").and_then(Value::as_str).unwrap_or("json");
-    let declared = match format {
-        "json" => None,
+    let text = |k: &str| match m.get(k) {
+        None | Some(Value::Null) => Ok(""),
+        Some(Value::String(s)) => Ok(s.as_str()),
+        Some(other) => Err(format!("stream {name:?}: {k:?} is {other}, not a string")),
+    };
+    let declared = match text("format")? {
+        "" | "json" => None,
         "row" => {
-            let types = m.get("types").and_then(Value::as_str).unwrap_or("");
+            let types = text("types")?;
             let types = Types::from_name(types)
                 .ok_or_else(|| format!("stream {name:?}: unknown type system {types:?}"))?;
             let cols = m
@@ -45,7 +68,8 @@ fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
         }
         other => return Err(format!("stream {name:?}: unknown format {other:?}")),
     };
-    let flag = |k: &str| m.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let what = format!("stream {name:?}");
+    let flag = |k: &str| keys::flag(m, k, &what);
     let policies = match m.get("policies") {
         None | Some(Value::Null) => Policies::default(),
         Some(p) => Policies::from_json(p).map_err(|e| format!("stream {name:?}: policies: {e}"))?,
@@ -56,9 +80,9 @@ fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
         policy,
         declared,
         opts: state::JsonOpts {
-            nested_text: flag("nested_text"),
-            timestamps: flag("timestamps"),
-            keyed: flag("keyed"),
+            nested_text: flag("nested_text")?,
+            timestamps: flag("timestamps")?,
+            keyed: flag("keyed")?,
         },
     })
 }
@@ -166,7 +190,7 @@ fn parse_naming(v: &Value) -> Result<names::Rules, String> {
                     );
                 }
             }
-            other => return Err(format!("unknown field {other:?}")),
+            other => return Err(format!("unknown key {other:?}")),
         }
     }
     if r.max_len > 0 && r.max_len < 8 {
@@ -263,7 +287,7 @@ impl Engine {
                 }
                 other => {
                     return Err(Error::invalid_input(format!(
-                        "engine config: unknown field {other:?}"
+                        "engine config: unknown key {other:?}"
                     )));
                 }
             }
