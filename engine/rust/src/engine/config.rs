@@ -203,7 +203,10 @@ impl Engine {
     /// Parses a config as the C surface receives it:
     /// `{"lanes":N,"max_document_bytes":N,"state":<state or null>}`, where
     /// the state is the JSON value [`Engine::state`] wrote, or a string
-    /// holding it. A flawed state is an `InvalidState` error.
+    /// holding it (the header, engine/include/openetl_engine.h, lists
+    /// every key). A key it does not know, at any depth, is an
+    /// `InvalidInput` error naming it (see [`crate::keys`]). A flawed
+    /// state, an unknown key in it included, is an `InvalidState` error.
     pub fn from_config_json(b: &[u8]) -> Result<Engine, Error> {
         let v: Value = serde_json::from_slice(b)
             .map_err(|e| Error::invalid_input(format!("engine config: {e}")))?;
