@@ -5,8 +5,24 @@
 #
 # CARGO_TARGET_DIR defaults to $HOME/.cache/openetl/cargo-target so the
 # build cache outlives the work tree.
+#
+# The build is reproducible: the same sources, toolchain (rustc -V, written
+# to lib/linux_amd64/TOOLCHAIN) and cargo home give the same bytes, from
+# any clone's path and any target directory (the crate builds from the
+# mirror under the cache, rustc writes archive members without dates or
+# owners, and strip runs in deterministic mode). check.sh relies on it.
+#
+# `build.sh --to DIR` builds into DIR instead, writing only
+# libopenetl_engine.a there (check.sh's byte comparison).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+to=""
+if [ "${1:-}" = "--to" ] && [ -n "${2:-}" ]; then
+	to="$2"
+elif [ $# -gt 0 ]; then
+	echo "usage: engine/build.sh [--to DIR]" >&2
+	exit 2
+fi
 if [ "$(uname -s)/$(uname -m)" != "Linux/x86_64" ]; then
 	echo "engine/build.sh: only linux/amd64 is built for now (this is $(uname -s)/$(uname -m))" >&2
 	exit 1
@@ -18,9 +34,16 @@ fi
 engine_stage_locked "$here"
 # Build the staticlib alone: with the rlib crate type beside it, rustc
 # skips fat LTO and the archive is several times larger.
-cargo rustc --release --locked --lib --crate-type staticlib --manifest-path "$engine_stage/rust/Cargo.toml"
+# ENGINE_FEATURES (a cargo feature list, e.g. debug-panic for the Go
+# test of the panic guard) is for local test builds only: the committed
+# library has none.
+features=()
+if [ -n "${ENGINE_FEATURES:-}" ]; then
+	features=(--features "$ENGINE_FEATURES")
+fi
+cargo rustc --release --locked --lib --crate-type staticlib "${features[@]}" --manifest-path "$engine_stage/rust/Cargo.toml"
 
-out="$here/lib/linux_amd64"
+out="${to:-$here/lib/linux_amd64}"
 mkdir -p "$out"
 tmp="$out/libopenetl_engine.a.tmp"
 cp "$CARGO_TARGET_DIR/release/libopenetl_engine.a" "$tmp"
@@ -29,13 +52,17 @@ cp "$CARGO_TARGET_DIR/release/libopenetl_engine.a" "$tmp"
 if command -v strip >/dev/null; then
 	stripped="$tmp.stripped"
 	cp "$tmp" "$stripped"
-	if strip --strip-debug "$stripped" && [ "$(stat -c %s "$stripped")" -lt "$(stat -c %s "$tmp")" ]; then
+	if strip --strip-debug --enable-deterministic-archives "$stripped" && [ "$(stat -c %s "$stripped")" -lt "$(stat -c %s "$tmp")" ]; then
 		mv "$stripped" "$tmp"
 	else
 		rm -f "$stripped"
 	fi
 fi
 mv "$tmp" "$out/libopenetl_engine.a"
+if [ -n "$to" ]; then
+	exit 0
+fi
+rustc -V >"$out/TOOLCHAIN"
 hash="$("$here/source_hash.sh")"
 echo "$hash" >"$out/SOURCE_HASH"
 # Go's build cache does not hash a library named in #cgo LDFLAGS: record

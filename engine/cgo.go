@@ -7,6 +7,12 @@ package engine
 #cgo LDFLAGS: ${SRCDIR}/lib/linux_amd64/libopenetl_engine.a -lm -ldl -lpthread -lrt -lutil -lgcc_s -lc
 #include <stdlib.h>
 #include "openetl_engine.h"
+
+// The test hook is weak (see the header): -1 when the library lacks it.
+static int32_t openetl_debug_panic_if_built(char** err) {
+	if (!openetl_engine_debug_panic) return -1;
+	return openetl_engine_debug_panic(err);
+}
 */
 import "C"
 
@@ -28,10 +34,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/cdata"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
-
-// abiVersion is the engine library ABI this file is written against. The
-// call to openetl_engine_abi_v1 makes a library of another ABI a link error.
-const abiVersion = 1
 
 // statusErrors maps the Rust engine's status codes onto the package's
 // sentinels: the one table the STYLE guide asks for. Status 0 is success.
@@ -116,21 +118,31 @@ type cEngine struct {
 // unclosed is freed by a cleanup, as a backstop only.
 func New(cfg Config) (Engine, error) {
 	if v := C.openetl_engine_abi_v1(); v != abiVersion {
-		return nil, fmt.Errorf("%w: engine library has ABI %d, want %d: rebuild it with make engine", ErrUnavailable, uint32(v), abiVersion)
+		return nil, fmt.Errorf("%w: engine library has ABI %d, this package wants ABI %d: rebuild it with make engine", ErrUnavailable, uint32(v), abiVersion)
 	}
+	js, lanes, err := configJSON(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newFromJSON(js, lanes)
+}
+
+// configJSON is cfg as the engine's config JSON (the header's
+// openetl_engine_new), and its lane count.
+func configJSON(cfg Config) ([]byte, int, error) {
 	lanes := cfg.Lanes
 	if lanes == 0 {
 		lanes = 1
 	}
 	if lanes < 0 {
-		return nil, fmt.Errorf("%w: lanes is %d, want at least 1", ErrInvalidInput, cfg.Lanes)
+		return nil, 0, fmt.Errorf("%w: lanes is %d, want at least 1", ErrInvalidInput, cfg.Lanes)
 	}
 	maxDoc := cfg.MaxDocumentBytes
 	if maxDoc == 0 {
 		maxDoc = 16 << 20
 	}
 	if maxDoc < 0 {
-		return nil, fmt.Errorf("%w: MaxDocumentBytes is %d, want at least 1", ErrInvalidInput, cfg.MaxDocumentBytes)
+		return nil, 0, fmt.Errorf("%w: MaxDocumentBytes is %d, want at least 1", ErrInvalidInput, cfg.MaxDocumentBytes)
 	}
 	var state any
 	switch {
@@ -176,7 +188,7 @@ func New(cfg Config) (Engine, error) {
 		if len(s.Rules) > 0 || s.Filter != nil {
 			p, err := policiesJSON(s)
 			if err != nil {
-				return nil, fmt.Errorf("%w: stream %q: %v", ErrInvalidInput, s.Name, err)
+				return nil, 0, fmt.Errorf("%w: stream %q: %v", ErrInvalidInput, s.Name, err)
 			}
 			sp.Pol = p
 		}
@@ -191,7 +203,7 @@ func New(cfg Config) (Engine, error) {
 	var nm *naming
 	if n := cfg.Naming; n != nil {
 		if n.MaxLength < 0 || (n.MaxLength > 0 && n.MaxLength < 8) {
-			return nil, fmt.Errorf("%w: naming: MaxLength %d is under 8", ErrInvalidInput, n.MaxLength)
+			return nil, 0, fmt.Errorf("%w: naming: MaxLength %d is under 8", ErrInvalidInput, n.MaxLength)
 		}
 		nm = &naming{n.MaxLength, n.Case, n.Simple, append([]string{}, n.Reserved...)}
 	}
@@ -205,8 +217,13 @@ func New(cfg Config) (Engine, error) {
 		Tables   []string `json:"tables,omitempty"`
 	}{lanes, maxDoc, state, specs, nm, cfg.Unsupported, cfg.Tables})
 	if err != nil {
-		return nil, fmt.Errorf("%w: encoding the engine config: %v", ErrInvalidInput, err)
+		return nil, 0, fmt.Errorf("%w: encoding the engine config: %v", ErrInvalidInput, err)
 	}
+	return js, lanes, nil
+}
+
+// newFromJSON creates an engine of lanes lanes from its config JSON.
+func newFromJSON(js []byte, lanes int) (Engine, error) {
 	var eng unsafe.Pointer
 	var cerr *C.char
 	st := C.openetl_engine_new((*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(js))), C.size_t(len(js)), &eng, &cerr)
@@ -600,12 +617,20 @@ func (e *cEngine) Close() error {
 	return nil
 }
 
+// errNoDebugHook is debugPanic's error when the library was built
+// without the cargo feature debug-panic (the committed one is).
+var errNoDebugHook = errors.New("engine library built without the debug-panic feature")
+
 // debugPanic calls the engine's test hook, which panics inside Rust; the
 // panic must come back as an error wrapping ErrPanic.
 func debugPanic() error {
 	var cerr *C.char
-	if st := C.openetl_engine_debug_panic(&cerr); st != 0 {
-		return statusError(st, cerr)
+	st := C.openetl_debug_panic_if_built(&cerr)
+	switch st {
+	case -1:
+		return errNoDebugHook
+	case 0:
+		return nil
 	}
-	return nil
+	return statusError(st, cerr)
 }

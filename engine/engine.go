@@ -757,6 +757,12 @@ func (b *RawBatch) Reset() {
 	b.keyOffs, b.payOffs = b.keyOffs[:0], b.payOffs[:0]
 }
 
+// abiVersion is the engine library ABI the cgo layer is written against
+// (OPENETL_ENGINE_ABI_VERSION in include/openetl_engine.h): its call to
+// openetl_engine_abi_v1 makes a library of another ABI a link error, and
+// header_test.go checks that the versions agree.
+const abiVersion = 1
+
 // Errors returned by engines. Rust status codes map onto these in one
 // table (cgo.go).
 var (

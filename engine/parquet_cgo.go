@@ -50,6 +50,12 @@ func NewParquetWriter(schema *arrow.Schema, opts ParquetOptions) (*ParquetWriter
 	if err != nil {
 		return nil, fmt.Errorf("%w: encoding the parquet options: %v", ErrInvalidInput, err)
 	}
+	return newParquetWriterJSON(schema, js)
+}
+
+// newParquetWriterJSON starts a file of schema with the options JSON of
+// openetl_parquet_new.
+func newParquetWriterJSON(schema *arrow.Schema, js []byte) (*ParquetWriter, error) {
 	h := &pqHandle{
 		arr: (*C.struct_ArrowArray)(C.calloc(1, C.sizeof_struct_ArrowArray)),
 		sch: (*C.struct_ArrowSchema)(C.calloc(1, C.sizeof_struct_ArrowSchema)),

@@ -9,6 +9,18 @@
  * receives a message to free with openetl_string_free.
  *
  * Arrow crosses through the C Data Interface with move semantics.
+ *
+ * Every JSON argument (the engine config with its stream specs, policies
+ * and saved state; the Parquet options) is read strictly: a key the
+ * engine does not know is status 1 (status 2 inside a saved state) with a
+ * message naming it, and so is a flag that is not a boolean.
+ *
+ * engine/header_test.go checks this header against the Rust exports
+ * (names, parameter and return types, in both directions), the ABI
+ * version against the versioned symbol, and the signatures against those
+ * recorded for the version (engine/testdata/abi_v<N>.txt): changing or
+ * removing one means raising the version. The header is part of the
+ * engine's source hash (engine/source_hash.sh).
  */
 #ifndef OPENETL_ENGINE_H
 #define OPENETL_ENGINE_H
@@ -54,14 +66,19 @@ struct ArrowArray {
 
 #endif /* ARROW_C_DATA_INTERFACE */
 
-/* Returns 1. Linking against it makes a library of another ABI a link error. */
+/* The ABI version: the suffix of the symbol below, ABI_VERSION in lib.rs
+ * and abiVersion in engine/cgo.go. */
+#define OPENETL_ENGINE_ABI_VERSION 1
+
+/* Returns 1. Linking against it makes a library of another ABI a link error
+ * naming the version wanted (undefined reference to openetl_engine_abi_vN). */
 uint32_t openetl_engine_abi_v1(void);
 
 /* Creates an engine. cfg is JSON:
  *   {"lanes":N,"max_document_bytes":N,"state":<saved state, as a JSON value
  *    or a JSON string holding it, or null>,
  *    "streams":[{"name":S,"format":"json"|"row","types":"postgres"|"mysql",
- *                "columns":[{"name":S,"type":S,"nullable":B}],
+ *                "columns":[{"name":S,"type":S,"nullable":B,"key":B}],
  *                "policy":"evolve"|"freeze"|"discard",
  *                "nested_text":B,"timestamps":B,"keyed":B,
  *                "policies":{"rules":[{"kind":"exclude"|"null","column":S}
@@ -79,7 +96,7 @@ uint32_t openetl_engine_abi_v1(void);
  *    (see engine/rust/src/policy.rs; policies are never in the state),
  *    "naming":{"max_len":N,"case":"lower"|"upper"|"","simple":B,
  *              "reserved":[S...]},
- *    "unsupported":[type class...]}
+ *    "unsupported":[type class...],"tables":[S...]}
  * On success *out holds a handle for openetl_engine_free. A corrupt state is
  * status 2. */
 int32_t openetl_engine_new(const uint8_t* cfg, size_t cfg_len, void** out, char** err);
@@ -169,8 +186,11 @@ void openetl_bytes_free(uint8_t* ptr, size_t len);
 void openetl_engine_free(void* eng);
 void openetl_string_free(char* s);
 
-/* Test hook: panics inside the engine's guard; returns 3 with a message. */
-int32_t openetl_engine_debug_panic(char** err);
+/* Test hook, only in a library built with the cargo feature debug-panic
+ * (never the committed one): panics inside the engine's guard and returns
+ * 3 with the panic's message. Weak: its address is NULL in a library
+ * without it. */
+int32_t openetl_engine_debug_panic(char** err) __attribute__((weak));
 
 #ifdef __cplusplus
 }

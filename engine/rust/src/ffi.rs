@@ -137,3 +137,41 @@ pub fn non_null<T>(p: *mut T, what: &str) -> Result<(), Error> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    /// The boundary's proof without the `debug-panic` hook: a panic inside
+    /// [`guard`] comes back as status 3 with its message and location,
+    /// and the thread carries on (the hook's C-level test, in
+    /// tests/engine.rs, runs with the feature on).
+    #[test]
+    fn guard_catches_panics() {
+        for _ in 0..3 {
+            let mut err: *mut c_char = std::ptr::null_mut();
+            let st = guard(&mut err, || -> Result<(), Error> {
+                let v: Option<u8> = std::hint::black_box(None);
+                panic!("boom {v:?}")
+            });
+            assert_eq!(st, Status::Panic as i32);
+            assert!(!err.is_null());
+            // SAFETY: err came from set_error and is freed once here.
+            let msg = unsafe { CStr::from_ptr(err) }
+                .to_string_lossy()
+                .into_owned();
+            unsafe { free_string(err) };
+            assert!(msg.starts_with("engine panicked at src/ffi.rs:"), "{msg}");
+            assert!(msg.ends_with(": boom None"), "{msg}");
+        }
+        // No message wanted: still a status, never an unwind.
+        let st = guard(std::ptr::null_mut(), || -> Result<(), Error> {
+            panic!("quiet")
+        });
+        assert_eq!(st, Status::Panic as i32);
+        let st = guard(std::ptr::null_mut(), || Err(Error::invalid_state("x")));
+        assert_eq!(st, Status::InvalidState as i32);
+        assert_eq!(guard(std::ptr::null_mut(), || Ok(())), Status::Ok as i32);
+    }
+}

@@ -38,6 +38,7 @@ pub mod hold;
 pub mod infer;
 pub mod input;
 pub mod json;
+pub mod keys;
 pub mod meta;
 pub mod names;
 pub mod nested;
@@ -543,10 +544,12 @@ pub unsafe extern "C" fn openetl_string_free(s: *mut c_char) {
 }
 
 /// Test hook: panics inside the guard, returning status 3 and the panic
-/// message, to prove no panic crosses into the caller.
+/// message, to prove no panic crosses into the caller. Only in a library
+/// built with the cargo feature `debug-panic` (never the committed one).
 ///
 /// # Safety
 /// `err` is null or writable.
+#[cfg(feature = "debug-panic")]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn openetl_engine_debug_panic(err: *mut *mut c_char) -> i32 {
     ffi::guard(err, || -> Result<(), Error> {

@@ -25,7 +25,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::error::Error;
-use crate::meta;
+use crate::{keys, meta};
 
 pub mod filter;
 pub use filter::{DROP, Decided, KEEP, SET_ASIDE, TO_DELETE, decide, gone};
@@ -293,7 +293,7 @@ impl Policies {
                 }
                 "merge" => p.merge = v.as_bool().ok_or("merge is not a bool")?,
                 "key" => p.key = strings(v).ok_or("key is not a list of names")?,
-                other => return Err(format!("unknown field {other:?}")),
+                other => return Err(format!("unknown key {other:?}")),
             }
         }
         p.check()?;
@@ -301,7 +301,9 @@ impl Policies {
     }
 
     fn rule(&mut self, r: &Value) -> Result<(), String> {
-        let kind = r
+        let m = r.as_object().ok_or("a rule is not an object")?;
+        keys::only(m, RULE_KEYS, &keys::label(m, "kind", "rule", "a rule"))?;
+        let kind = m
             .get("kind")
             .and_then(Value::as_str)
             .ok_or("a rule has no kind")?;
@@ -521,11 +523,25 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 
 const MAX_DEPTH: usize = 64;
 
+/// The keys of a rule, whatever its kind (each kind reads its own).
+const RULE_KEYS: &[&str] = &["kind", "column", "columns", "to", "n", "key"];
+
+/// The keys of a filter condition, whatever its op.
+const COND_KEYS: &[&str] = &["op", "column", "value", "values", "args"];
+
 fn cond(v: &Value, depth: usize) -> Result<Cond, String> {
     if depth > MAX_DEPTH {
         return Err(format!("filter nests deeper than {MAX_DEPTH}"));
     }
-    let op = v
+    let m = v
+        .as_object()
+        .ok_or("filter: a condition is not an object")?;
+    keys::only(
+        m,
+        COND_KEYS,
+        &keys::label(m, "op", "filter: op", "filter: a condition"),
+    )?;
+    let op = m
         .get("op")
         .and_then(Value::as_str)
         .ok_or("a filter condition has no op")?;

@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 use crate::decl::{Decl, Types};
 use crate::error::Error;
 use crate::infer::ColumnType;
+use crate::keys;
 use crate::meta::RESERVED_PREFIX;
 use crate::names::StreamNames;
 use crate::nested::JType;
@@ -59,6 +60,8 @@ pub fn declared_from_json(types: Types, cols: &[Value], what: &str) -> Result<De
         let m = c
             .as_object()
             .ok_or_else(|| format!("{what}: a column is not an object"))?;
+        let col = format!("{what}: {}", keys::label(m, "name", "column", "a column"));
+        keys::only(m, &["name", "type", "nullable", "key"], &col)?;
         let name = m
             .get("name")
             .and_then(Value::as_str)
@@ -67,8 +70,11 @@ pub fn declared_from_json(types: Types, cols: &[Value], what: &str) -> Result<De
             .get("type")
             .and_then(Value::as_str)
             .ok_or_else(|| format!("{what}: column {name:?} has no type"))?;
-        let nullable = m.get("nullable").and_then(Value::as_bool).unwrap_or(true);
-        let key = m.get("key").and_then(Value::as_bool).unwrap_or(false);
+        let nullable = match m.get("nullable") {
+            None | Some(Value::Null) => true,
+            Some(_) => keys::flag(m, "nullable", &col)?,
+        };
+        let key = keys::flag(m, "key", &col)?;
         if name.is_empty() || crate::meta::is_reserved(name) || name.contains('\0') {
             return Err(format!(
                 "{what}: column name {name:?} is empty, holds a NUL byte or uses the prefix {RESERVED_PREFIX:?} (in any case), reserved for metadata columns"
@@ -255,10 +261,28 @@ fn string<'a>(m: &'a Map<String, Value>, key: &str, what: &str) -> Result<&'a st
         .ok_or_else(|| bad(format!("{what} has no string {key:?}")))
 }
 
-/// Loads streams' schemas from a value written by [`export`]. Any flaw is
-/// an [`crate::error::Status::InvalidState`] error.
+/// The keys of a stream in the state ([`export`] writes them).
+const STREAM_KEYS: &[&str] = &[
+    "name",
+    "columns",
+    "policy",
+    "names",
+    "nested_text",
+    "timestamps",
+    "keyed",
+    "types",
+    "declared",
+];
+
+/// The keys of a column in the state.
+const COLUMN_KEYS: &[&str] = &["name", "type", "scale", "int_digits", "tree"];
+
+/// Loads streams' schemas from a value written by [`export`]. Any flaw,
+/// an unknown key included, is an [`crate::error::Status::InvalidState`]
+/// error.
 pub fn import(v: &Value) -> Result<HashMap<String, StreamSchema>, Error> {
     let top = object(v, "the state")?;
+    keys::only(top, &["version", "streams"], "the state").map_err(bad)?;
     match top.get("version").and_then(Value::as_u64) {
         Some(VERSION) => {}
         Some(other) => {
@@ -275,10 +299,17 @@ pub fn import(v: &Value) -> Result<HashMap<String, StreamSchema>, Error> {
     let mut streams = HashMap::with_capacity(list.len());
     for s in list {
         let s = object(s, "a stream")?;
+        keys::only(
+            s,
+            STREAM_KEYS,
+            &keys::label(s, "name", "stream", "a stream"),
+        )
+        .map_err(bad)?;
         let name = string(s, "name", "a stream")?;
         if name.is_empty() {
             return Err(bad("a stream has an empty name"));
         }
+        let what = format!("stream {name:?}");
         let cols = s
             .get("columns")
             .and_then(Value::as_array)
@@ -286,6 +317,8 @@ pub fn import(v: &Value) -> Result<HashMap<String, StreamSchema>, Error> {
         let mut schema = StreamSchema::default();
         for c in cols {
             let c = object(c, "a column")?;
+            let col = keys::label(c, "name", "column", "a column");
+            keys::only(c, COLUMN_KEYS, &format!("{what} {col}")).map_err(bad)?;
             let cname = string(c, "name", "a column")?;
             let ty = string(c, "type", "a column")?;
             let ty = if ty == "decimal" {
@@ -335,18 +368,15 @@ pub fn import(v: &Value) -> Result<HashMap<String, StreamSchema>, Error> {
             }
         }
         if let Some(n) = s.get("names") {
+            if let Some(m) = n.as_object() {
+                keys::only(m, &["table", "columns"], &format!("{what} names")).map_err(bad)?;
+            }
             schema.names = StreamNames::from_json(n, &crate::meta::NAMES)
                 .ok_or_else(|| bad(format!("stream {name:?} has bad names")))?;
         }
-        schema.opts.nested_text = s
-            .get("nested_text")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        schema.opts.timestamps = s
-            .get("timestamps")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        schema.opts.keyed = s.get("keyed").and_then(Value::as_bool).unwrap_or(false);
+        schema.opts.nested_text = keys::flag(s, "nested_text", &what).map_err(bad)?;
+        schema.opts.timestamps = keys::flag(s, "timestamps", &what).map_err(bad)?;
+        schema.opts.keyed = keys::flag(s, "keyed", &what).map_err(bad)?;
         if let Some(p) = s.get("policy") {
             schema.policy = p
                 .as_str()

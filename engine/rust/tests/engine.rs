@@ -621,6 +621,7 @@ mod c_surface {
         s
     }
 
+    #[cfg(feature = "debug-panic")]
     #[test]
     fn debug_panic_is_caught() {
         let mut err = ptr::null_mut();

@@ -12,12 +12,32 @@ use crate::error::Error;
 use crate::hold;
 use crate::policy::Policies;
 use crate::state::{self, Policy};
-use crate::{meta, names};
+use crate::{keys, meta, names};
+
+/// The keys of a stream spec.
+const SPEC_KEYS: &[&str] = &[
+    "name",
+    "format",
+    "types",
+    "columns",
+    "policy",
+    "nested_text",
+    "timestamps",
+    "keyed",
+    "key_columns",
+    "policies",
+];
 
 /// Parses one stream spec of the config:
-/// `{"name","format":"json"|"row","types":"postgres"|"mysql","columns":[...],"policy"}`.
+/// `{"name","format":"json"|"row","types":"postgres"|"mysql","columns":[...],"policy",
+/// "nested_text","timestamps","keyed","key_columns","policies"}`; unknown keys are refused.
 fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
     let m = v.as_object().ok_or("a stream spec is not an object")?;
+    keys::only(
+        m,
+        SPEC_KEYS,
+        &keys::label(m, "name", "stream", "a stream spec"),
+    )?;
     let name = m
         .get("name")
         .and_then(Value::as_str)
@@ -30,11 +50,15 @@ fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
             .and_then(Policy::from_name)
             .ok_or_else(|| format!("stream {name:?}: unknown policy {p}"))?,
     };
-    let format = m.get("format").and_then(Value::as_str).unwrap_or("json");
-    let declared = match format {
-        "json" => None,
+    let text = |k: &str| match m.get(k) {
+        None | Some(Value::Null) => Ok(""),
+        Some(Value::String(s)) => Ok(s.as_str()),
+        Some(other) => Err(format!("stream {name:?}: {k:?} is {other}, not a string")),
+    };
+    let declared = match text("format")? {
+        "" | "json" => None,
         "row" => {
-            let types = m.get("types").and_then(Value::as_str).unwrap_or("");
+            let types = text("types")?;
             let types = Types::from_name(types)
                 .ok_or_else(|| format!("stream {name:?}: unknown type system {types:?}"))?;
             let cols = m
@@ -45,7 +69,8 @@ fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
         }
         other => return Err(format!("stream {name:?}: unknown format {other:?}")),
     };
-    let flag = |k: &str| m.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let what = format!("stream {name:?}");
+    let flag = |k: &str| keys::flag(m, k, &what);
     let key_columns = match m.get("key_columns") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(a)) => a
@@ -70,9 +95,9 @@ fn parse_spec(v: &Value) -> Result<StreamSpec, String> {
         policy,
         declared,
         opts: state::JsonOpts {
-            nested_text: flag("nested_text"),
-            timestamps: flag("timestamps"),
-            keyed: flag("keyed"),
+            nested_text: flag("nested_text")?,
+            timestamps: flag("timestamps")?,
+            keyed: flag("keyed")?,
         },
     })
 }
@@ -180,7 +205,7 @@ fn parse_naming(v: &Value) -> Result<names::Rules, String> {
                     );
                 }
             }
-            other => return Err(format!("unknown field {other:?}")),
+            other => return Err(format!("unknown key {other:?}")),
         }
     }
     if r.max_len > 0 && r.max_len < 8 {
@@ -193,7 +218,10 @@ impl Engine {
     /// Parses a config as the C surface receives it:
     /// `{"lanes":N,"max_document_bytes":N,"state":<state or null>}`, where
     /// the state is the JSON value [`Engine::state`] wrote, or a string
-    /// holding it. A flawed state is an `InvalidState` error.
+    /// holding it (the header, engine/include/openetl_engine.h, lists
+    /// every key). A key it does not know, at any depth, is an
+    /// `InvalidInput` error naming it (see [`crate::keys`]). A flawed
+    /// state, an unknown key in it included, is an `InvalidState` error.
     pub fn from_config_json(b: &[u8]) -> Result<Engine, Error> {
         let v: Value = serde_json::from_slice(b)
             .map_err(|e| Error::invalid_input(format!("engine config: {e}")))?;
@@ -277,7 +305,7 @@ impl Engine {
                 }
                 other => {
                     return Err(Error::invalid_input(format!(
-                        "engine config: unknown field {other:?}"
+                        "engine config: unknown key {other:?}"
                     )));
                 }
             }
