@@ -28,6 +28,10 @@ type Builder struct {
 	cfg   runner.Config
 	retry *Retry  // nil: the default Retry
 	errs  []error // misuses of the methods, reported by Build
+
+	shard    Shard       // Shard's arguments
+	shardSet bool        // Shard was called
+	onEvent  func(Event) // OnEvent's callback, given the shard by Build
 }
 
 // NewPipeline starts building the pipeline called name. The name keys the
@@ -272,10 +276,7 @@ func (b *Builder) OnProgress(f func(Progress)) *Builder {
 // find it full are dropped and counted (Status().EventsDropped and the
 // openetl.events.dropped metric). Default: no events.
 func (b *Builder) OnEvent(f func(Event), queue int) *Builder {
-	b.cfg.OnEvent, b.cfg.EventQueue = nil, queue
-	if f != nil {
-		b.cfg.OnEvent = func(e runner.Event) { f(eventOf(e)) }
-	}
+	b.cfg.OnEvent, b.cfg.EventQueue, b.onEvent = nil, queue, f
 	return b
 }
 
@@ -324,7 +325,38 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 	cfg.Rules = maps.Clone(cfg.Rules)
 	cfg.Filters = maps.Clone(cfg.Filters)
 	cfg.Retry = retryPolicy(b.retry)
-	errs := append([]error{cfg.Validate()}, b.errs...)
+	sh := Shard{Count: 1}
+	if b.shardSet {
+		sh = b.shard
+	}
+	var owned source.Source // a shard's source, the Pipeline's to close
+	var shardErr error
+	if sh.Count > 1 {
+		shardErr = checkpoint.ValidPipeline(cfg.Name)
+	}
+	if shardErr == nil {
+		var src source.Source
+		cfg.Name, src, owned, shardErr = buildShard(cfg.Name, sh, cfg.Source)
+		if shardErr == nil {
+			cfg.Source = src
+		}
+	}
+	if !sh.Sharded() {
+		sh = Shard{}
+	}
+	defer func() {
+		if err != nil && owned != nil {
+			closeSource(owned)
+		}
+	}()
+	if f := b.onEvent; f != nil {
+		cfg.OnEvent = func(e runner.Event) {
+			ev := eventOf(e)
+			ev.Shard = sh
+			f(ev)
+		}
+	}
+	errs := append([]error{cfg.Validate(), shardErr}, b.errs...)
 	eng, engErr := engine.New(engine.Config{})
 	if engErr != nil {
 		errs = append(errs, fmt.Errorf("engine: %w", engErr))
@@ -333,7 +365,7 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 	}
 	var guarantees []delivery.Guarantee
 	var discoverErr error // a Discover failure the source does not call permanent
-	if cfg.Source != nil && cfg.Destination != nil {
+	if cfg.Source != nil && cfg.Destination != nil && shardErr == nil {
 		catalog, err := cfg.Source.Discover(ctx)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("source: discover: %w", err))
@@ -360,7 +392,7 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 		return nil, be
 	}
 	cfg.Monitor = runner.NewMonitor(cfg)
-	return &Pipeline{cfg: cfg, guarantees: guarantees}, nil
+	return &Pipeline{cfg: cfg, guarantees: guarantees, shard: sh, owned: owned}, nil
 }
 
 // BuildError is returned by Build. Err joins one error per problem;
@@ -390,6 +422,8 @@ func (e *BuildError) Unwrap() error { return e.Err }
 type Pipeline struct {
 	cfg        runner.Config
 	guarantees []delivery.Guarantee
+	shard      Shard         // zero when unsharded
+	owned      source.Source // the shard's source Build made, closed by Close; nil if none
 
 	mu     sync.Mutex
 	busy   chan struct{} // closed when the running Sync or Run returns; nil when none runs
@@ -423,15 +457,25 @@ func (p *Pipeline) Guarantees() []delivery.Guarantee {
 	return slices.Clone(p.guarantees)
 }
 
-// Name returns the pipeline's name.
+// Name returns the pipeline's name: the one given to NewPipeline, or
+// for a shard (Builder.Shard) the shard's key, ShardKey(name, index,
+// count), under which its checkpoints are kept.
 func (p *Pipeline) Name() string { return p.cfg.Name }
+
+// Shard returns which shard the pipeline is (Builder.Shard); the zero
+// Shard when unsharded.
+func (p *Pipeline) Shard() Shard { return p.shard }
 
 // Status returns a snapshot of the pipeline's latest attempt in this
 // process: phase, generation, last committed epoch and its time,
 // per-stream counts and snapshot progress, lag, the last error and the
 // events dropped. It is cheap and safe to call from any goroutine at any
 // time; before the first Sync or Run its Phase is PhaseIdle.
-func (p *Pipeline) Status() Status { return statusOf(p.cfg.Monitor.Status()) }
+func (p *Pipeline) Status() Status {
+	s := statusOf(p.cfg.Monitor.Status())
+	s.Shard = p.shard
+	return s
+}
 
 // Sync reads every stream to the source's end as of the start, commits
 // what it read in one or more epochs, and returns the counts. It resumes
@@ -528,7 +572,9 @@ func (p *Pipeline) Resnapshot(ctx context.Context, stream string) error {
 // every attempt has been delivered to the OnEvent callback, and
 // unregisters the Pipeline's OpenTelemetry instruments. Call it before
 // the process exits, or the last events (sync.failed, pipeline.fenced)
-// may never reach the callback. When ctx ends first, Close returns its
+// may never reach the callback. A shard's Pipeline (Builder.Shard) also
+// closes the source the shard was given by the Source's Shard method.
+// When ctx ends first, Close returns its
 // cause; the Pipeline stays closed, and a second Close waits again.
 func (p *Pipeline) Close(ctx context.Context) error {
 	p.mu.Lock()
@@ -542,7 +588,17 @@ func (p *Pipeline) Close(ctx context.Context) error {
 			return context.Cause(ctx)
 		}
 	}
-	return p.cfg.Monitor.Close(ctx)
+	err := p.cfg.Monitor.Close(ctx)
+	p.mu.Lock()
+	owned := p.owned
+	p.owned = nil
+	p.mu.Unlock()
+	if owned != nil {
+		if c, ok := owned.(source.Closer); ok {
+			err = errors.Join(err, c.Close(ctx))
+		}
+	}
+	return err
 }
 
 // Inspect reads the pipeline's checkpoint log without claiming it, so a

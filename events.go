@@ -136,9 +136,11 @@ const (
 // EventKind constants); the others are zero. Maps in an event belong to
 // the receiver.
 type Event struct {
-	Kind       EventKind
-	Time       time.Time
-	Pipeline   string
+	Kind     EventKind
+	Time     time.Time
+	Pipeline string
+	// Shard is the pipeline's shard (Builder.Shard); zero when unsharded.
+	Shard      Shard
 	Generation checkpoint.Generation
 	Epoch      uint64
 	Bounded    bool

@@ -31,8 +31,12 @@ const (
 // Status is a snapshot of a pipeline's latest attempt in this process.
 // Maps and slices in it belong to the caller.
 type Status struct {
+	// Pipeline is the pipeline's name (Pipeline.Name: a shard's key).
 	Pipeline string
-	Phase    Phase
+	// Shard is which shard the pipeline is (Builder.Shard); zero when
+	// unsharded.
+	Shard Shard
+	Phase Phase
 	// Bounded is true for a Sync, false for a Run.
 	Bounded    bool
 	Generation checkpoint.Generation

@@ -165,3 +165,24 @@ type Resnapshotter interface {
 type Classifier interface {
 	Permanent(err error) bool
 }
+
+// Sharder may be implemented by a Source whose splits can be dealt into
+// a fixed number of shards, each read by a pipeline of its own (possibly
+// on another host): etl.Builder.Shard calls it. source/kafka deals
+// partitions (partition p is shard p mod count's); source/postgres is
+// sharded by configuration (each shard's Source has its own tables,
+// publication and slot, and Shard returns it as it is); source/mysql
+// refuses (one binlog is one shard).
+type Sharder interface {
+	// Shard returns a Source that reads shard index (0 <= index < count)
+	// of count: a fixed share of the receiver's splits, such that shards
+	// 0..count-1 together read every split once and no split twice,
+	// whatever host runs which. Which splits a shard reads must depend
+	// only on index, count and the splits' identity, never on timing or
+	// on which other shards run. It returns the receiver itself when its
+	// configuration already is the shard; otherwise a new Source that
+	// the caller closes (Closer) when done, and that stays valid after
+	// the receiver is closed. An error wraps ErrUnshardable when the
+	// source can't be read as that shard.
+	Shard(index, count int) (Source, error)
+}

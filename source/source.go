@@ -22,6 +22,7 @@
 //	         Closer            holds resources between attempts
 //	         Classifier        tells failures no retry fixes (Run stops)
 //	         Resnapshotter     reads a stream's table again on request
+//	         Sharder           deals its splits into fixed shards
 //	Split    LagReporter       how far it is behind the source's end
 //	         SnapshotReporter  how far its copy of a table is
 //	         PauseReporter     whether it stopped fetching (backpressure)
@@ -34,7 +35,8 @@
 // forwards it, whether the value it wraps has it or not: each is written
 // so that forwarding to a value without it means the same as not
 // implementing it. Its Ack or Close returns nil, its Resnapshot an
-// error wrapping errors.ErrUnsupported, its Lag,
+// error wrapping errors.ErrUnsupported, its Shard one wrapping
+// ErrUnshardable, its Lag,
 // SnapshotProgress or Paused returns ok false, and its Report drops the
 // notice, when the wrapped value lacks the method.
 // sourcetest.CheckWrapper tests a wrapper for that.
@@ -286,6 +288,12 @@ var (
 	// stream without a primary key: its rows read again can't be
 	// matched to the changes streamed meanwhile.
 	ErrNoKey = errors.New("source: stream has no primary key")
+
+	// ErrUnshardable is wrapped by the error a Sharder returns when it
+	// can't read the shard asked for (one MySQL binlog is one shard; a
+	// Kafka shard that owns no partition), and by etl.Builder.Build's
+	// for a sharded pipeline whose source is no Sharder.
+	ErrUnshardable = errors.New("source: can't be sharded so")
 )
 
 // PositionLostPolicy says what a connector does when the data at a

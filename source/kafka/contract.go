@@ -8,6 +8,7 @@ var (
 	_ source.Acker         = (*Source)(nil)
 	_ source.Closer        = (*Source)(nil)
 	_ source.Classifier    = (*Source)(nil)
+	_ source.Sharder       = (*Source)(nil)
 	_ source.LagReporter   = (*split)(nil)
 	_ source.PauseReporter = (*split)(nil)
 )

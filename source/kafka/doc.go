@@ -183,6 +183,16 @@
 // split whose Emitter blocks (backpressure) pauses the fetching of its
 // partition only. Config.Budget's doc says what a process holds in all.
 //
+// # Shards
+//
+// Shard(i, n) (source.Sharder; etl.Builder.Shard calls it) makes a
+// Source that reads only the partitions p with p mod n = i of every
+// topic, so n pipelines, one per shard, on as many hosts, read each
+// partition once between them. Each shard has its own checkpoint log,
+// so moving a shard to another host needs nothing but starting it
+// there; the offsets stay in the shard's checkpoints. A shard that owns
+// no partition fails Open (source.ErrUnshardable, permanent).
+//
 // Splits report Lag (messages behind the partition's end) and Paused
 // (fetching paused under backpressure, and since when), which the
 // pipeline's status, metrics and stream.paused / stream.resumed events

@@ -204,8 +204,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Source reads Kafka topics. It implements source.Source, source.Acker
-// and source.Closer. Its methods are safe for concurrent use; close it
+// Source reads Kafka topics. It implements source.Source, source.Acker,
+// source.Closer and source.Sharder (Shard). Its methods are safe for concurrent use; close it
 // with Close when done.
 type Source struct {
 	cfg   Config
@@ -221,6 +221,10 @@ type Source struct {
 	ids     map[string][16]byte // topic IDs from the last metadata, for OffsetCommit v10+
 
 	sch *schemas // the registry's schemas, for the registry decoders
+
+	// shard and shards: the shard this Source reads (Shard); shards is 0
+	// for a Source that reads every partition.
+	shard, shards int
 }
 
 var (
@@ -535,7 +539,8 @@ func decodeState(st []byte) (int64, error) {
 	return v, nil
 }
 
-// Open returns one split per partition of each stream's topic, with ID
+// Open returns one split per partition of each stream's topic (per
+// partition the shard owns, for a Source Shard made), with ID
 // "topic/partition", in topic then partition order; partitions added
 // since the last Open are included (from their start). A split without
 // a resume state starts at the partition's earliest offset. A state is
@@ -569,6 +574,9 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 			return nil, fmt.Errorf("kafka: topic %q has %d partitions, more than the %d whose seqs this source can tell apart", t.name, t.partitions, MaxPartitions)
 		}
 		for p := range t.partitions {
+			if !s.owns(p) {
+				continue
+			}
 			id := source.SplitID(t.name + "/" + strconv.Itoa(int(p)))
 			next := int64(-1) // from the start
 			if st, ok := resume[id]; ok {
@@ -589,6 +597,9 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 			splits = append(splits, sp)
 			r.all = append(r.all, tp{t.name, p})
 		}
+	}
+	if len(splits) == 0 && s.shards > 1 {
+		return nil, s.noPartitions(ts)
 	}
 	return splits, nil
 }
@@ -774,6 +785,9 @@ func (e positionLost) Is(target error) bool { return target == source.ErrPositio
 // transactional ID. Run returns such an error at once instead of
 // retrying it for its budget (source.Classifier).
 func (s *Source) Permanent(err error) bool {
+	if errors.Is(err, source.ErrUnshardable) {
+		return true
+	}
 	for _, e := range []error{kerr.SaslAuthenticationFailed, kerr.UnsupportedSaslMechanism, kerr.TopicAuthorizationFailed,
 		kerr.GroupAuthorizationFailed, kerr.ClusterAuthorizationFailed, kerr.TransactionalIDAuthorizationFailed} {
 		if errors.Is(err, e) {

@@ -8,6 +8,7 @@ var (
 	_ source.Closer           = (*Source)(nil)
 	_ source.Classifier       = (*Source)(nil)
 	_ source.Resnapshotter    = (*Source)(nil)
+	_ source.Sharder          = (*Source)(nil) // refuses more than one shard
 	_ source.LagReporter      = (*split)(nil)
 	_ source.SnapshotReporter = (*split)(nil)
 	_ source.SnapshotReporter = (*snapSplit)(nil)

@@ -285,6 +285,12 @@
 //
 //	go test -run '^$' -bench CatchUp -benchtime 1x ./source/mysql
 //
+// # Shards
+//
+// One binlog is one shard: Source.Shard (etl.Builder.Shard) refuses a
+// count above 1 with an error wrapping source.ErrUnshardable. The
+// snapshot is read in parallel inside the one pipeline.
+//
 // # Schema changes
 //
 // Binlog columns are matched to the declared columns by name. Events

@@ -9,6 +9,7 @@ var (
 	_ source.Closer           = (*Source)(nil)
 	_ source.Classifier       = (*Source)(nil)
 	_ source.Resnapshotter    = (*Source)(nil)
+	_ source.Sharder          = (*Source)(nil) // sharded by configuration
 	_ source.LagReporter      = (*split)(nil)
 	_ source.SnapshotReporter = (*split)(nil) // a table read again
 	_ source.SnapshotReporter = (*snapSplit)(nil)

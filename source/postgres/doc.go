@@ -405,6 +405,16 @@
 // role each time: Run carries on, and each row is in the output once
 // (run on Postgres 15, 16, 17 and 18).
 //
+// # Shards
+//
+// A pipeline split into shards over several hosts (etl.Builder.Shard)
+// shards Postgres by table groups: shard i's Source reads its own
+// Config.Tables with its own Publication and Slot, so each shard's
+// slot holds back WAL only for its tables and moves with its own
+// checkpoints. Source.Shard returns the Source as it is: the
+// configuration is the shard. Build each host's source for the shard it
+// runs (shard 2's tables, publication "orders_2", slot "orders_2").
+//
 // # Teardown
 //
 // Source.Teardown drops the slot, and the publication when the source
