@@ -24,6 +24,7 @@ import (
 
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/checkpoint/internal/blobobj"
+	"github.com/openetl/etl/checkpoint/object"
 )
 
 // NewBucketStore returns a store in an object-store bucket that the caller
@@ -123,4 +124,16 @@ func Open(ctx context.Context, rawURL string) (checkpoint.Store, error) {
 		return nil, fmt.Errorf("checkpoint: store URL %q: %w", rawURL, err)
 	}
 	return checkpoint.NewStore(b), nil
+}
+
+// NewBucket returns the object.Bucket a store made by NewBucketStore
+// would keep its logs in: bucket (opened with s3blob, gcsblob or
+// azureblob) under prefix, with conditional Create and Replace. Package
+// shard keeps its leases in one. The caller owns bucket.
+func NewBucket(bucket *blob.Bucket, prefix string) (object.Bucket, error) {
+	b, err := blobobj.NewBlob(bucket, prefix, false)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: bucket: %w", err)
+	}
+	return b, nil
 }
