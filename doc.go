@@ -54,6 +54,16 @@
 // checkpoint, and returns only on a permanent error, on cancellation, or
 // once an outage outlasts its budget (see Retry and Builder.Retry).
 //
+// # More than one host
+//
+// Builder.Shard(i, n) makes the pipeline shard i of n: it reads only the
+// splits the source deals it (Kafka partitions p mod n) and keeps its
+// checkpoints and destination fences under a key of its own
+// (ShardKey), so n hosts run n shards and a shard moves between hosts
+// by starting it elsewhere: the new owner's claim fences the old.
+// Package shard says which host runs which (a StatefulSet ordinal, or
+// leases in a bucket); docs/shards.md has the design.
+//
 // # After a sync
 //
 // Builder.AfterSync adds steps that run once a Sync has committed
