@@ -258,7 +258,7 @@ func (c *Child) unblock() {
 // HoldSource is the child's side of a Hold: it returns src wrapped to
 // hold as the environment StartChild set says, or src itself when the
 // process was not started with a hold. The wrapper forwards every
-// optional capability of the source contract (Ack, Close and Resnapshot to src; Lag,
+// optional capability of the source contract (Ack, Close, Resnapshot and Shard to src; Lag,
 // SnapshotProgress and Paused to the splits; Report to the runner's
 // Emitter).
 func HoldSource(src source.Source) source.Source {
@@ -324,6 +324,19 @@ func (s *holdSource) Resnapshot(ctx context.Context, stream string) error {
 		return r.Resnapshot(ctx, stream)
 	}
 	return fmt.Errorf("re-snapshot of %q: %w", stream, errors.ErrUnsupported)
+}
+
+// Shard forwards to src and holds the shard's splits as src's.
+func (s *holdSource) Shard(index, count int) (source.Source, error) {
+	sh, ok := s.Source.(source.Sharder)
+	if !ok {
+		return nil, fmt.Errorf("shard %d of %d: %w: %T can't be sharded", index, count, source.ErrUnshardable, s.Source)
+	}
+	src, err := sh.Shard(index, count)
+	if err != nil {
+		return nil, err
+	}
+	return &holdSource{Source: src, after: s.after, match: s.match, report: s.report, release: s.release}, nil
 }
 
 func (s *holdSource) Close(ctx context.Context) error {

@@ -21,9 +21,11 @@ import (
 // with no resume states and checks, each in a subtest:
 //
 //   - Full: the wrapped source is a source.Acker, a source.Closer, a
-//     source.Classifier and a source.Resnapshotter whose Ack, Close,
-//     Permanent and Resnapshot reach the source (Ack with the same
-//     states, Resnapshot with the same stream); every
+//     source.Classifier, a source.Resnapshotter and a source.Sharder
+//     whose Ack, Close, Permanent, Resnapshot and Shard reach the source
+//     (Ack with the same states, Resnapshot with the same stream, Shard
+//     with the same index and count, returning a source that opens);
+//     every
 //     split it opens is a source.LagReporter, source.SnapshotReporter and
 //     source.PauseReporter returning the wrapped split's values; its Read
 //     passes the wrapped split's notice on to an Emitter that is a
@@ -31,7 +33,8 @@ import (
 //   - Bare: whatever the wrapped source and its splits implement says
 //     "not known" (ok false from Lag, SnapshotProgress and Paused; nil
 //     from Ack and Close, false from Permanent, an error wrapping
-//     errors.ErrUnsupported from Resnapshot), and a Read through an Emitter that is not a
+//     errors.ErrUnsupported from Resnapshot, one wrapping
+//     source.ErrUnshardable from Shard), and a Read through an Emitter that is not a
 //     source.Reporter works.
 //
 // wrap may wrap only some splits (the probe sources have one each, with
@@ -62,6 +65,13 @@ func CheckWrapper(t *testing.T, wrap func(source.Source) source.Source) {
 			t.Errorf("the wrapped source (%T) is not a source.Resnapshotter: Resnapshot is not forwarded", w)
 		} else if err := r.Resnapshot(ctx, probeStream); err != nil || p.resnapshot != probeStream {
 			t.Errorf("Resnapshot(%q) = %v, and the source got %q: want it forwarded", probeStream, err, p.resnapshot)
+		}
+		if sh, ok := w.(source.Sharder); !ok {
+			t.Errorf("the wrapped source (%T) is not a source.Sharder: Shard is not forwarded", w)
+		} else if got, err := sh.Shard(1, 3); err != nil || p.shard != [2]int{1, 3} {
+			t.Errorf("Shard(1, 3) = %v, and the source got %v: want it forwarded", err, p.shard)
+		} else if got == nil || openProbe(t, got) == nil {
+			t.Errorf("Shard(1, 3) returned %v: want a source that opens the shard's splits", got)
 		}
 		sp := openProbe(t, w)
 		if sp == nil {
@@ -112,6 +122,11 @@ func CheckWrapper(t *testing.T, wrap func(source.Source) source.Source) {
 		if r, ok := w.(source.Resnapshotter); ok {
 			if err := r.Resnapshot(ctx, probeStream); !errors.Is(err, errors.ErrUnsupported) {
 				t.Errorf("Resnapshot of a source without it = %v, want an error wrapping errors.ErrUnsupported", err)
+			}
+		}
+		if sh, ok := w.(source.Sharder); ok {
+			if _, err := sh.Shard(0, 2); !errors.Is(err, source.ErrUnshardable) {
+				t.Errorf("Shard of a source without it = %v, want an error wrapping source.ErrUnshardable", err)
 			}
 		}
 		sp := openProbe(t, w)
@@ -175,6 +190,7 @@ type probeSource struct {
 	acked      map[source.SplitID][]byte
 	closed     bool
 	resnapshot string // the stream Resnapshot was asked for
+	shard      [2]int // the index and count Shard was asked for
 }
 
 func (s *probeSource) Discover(context.Context) (source.Catalog, error) {
@@ -214,6 +230,12 @@ func (s fullSource) Permanent(err error) bool { return errors.Is(err, errProbePe
 func (s fullSource) Resnapshot(_ context.Context, stream string) error {
 	s.resnapshot = stream
 	return nil
+}
+
+// Shard returns the probe itself (its one split is every shard's).
+func (s fullSource) Shard(index, count int) (source.Source, error) {
+	s.shard = [2]int{index, count}
+	return s, nil
 }
 
 type bareSplit struct{}
@@ -270,6 +292,7 @@ func (e *reportingEmitter) Report(n source.Notice) { e.notices = append(e.notice
 var (
 	_ source.Acker            = fullSource{}
 	_ source.Closer           = fullSource{}
+	_ source.Sharder          = fullSource{}
 	_ source.LagReporter      = (*fullSplit)(nil)
 	_ source.SnapshotReporter = (*fullSplit)(nil)
 	_ source.PauseReporter    = (*fullSplit)(nil)

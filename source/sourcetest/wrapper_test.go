@@ -55,6 +55,18 @@ func (w *forwarder) Resnapshot(ctx context.Context, stream string) error {
 	return fmt.Errorf("re-snapshot of %q: %w", stream, errors.ErrUnsupported)
 }
 
+func (w *forwarder) Shard(index, count int) (source.Source, error) {
+	sh, ok := w.Source.(source.Sharder)
+	if !ok || w.bug == "shard-unsupported" {
+		return nil, fmt.Errorf("shard %d of %d: %w", index, count, source.ErrUnshardable)
+	}
+	src, err := sh.Shard(index, count)
+	if err != nil {
+		return nil, err
+	}
+	return &forwarder{Source: src, bug: w.bug}, nil
+}
+
 func (w *forwarder) Close(ctx context.Context) error {
 	if c, ok := w.Source.(source.Closer); ok {
 		return c.Close(ctx)
@@ -134,6 +146,7 @@ func TestCheckWrapperFails(t *testing.T) {
 		{"drops-notices", []string{"Full"}},
 		{"claims-paused-known", []string{"Bare"}},
 		{"resnapshot-nil", []string{"Full", "Bare"}},
+		{"shard-unsupported", []string{"Full"}},
 	} {
 		name := c.bug
 		if name == "" {
