@@ -16,6 +16,7 @@ import (
 
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/sink/parquet"
 	"github.com/openetl/etl/source/kafka"
 )
@@ -143,6 +144,18 @@ func TestShardThroughput(t *testing.T) {
 		}
 		if rows != int64(total) {
 			t.Fatalf("S=%d: %d rows synced, want %d", shards, rows, total)
+		}
+		// And pyarrow finds them all, each once.
+		var read, ids int64
+		for i := range shards {
+			st := testutil.ReadParquetTables(t, filepath.Join(dir, "tables", fmt.Sprint(i)))[topic]
+			if st == nil {
+				t.Fatalf("S=%d: shard %d wrote no table", shards, i)
+			}
+			read, ids = read+st.Rows, ids+st.DistinctIDs
+		}
+		if read != int64(total) || ids != int64(total) {
+			t.Fatalf("S=%d: pyarrow read %d rows, %d distinct ids; want %d", shards, read, ids, total)
 		}
 		t.Logf("S=%d over %d processes: %d messages in %v = %.0f msg/s; CPU %v = %.2f µs/msg",
 			shards, procs, total, wall.Round(time.Millisecond), float64(total)/wall.Seconds(), cpu.Round(time.Millisecond),
