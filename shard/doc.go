@@ -70,7 +70,8 @@
 //		Bucket: bucket, Prefix: "orders/_leases", Host: podName, Shards: 8,
 //	})
 //	err = leases.Run(ctx, func(ctx context.Context, i int) error {
-//		p, err := etl.NewPipeline("orders").From(src).To(dst).Checkpoints(store).Shard(i, 8).Build()
+//		// dstFor(i): a destination per shard (sink/parquet: a prefix of its own)
+//		p, err := etl.NewPipeline("orders").From(src).To(dstFor(i)).Checkpoints(store).Shard(i, 8).Build()
 //		if err != nil {
 //			return err
 //		}
