@@ -63,7 +63,8 @@ test-rust:
 # connectors under the race detector. It also leaves out the tests that
 # stop and start a server under a running pipeline (TestRunRidesOut*,
 # *ShutdownUnderRun, TestRestartDuringSnapshot, and the Postgres pair's
-# promotions TestFailoverSlotFollowsPromotion, TestPromotionPastForkFails:
+# promotions TestFailoverSlotFollowsPromotion, TestPromotionPastForkFails,
+# the shard hosts' kill and pause TestShardHosts (separate processes):
 # 10-28 s each under -race,
 # most of it waiting for the server) and two that repeat a suite the race
 # pass runs anyway on another catalog or at a longer length
@@ -73,7 +74,7 @@ test-rust:
 # cluster's suite, replica kill and simulation (about 74 s under -race)
 # leave it too: the writer's per-shard concurrency is race-tested by the
 # cluster's smaller tests, which stay.
-RACE_SKIP := TestKill|SIGKILL|TestChaos|TestRouteKill|TestRunRidesOut|ShutdownUnderRun|TestRestartDuringSnapshot|TestRestConformance|TestScheduledMaintenanceBoundsFiles|TestClusterConformance|TestClusterReplicaDown|TestClusterSim|TestFailoverSlotFollowsPromotion|TestPromotionPastForkFails
+RACE_SKIP := TestKill|SIGKILL|TestChaos|TestRouteKill|TestRunRidesOut|ShutdownUnderRun|TestRestartDuringSnapshot|TestRestConformance|TestScheduledMaintenanceBoundsFiles|TestClusterConformance|TestClusterReplicaDown|TestClusterSim|TestFailoverSlotFollowsPromotion|TestPromotionPastForkFails|TestShardHosts
 
 # Both passes start the longest packages first (go test keeps the order of
 # its arguments and drops repeats), so no long package starts last and runs
