@@ -48,6 +48,14 @@ type LeaseConfig struct {
 	// Interval is how often leases and the host object are renewed and
 	// the others' read. Default TTL/3; at most TTL/2.
 	Interval time.Duration
+	// Permanent, when set and true for the error a shard's run returns,
+	// ends Run: it stops every run, frees its leases and returns that
+	// error, so the host sees a failure that retrying can't mend (a bad
+	// configuration, a lost position) instead of the shard restarting
+	// every Interval; the other hosts then take the shards and meet it
+	// too. Pass etl.IsPermanent. Default nil: every error is logged and
+	// the run started again at the next Interval.
+	Permanent func(error) bool
 	// Logger receives acquisitions, losses and releases at Info, bucket
 	// errors at Warn. Default: discard.
 	Logger *slog.Logger
@@ -86,6 +94,8 @@ type Leases struct {
 	now   func() time.Time
 	seq   uint64
 	nonce string
+
+	failed chan error // a run's error that Permanent calls permanent
 
 	mu     sync.Mutex
 	seen   map[string]observed // key → the last version seen, and when it first was
@@ -152,7 +162,7 @@ func NewLeases(cfg LeaseConfig) (*Leases, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return &Leases{cfg: cfg, log: cfg.Logger.With("host", cfg.Host), now: time.Now, nonce: hex.EncodeToString(b[:]),
-		seen: map[string]observed{}, held: map[int]*lease{}}, nil
+		failed: make(chan error, 1), seen: map[string]observed{}, held: map[int]*lease{}}, nil
 }
 
 // Bound returns the longest a dead host's shards wait for another host:
@@ -179,7 +189,9 @@ func (l *Leases) Held() []int {
 // is cancelled when the lease is lost, given up for balance, or Run's
 // ctx ends; run must then return promptly. A run that returns while
 // the lease is held (an error, or a Sync that finished) is started
-// again at the next Interval; errors are logged at Warn.
+// again at the next Interval; errors are logged at Warn, except one
+// that LeaseConfig.Permanent calls permanent, which ends Run as below
+// and is returned.
 //
 // When ctx ends, Run cancels every run, waits for them to return, frees
 // its leases and marks its host object gone, so the other hosts take
@@ -195,6 +207,9 @@ func (l *Leases) Run(ctx context.Context, run func(ctx context.Context, shard in
 		case <-ctx.Done():
 			l.stop(context.WithoutCancel(ctx))
 			return nil
+		case err := <-l.failed:
+			l.stop(context.WithoutCancel(ctx))
+			return err
 		case <-t.C:
 		}
 	}
@@ -271,7 +286,11 @@ func (l *Leases) step(ctx context.Context, run func(context.Context, int) error)
 		l.start(ctx, s, tok, now, run, o)
 		holding++
 	}
-	// Restart the runs that returned on their own while the lease holds.
+	// Restart the runs that returned on their own while the lease holds,
+	// unless one failed for good: Run is about to end.
+	if len(l.failed) > 0 {
+		return
+	}
 	for s, ls := range l.held {
 		if !ls.release && !ls.lost && closed(ls.done) {
 			l.start(ctx, s, ls.tok, ls.renewed, run, observed{})
@@ -292,7 +311,16 @@ func (l *Leases) start(ctx context.Context, s int, tok object.Token, renewed tim
 	}
 	go func() {
 		defer close(ls.done)
-		if err := run(rctx, s); err != nil && rctx.Err() == nil {
+		err := run(rctx, s)
+		switch {
+		case err == nil || rctx.Err() != nil:
+		case l.cfg.Permanent != nil && l.cfg.Permanent(err):
+			l.log.Error("shard: run failed for good: leaving", "shard", s, "err", err)
+			select {
+			case l.failed <- fmt.Errorf("shard: shard %d: %w", s, err):
+			default: // another run's error ends Run already
+			}
+		default:
 			l.log.Warn("shard: run returned", "shard", s, "err", err)
 		}
 	}()

@@ -2,8 +2,10 @@ package shard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -257,4 +259,59 @@ func TestNewLeasesErrors(t *testing.T) {
 			t.Errorf("NewLeases(%+v) = %v, want ErrConfig", cfg, err)
 		}
 	}
+}
+
+// TestLeasesPermanentError: a run whose error LeaseConfig.Permanent
+// calls permanent ends Run, which returns it (naming the shard) and
+// frees the host's leases, so another host takes them at once; other
+// errors leave Run going and the shard is run again.
+func TestLeasesPermanentError(t *testing.T) {
+	bad := errors.New("bad configuration")
+	b := object.NewMem()
+	l, err := shard.NewLeases(shard.LeaseConfig{Bucket: b, Prefix: "p/_leases", Host: "h1", Shards: 2,
+		TTL: 200 * time.Millisecond, Permanent: func(err error) bool { return errors.Is(err, bad) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	starts := map[int]int{}
+	res := make(chan error, 1)
+	go func() {
+		res <- l.Run(t.Context(), func(ctx context.Context, s int) error {
+			mu.Lock()
+			starts[s]++
+			n := starts[s]
+			mu.Unlock()
+			switch {
+			case s == 0:
+				<-ctx.Done() // a healthy shard, stopped when Run ends
+				return nil
+			case n < 3:
+				return errors.New("transient") // run again at the next Interval
+			default:
+				return bad
+			}
+		})
+	}()
+	err = <-res
+	if !errors.Is(err, bad) || !strings.Contains(err.Error(), "shard 1") {
+		t.Fatalf("Run returned %v, want the permanent error of shard 1", err)
+	}
+	mu.Lock()
+	if starts[1] != 3 || starts[0] != 1 {
+		t.Errorf("starts %v, want shard 1 three times (two transient errors), shard 0 once", starts)
+	}
+	mu.Unlock()
+	// Its leases are free: a second host takes both shards at its first
+	// step.
+	l2, err := shard.NewLeases(shard.LeaseConfig{Bucket: b, Prefix: "p/_leases", Host: "h2", Shards: 2, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	shard.Step(t.Context(), l2, now, func(ctx context.Context, _ int) error { <-ctx.Done(); return nil })
+	if got := l2.Held(); !slices.Equal(got, []int{0, 1}) {
+		t.Errorf("the second host holds %v, want [0 1]", got)
+	}
+	shard.Stop(t.Context(), l2, now)
 }
