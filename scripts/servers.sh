@@ -79,9 +79,31 @@ die() { log "$*"; exit 1; }
 
 # ---------------------------------------------------------------- helpers
 
-# free_port prints a TCP port on 127.0.0.1 that nothing listens on now.
+# free_port prints a TCP port on 127.0.0.1 that nothing uses now, outside
+# the kernel's ephemeral range (net.ipv4.ip_local_port_range): a test that
+# kills a server and starts it again on its port (a ClickHouse replica, a
+# Postgres standby) would otherwise find it taken, now and then, by the
+# local end of some outgoing connection made meanwhile.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  python3 - <<'PY'
+import random, socket
+try:
+    lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+except (OSError, ValueError):
+    lo, hi = 32768, 60999
+ports = [p for p in range(10000, 65536) if not lo <= p <= hi]
+random.shuffle(ports)
+for p in ports + [0]:
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+        print(s.getsockname()[1])
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()
+PY
 }
 
 # wait_port NAME: poll until the service's port accepts connections.
