@@ -215,11 +215,10 @@ func (f *engineFiles) writePart(rec arrow.RecordBatch) error {
 		}
 		f.count++
 		// The name iceberg-go's writer gives, so Collect knows the file
-		// as this pipeline's (ownFile).
+		// as this pipeline's (ownFile). The file is created with its
+		// first bytes (put): a stream abandoned before then (its attempt
+		// crashed) leaves no file behind, however late it runs on.
 		f.path = f.loc.NewDataLocation(fmt.Sprintf("%05d-%d-%s-%05d.parquet", 0, 0, f.uuid, f.count))
-		if f.out, err = f.fs.Create(f.path); err != nil {
-			return fmt.Errorf("iceberg: create %s: %w", f.path, err)
-		}
 		f.bytes = 0
 	}
 	b, err := f.pw.Write(rec)
@@ -235,10 +234,17 @@ func (f *engineFiles) writePart(rec arrow.RecordBatch) error {
 	return nil
 }
 
-// put writes b to the current file.
+// put writes b to the current file, creating it first.
 func (f *engineFiles) put(b []byte) error {
 	if len(b) == 0 {
 		return nil
+	}
+	if f.out == nil {
+		out, err := f.fs.Create(f.path)
+		if err != nil {
+			return fmt.Errorf("iceberg: create %s: %w", f.path, err)
+		}
+		f.out = out
 	}
 	if _, err := f.out.Write(b); err != nil {
 		return fmt.Errorf("iceberg: write %s: %w", f.path, err)
@@ -268,11 +274,15 @@ func (f *engineFiles) roll() error {
 	f.pw = nil
 	out := f.out
 	f.out = nil
-	if cerr := out.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("iceberg: close %s: %w", f.path, cerr)
+	if out != nil {
+		if cerr := out.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("iceberg: close %s: %w", f.path, cerr)
+		}
 	}
 	if err != nil {
-		_ = f.fs.Remove(f.path)
+		if out != nil {
+			_ = f.fs.Remove(f.path)
+		}
 		return err
 	}
 	df, err := table.DataFileFromMetadata(table.DataFileArgs{
@@ -336,6 +346,9 @@ func (w *writer) writeEngine(ctx context.Context, tbl *table.Table, sc *arrow.Sc
 		err = f.write(rec)
 		return err == nil
 	})
+	if err == nil {
+		err = ctx.Err() // aborted (Close, a failure): no last file
+	}
 	if err == nil {
 		err = f.roll()
 	}
