@@ -23,6 +23,7 @@ import (
 	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/openetl/etl/internal/patches"
 	"github.com/openetl/etl/sink"
 )
 
@@ -289,21 +290,13 @@ type patched struct {
 	rows                    int64
 }
 
-// patchCol is one column's patch values: values[at[id]] is the value for
-// the row with _openetl_id id (no null among them).
-type patchCol struct {
-	values arrow.Array
-	at     map[string]int
-}
-
 // loadPatches reads patch files into their columns.
-func loadPatches(ctx context.Context, fsys iceio.IO, files []fileDesc) (map[string]*patchCol, error) {
-	parts := map[string][]arrow.Array{}
-	idsOf := map[string][]*array.String{}
-	var keep []arrow.Array
+func loadPatches(ctx context.Context, fsys iceio.IO, files []fileDesc) (map[string]*patches.Column, error) {
+	tables := make([]arrow.Table, 0, len(files))
+	names := make([]string, 0, len(files))
 	defer func() {
-		for _, a := range keep {
-			a.Release()
+		for _, t := range tables {
+			t.Release()
 		}
 	}()
 	for _, fd := range files {
@@ -311,68 +304,14 @@ func loadPatches(ctx context.Context, fsys iceio.IO, files []fileDesc) (map[stri
 		if err != nil {
 			return nil, err
 		}
-		sc := tbl.Schema()
-		idIdx := sc.FieldIndices(sink.ColumnID)
-		if len(idIdx) != 1 {
-			tbl.Release()
-			return nil, fmt.Errorf("iceberg: patch file %s has no %s", fd.Path, sink.ColumnID)
-		}
-		ids, err := oneChunk(tbl, idIdx[0])
-		if err != nil {
-			tbl.Release()
-			return nil, err
-		}
-		keep = append(keep, ids)
-		sids, ok := ids.(*array.String)
-		if !ok {
-			tbl.Release()
-			return nil, fmt.Errorf("iceberg: patch file %s: %s is %s, not utf8", fd.Path, sink.ColumnID, ids.DataType())
-		}
-		for i, f := range sc.Fields() {
-			if f.Name == sink.ColumnID || f.Name == sink.ColumnSeq {
-				continue
-			}
-			col, err := oneChunk(tbl, i)
-			if err != nil {
-				tbl.Release()
-				return nil, err
-			}
-			keep = append(keep, col)
-			if have := parts[f.Name]; len(have) > 0 && !arrow.TypeEqual(have[0].DataType(), col.DataType()) {
-				tbl.Release()
-				return nil, fmt.Errorf("iceberg: patches give column %q as %s and as %s", f.Name, have[0].DataType(), col.DataType())
-			}
-			parts[f.Name] = append(parts[f.Name], col)
-			idsOf[f.Name] = append(idsOf[f.Name], sids)
-		}
-		tbl.Release()
+		tables = append(tables, tbl)
+		names = append(names, fd.Path)
 	}
-	out := map[string]*patchCol{}
-	for name, ps := range parts {
-		vals, err := array.Concatenate(ps, memory.DefaultAllocator)
-		if err != nil {
-			releasePatchCols(out)
-			return nil, fmt.Errorf("iceberg: patches of column %q: %w", name, err)
-		}
-		pc := &patchCol{values: vals, at: map[string]int{}}
-		k := 0
-		for _, ids := range idsOf[name] {
-			for i := range ids.Len() {
-				if vals.IsValid(k) { // a null sets nothing
-					pc.at[ids.Value(i)] = k
-				}
-				k++
-			}
-		}
-		out[name] = pc
+	cols, err := patches.Read(tables, names)
+	if err != nil {
+		return nil, fmt.Errorf("iceberg: %w", err)
 	}
-	return out, nil
-}
-
-func releasePatchCols(cols map[string]*patchCol) {
-	for _, c := range cols {
-		c.values.Release()
-	}
+	return cols, nil
 }
 
 // readParquet reads the Parquet file at path whole.
@@ -396,19 +335,6 @@ func readParquet(ctx context.Context, fsys iceio.IO, path string) (arrow.Table, 
 		return nil, fmt.Errorf("iceberg: read %s: %w", path, err)
 	}
 	return tbl, nil
-}
-
-// oneChunk returns column i of tbl as one array.
-func oneChunk(tbl arrow.Table, i int) (arrow.Array, error) {
-	chunks := tbl.Column(i).Data().Chunks()
-	switch len(chunks) {
-	case 0:
-		return array.MakeArrayOfNull(memory.DefaultAllocator, tbl.Schema().Field(i).Type, 0), nil
-	case 1:
-		chunks[0].Retain()
-		return chunks[0], nil
-	}
-	return array.Concatenate(chunks, memory.DefaultAllocator)
 }
 
 // idKey is the key index's key of the string s (appendKey's encoding).
@@ -437,13 +363,13 @@ func (w *writer) applyPatches(ctx context.Context, cur *table.Table, files []fil
 	if err != nil {
 		return res, err
 	}
-	defer releasePatchCols(cols)
+	defer patches.Release(cols)
 	want := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(cols)) {
 		if _, ok := cur.Schema().FindFieldByName(name); !ok {
 			return res, fmt.Errorf("patches set column %q, which table %v does not have", name, cur.Identifier())
 		}
-		for id := range cols[name].at {
+		for id := range cols[name].At {
 			want[idKey(id)] = true
 		}
 	}
@@ -456,7 +382,7 @@ func (w *writer) applyPatches(ctx context.Context, cur *table.Table, files []fil
 	var ids []string
 	seen := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(cols)) {
-		for id := range cols[name].at {
+		for id := range cols[name].At {
 			if seen[id] {
 				continue
 			}
@@ -552,7 +478,7 @@ func (w *writer) applyPatches(ctx context.Context, cur *table.Table, files []fil
 // patchBatch returns the rows of rec that a patch changes, with the
 // patched columns set where the row had a null, or nil when none does.
 // found is called with the _openetl_id of each row returned.
-func patchBatch(ctx context.Context, rec arrow.RecordBatch, cols map[string]*patchCol, found func(id string) error) (arrow.RecordBatch, error) {
+func patchBatch(ctx context.Context, rec arrow.RecordBatch, cols map[string]*patches.Column, found func(id string) error) (arrow.RecordBatch, error) {
 	sc := rec.Schema()
 	idIdx := sc.FieldIndices(sink.ColumnID)
 	if len(idIdx) != 1 {
@@ -585,7 +511,7 @@ func patchBatch(ctx context.Context, rec arrow.RecordBatch, cols map[string]*pat
 			if pc == nil || rec.Column(c).IsValid(i) {
 				continue
 			}
-			if _, ok := pc.at[id]; ok {
+			if _, ok := pc.At[id]; ok {
 				changed = true
 				break
 			}
@@ -600,7 +526,7 @@ func patchBatch(ctx context.Context, rec arrow.RecordBatch, cols map[string]*pat
 		for c, f := range sc.Fields() {
 			v := int64(i)
 			if pc := cols[f.Name]; pc != nil && rec.Column(c).IsNull(i) {
-				if k, ok := pc.at[id]; ok {
+				if k, ok := pc.At[id]; ok {
 					v = int64(n + k)
 				}
 			}
@@ -622,10 +548,10 @@ func patchBatch(ctx context.Context, rec arrow.RecordBatch, cols map[string]*pat
 		src := rec.Column(c)
 		src.Retain()
 		if pc := cols[f.Name]; pc != nil && slices.ContainsFunc(take[c], func(v int64) bool { return v >= int64(n) }) {
-			vals, err := conform(ctx, pc.values, f.Type)
+			vals, err := conform(ctx, pc.Values, f.Type)
 			if err != nil {
 				src.Release()
-				return nil, fmt.Errorf("patches of column %q: %s to the table's %s: %w", f.Name, pc.values.DataType(), f.Type, err)
+				return nil, fmt.Errorf("patches of column %q: %s to the table's %s: %w", f.Name, pc.Values.DataType(), f.Type, err)
 			}
 			both, err := array.Concatenate([]arrow.Array{src, vals}, memory.DefaultAllocator)
 			src.Release()

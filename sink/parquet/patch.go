@@ -17,6 +17,7 @@ import (
 	"github.com/zeebo/xxh3"
 	"gocloud.dev/blob"
 
+	"github.com/openetl/etl/internal/patches"
 	"github.com/openetl/etl/sink"
 )
 
@@ -164,29 +165,13 @@ func splitPatchFiles(files []stagedFile) (rows, patches []stagedFile) {
 	return rows, patches
 }
 
-// patchCol is one column's staged patch values: values[at[id]] is the
-// value of the row with _openetl_id id (no null among them).
-type patchCol struct {
-	field  arrow.Field
-	values arrow.Array
-	at     map[string]int
-}
-
 // loadPatches reads a stream's staged patch files into their columns.
-func (w *writer) loadPatches(ctx context.Context, files []stagedFile) (map[string]*patchCol, error) {
-	parts := map[string][]arrow.Array{}
-	fields := map[string]arrow.Field{}
-	idsOf := map[string][]*array.String{}
+func (w *writer) loadPatches(ctx context.Context, files []stagedFile) (map[string]*patches.Column, error) {
+	tables := make([]arrow.Table, 0, len(files))
+	names := make([]string, 0, len(files))
 	defer func() {
-		for _, ps := range parts {
-			for _, p := range ps {
-				p.Release()
-			}
-		}
-		for _, is := range idsOf {
-			for _, i := range is {
-				i.Release()
-			}
+		for _, t := range tables {
+			t.Release()
 		}
 	}()
 	for _, f := range files {
@@ -194,78 +179,14 @@ func (w *writer) loadPatches(ctx context.Context, files []stagedFile) (map[strin
 		if err != nil {
 			return nil, fmt.Errorf("%w (staged patches of epoch's stream %q: is the epoch lost?)", err, f.Stream)
 		}
-		sc := tbl.Schema()
-		idIdx := sc.FieldIndices(sink.ColumnID)
-		if len(idIdx) != 1 {
-			tbl.Release()
-			return nil, fmt.Errorf("parquet: staged patches %s have no %s", f.Staged, sink.ColumnID)
-		}
-		ids, err := column(tbl, idIdx[0])
-		if err != nil {
-			tbl.Release()
-			return nil, err
-		}
-		for i, fd := range sc.Fields() {
-			if fd.Name == sink.ColumnID || fd.Name == sink.ColumnSeq {
-				continue
-			}
-			if have, ok := fields[fd.Name]; ok && !arrow.TypeEqual(have.Type, fd.Type) {
-				tbl.Release()
-				ids.Release()
-				return nil, fmt.Errorf("parquet: staged patches of %q give column %q as %s and as %s", f.Stream, fd.Name, have.Type, fd.Type)
-			}
-			fields[fd.Name] = fd
-			col, err := column(tbl, i)
-			if err != nil {
-				tbl.Release()
-				ids.Release()
-				return nil, err
-			}
-			parts[fd.Name] = append(parts[fd.Name], col)
-			ids.Retain()
-			idsOf[fd.Name] = append(idsOf[fd.Name], ids.(*array.String))
-		}
-		ids.Release()
-		tbl.Release()
+		tables = append(tables, tbl)
+		names = append(names, f.Staged)
 	}
-	out := map[string]*patchCol{}
-	for name, ps := range parts {
-		vals, err := array.Concatenate(ps, memory.DefaultAllocator)
-		if err != nil {
-			return nil, fmt.Errorf("parquet: patches of column %q: %w", name, err)
-		}
-		pc := &patchCol{field: fields[name], values: vals, at: map[string]int{}}
-		k := 0
-		for _, ids := range idsOf[name] {
-			for i := range ids.Len() {
-				if vals.IsValid(k) { // a null sets nothing
-					pc.at[ids.Value(i)] = k
-				}
-				k++
-			}
-		}
-		out[name] = pc
+	cols, err := patches.Read(tables, names)
+	if err != nil {
+		return nil, fmt.Errorf("parquet: %w", err)
 	}
-	return out, nil
-}
-
-func releasePatches(cols map[string]*patchCol) {
-	for _, c := range cols {
-		c.values.Release()
-	}
-}
-
-// column returns column i of tbl as one array.
-func column(tbl arrow.Table, i int) (arrow.Array, error) {
-	chunks := tbl.Column(i).Data().Chunks()
-	if len(chunks) == 1 {
-		chunks[0].Retain()
-		return chunks[0], nil
-	}
-	if len(chunks) == 0 {
-		return array.MakeArrayOfNull(memory.DefaultAllocator, tbl.Schema().Field(i).Type, 0), nil
-	}
-	return array.Concatenate(chunks, memory.DefaultAllocator)
+	return cols, nil
 }
 
 // readTable reads the Parquet file at key, only the leaf columns named
@@ -320,15 +241,15 @@ func patchedKey(pf stagedFile, file string) string {
 // applyPatches rewrites the files of prev that hold a row the patches
 // set a value on, and returns the manifest entries of the rewritten
 // files by the key of the file each replaces (File.Replaced).
-func (w *writer) applyPatches(ctx context.Context, epoch uint64, stream string, prev *Manifest, patches []stagedFile) (map[string]File, error) {
+func (w *writer) applyPatches(ctx context.Context, epoch uint64, stream string, prev *Manifest, staged []stagedFile) (map[string]File, error) {
 	if prev == nil || len(prev.Files) == 0 {
 		return nil, nil
 	}
-	cols, err := w.loadPatches(ctx, patches)
+	cols, err := w.loadPatches(ctx, staged)
 	if err != nil {
 		return nil, err
 	}
-	defer releasePatches(cols)
+	defer patches.Release(cols)
 	names := slices.Sorted(maps.Keys(cols))
 	out := map[string]File{}
 	for _, f := range prev.Files {
@@ -339,7 +260,7 @@ func (w *writer) applyPatches(ctx context.Context, epoch uint64, stream string, 
 		if !hit {
 			continue
 		}
-		key := patchedKey(patches[0], f.Key)
+		key := patchedKey(staged[0], f.Key)
 		nf, changed, err := w.rewrite(ctx, f, key, names, cols)
 		if err != nil {
 			return nil, err
@@ -358,7 +279,7 @@ func (w *writer) applyPatches(ctx context.Context, epoch uint64, stream string, 
 
 // holdsPatched reports whether the file at key has a row with an id the
 // patches set a value on.
-func (w *writer) holdsPatched(ctx context.Context, key string, cols map[string]*patchCol) (bool, error) {
+func (w *writer) holdsPatched(ctx context.Context, key string, cols map[string]*patches.Column) (bool, error) {
 	tbl, err := w.d.readTable(ctx, key, []string{sink.ColumnID})
 	if err != nil || tbl == nil {
 		return false, err
@@ -371,7 +292,7 @@ func (w *writer) holdsPatched(ctx context.Context, key string, cols map[string]*
 		}
 		for i := range ids.Len() {
 			for _, c := range cols {
-				if _, ok := c.at[ids.Value(i)]; ok {
+				if _, ok := c.At[ids.Value(i)]; ok {
 					return true, nil
 				}
 			}
@@ -383,7 +304,7 @@ func (w *writer) holdsPatched(ctx context.Context, key string, cols map[string]*
 // rewrite writes the file f with the patches set where its rows have a
 // null (or lack the column) to key, and returns its entry; changed is
 // false (and nothing is written) when no row took a value.
-func (w *writer) rewrite(ctx context.Context, f File, key string, names []string, cols map[string]*patchCol) (File, bool, error) {
+func (w *writer) rewrite(ctx context.Context, f File, key string, names []string, cols map[string]*patches.Column) (File, bool, error) {
 	tbl, err := w.d.readTable(ctx, f.Key, nil)
 	if err != nil {
 		return File{}, false, err
@@ -404,7 +325,7 @@ func (w *writer) rewrite(ctx context.Context, f File, key string, names []string
 		}
 	}()
 	for i := range arrs {
-		if arrs[i], err = column(tbl, i); err != nil {
+		if arrs[i], err = patches.Chunk(tbl, i); err != nil {
 			return File{}, false, err
 		}
 	}
@@ -420,7 +341,7 @@ func (w *writer) rewrite(ctx context.Context, f File, key string, names []string
 			orig = arrs[at]
 			orig.Retain()
 		} else {
-			orig = array.MakeArrayOfNull(memory.DefaultAllocator, pc.field.Type, n)
+			orig = array.MakeArrayOfNull(memory.DefaultAllocator, pc.Field.Type, n)
 		}
 		// take picks each row's value from orig, or from the patches
 		// (after orig) where the row has a null and a patch.
@@ -428,7 +349,7 @@ func (w *writer) rewrite(ctx context.Context, f File, key string, names []string
 		ib.Reserve(n)
 		set := 0
 		for i := range n {
-			if k, ok := pc.at[ids.Value(i)]; ok && orig.IsNull(i) {
+			if k, ok := pc.At[ids.Value(i)]; ok && orig.IsNull(i) {
 				ib.UnsafeAppend(int64(n + k))
 				set++
 			} else {
@@ -444,17 +365,17 @@ func (w *writer) rewrite(ctx context.Context, f File, key string, names []string
 			orig.Release()
 			continue
 		}
-		if !arrow.TypeEqual(orig.DataType(), pc.field.Type) {
+		if !arrow.TypeEqual(orig.DataType(), pc.Field.Type) {
 			// The file has the column as an older (narrower) type.
-			cast, err := compute.CastArray(ctx, orig, compute.SafeCastOptions(pc.field.Type))
+			cast, err := compute.CastArray(ctx, orig, compute.SafeCastOptions(pc.Field.Type))
 			orig.Release()
 			if err != nil {
 				idx.Release()
-				return File{}, false, fmt.Errorf("parquet: patch column %q of %s: the file has it as %s, the patches as %s: %w", name, f.Key, sc.Field(at).Type, pc.field.Type, err)
+				return File{}, false, fmt.Errorf("parquet: patch column %q of %s: the file has it as %s, the patches as %s: %w", name, f.Key, sc.Field(at).Type, pc.Field.Type, err)
 			}
 			orig = cast
 		}
-		both, err := array.Concatenate([]arrow.Array{orig, pc.values}, memory.DefaultAllocator)
+		both, err := array.Concatenate([]arrow.Array{orig, pc.Values}, memory.DefaultAllocator)
 		orig.Release()
 		if err != nil {
 			idx.Release()
@@ -467,7 +388,7 @@ func (w *writer) rewrite(ctx context.Context, f File, key string, names []string
 			return File{}, false, fmt.Errorf("parquet: patch column %q of %s: %w", name, f.Key, err)
 		}
 		changed = true
-		fd := pc.field
+		fd := pc.Field
 		fd.Nullable = true
 		if at >= 0 {
 			fd.Metadata = fields[at].Metadata
