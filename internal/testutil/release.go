@@ -132,3 +132,61 @@ func HeldValues(t *testing.T, dir, stream, column string) map[string]string {
 	}
 	return out
 }
+
+// ReleasedRow is one row of a destination as an independent reader
+// gave it: its _openetl_id and the released column's value in the
+// reader's text form.
+type ReleasedRow struct{ ID, Value string }
+
+// CheckReleased checks rows against the held values by _openetl_id: a
+// row with one has it (the same text, number or JSON value: SameValue),
+// a row without one the reader's null, or the value keep gives for its
+// id. It returns the rows checked and how many had a held value, and
+// reports at most five wrong rows one by one.
+func CheckReleased(t *testing.T, what string, rows []ReleasedRow, held, keep map[string]string, null string) (n, matched int) {
+	t.Helper()
+	bad := 0
+	for _, r := range rows {
+		want, ok := held[r.ID]
+		if ok {
+			matched++
+		}
+		if k, kept := keep[r.ID]; kept {
+			want, ok = k, true
+		}
+		if !ok {
+			want = null
+		}
+		if !SameValue(r.Value, want) {
+			if bad++; bad <= 5 {
+				t.Errorf("%s row %s: %s, want %s", what, r.ID, r.Value, want)
+			}
+		}
+	}
+	if bad > 5 {
+		t.Errorf("%s: %d rows with a wrong value", what, bad)
+	}
+	return len(rows), matched
+}
+
+// SameValue reports whether a reader's text a is the value b: the same
+// text, the same number (a may be quoted: pyiceberg gives doubles in
+// their str() form) or the same JSON value, numbers compared as float64.
+func SameValue(a, b string) bool {
+	if a == b {
+		return true
+	}
+	if u, err := strconv.Unquote(a); err == nil {
+		if x, err1 := strconv.ParseFloat(u, 64); err1 == nil {
+			y, err2 := strconv.ParseFloat(b, 64)
+			return err2 == nil && x == y
+		}
+	}
+	var x, y any
+	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	xb, _ := json.Marshal(x)
+	yb, _ := json.Marshal(y)
+	return bytes.Equal(xb, yb)
+}

@@ -31,40 +31,19 @@ const releaseRows = 2000
 
 // checkPatched reads column of db.from (a table, perhaps with FINAL and
 // a WHERE) with clickhouse-client and checks each row's value against
-// the held values by _openetl_id: a row with one has it, a row without
-// one a null. It returns the rows read and how many had a held value.
+// the held values (testutil.CheckReleased). It returns the rows read and
+// how many had a held value.
 func checkPatched(t *testing.T, db, from, column string, held map[string]string) (rows, matched int) {
 	t.Helper()
 	out := strings.TrimSpace(clientQuery(t, fmt.Sprintf("SELECT _openetl_id, toString(%s) FROM %s.%s", column, db, from)))
-	bad := 0
+	var rs []testutil.ReleasedRow
 	for l := range strings.SplitSeq(out, "\n") {
-		if l == "" {
-			continue
-		}
-		rows++
-		id, got, _ := strings.Cut(l, "\t")
-		want, ok := held[id]
-		if ok {
-			matched++
-		} else {
-			want = `\N`
-		}
-		if got != want && !sameNumber(got, want) {
-			if bad++; bad <= 5 {
-				t.Errorf("%s row %s: %s is %s, want %s", from, id, column, got, want)
-			}
+		if l != "" {
+			id, got, _ := strings.Cut(l, "\t")
+			rs = append(rs, testutil.ReleasedRow{ID: id, Value: got})
 		}
 	}
-	if bad > 5 {
-		t.Errorf("%s: %d rows with a wrong %s", from, bad, column)
-	}
-	return rows, matched
-}
-
-func sameNumber(a, b string) bool {
-	x, err1 := strconv.ParseFloat(a, 64)
-	y, err2 := strconv.ParseFloat(b, 64)
-	return err1 == nil && err2 == nil && x == y
+	return testutil.CheckReleased(t, from+" "+column, rs, held, nil, `\N`)
 }
 
 // TestReleaseHeldValues: a destination that can't take float64 gets the

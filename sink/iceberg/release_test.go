@@ -87,43 +87,17 @@ func pyRows(t *testing.T, tb *testutil.IcebergTable, column string) []pyRow {
 	return out
 }
 
-// checkPatched checks rows against the held values by _openetl_id, for
-// rows at or below seq maxSeq: a row with one has it (the same number),
-// a row without one a null. It returns the rows checked and how many
-// had a held value.
+// checkPatched checks the rows at or below seq maxSeq against the held
+// values (testutil.CheckReleased).
 func checkPatched(t *testing.T, what string, rows []pyRow, maxSeq int64, held map[string]string) (n, matched int) {
 	t.Helper()
-	bad := 0
+	var rs []testutil.ReleasedRow
 	for _, r := range rows {
-		if r.seq > maxSeq {
-			continue
-		}
-		n++
-		want, ok := held[r.id]
-		if ok {
-			matched++
-		} else {
-			want = "null"
-		}
-		if r.value != want && !sameNumber(r.value, want) {
-			if bad++; bad <= 5 {
-				t.Errorf("%s row %s: %s, want %s", what, r.id, r.value, want)
-			}
+		if r.seq <= maxSeq {
+			rs = append(rs, testutil.ReleasedRow{ID: r.id, Value: r.value})
 		}
 	}
-	if bad > 5 {
-		t.Errorf("%s: %d rows with a wrong value", what, bad)
-	}
-	return n, matched
-}
-
-func sameNumber(a, b string) bool {
-	if u, err := strconv.Unquote(a); err == nil {
-		a = u // a double pyiceberg's reader gives in its str() form
-	}
-	x, err1 := strconv.ParseFloat(a, 64)
-	y, err2 := strconv.ParseFloat(b, 64)
-	return err1 == nil && err2 == nil && x == y
+	return testutil.CheckReleased(t, what, rs, held, nil, "null")
 }
 
 // idsSeqs is rows' ids and seqs at or below maxSeq, sorted.

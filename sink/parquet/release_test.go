@@ -106,46 +106,17 @@ for f in json.load(open(os.path.join(d, m)))["files"]:
 	return rows
 }
 
-// checkPatched checks rows (pyarrow's) against the held values by
-// _openetl_id, for the rows at or below seq maxSeq: a row with one has
-// it (the same number; for a list, the same JSON), a row without one a
-// null. It returns the rows checked and how many had a held value.
+// checkPatched checks the rows (pyarrow's) at or below seq maxSeq
+// against the held values (testutil.CheckReleased).
 func checkPatched(t *testing.T, what string, rows []pyRow, maxSeq int64, held map[string]string) (n, matched int) {
 	t.Helper()
-	bad := 0
+	var rs []testutil.ReleasedRow
 	for _, r := range rows {
-		if r.Seq > maxSeq {
-			continue
-		}
-		n++
-		want, ok := held[r.ID]
-		if ok {
-			matched++
-		} else {
-			want = "null"
-		}
-		if r.Value != want && !sameJSON(r.Value, want) {
-			if bad++; bad <= 5 {
-				t.Errorf("%s row %s: %s, want %s", what, r.ID, r.Value, want)
-			}
+		if r.Seq <= maxSeq {
+			rs = append(rs, testutil.ReleasedRow{ID: r.ID, Value: r.Value})
 		}
 	}
-	if bad > 5 {
-		t.Errorf("%s: %d rows with a wrong value", what, bad)
-	}
-	return n, matched
-}
-
-// sameJSON reports whether a and b are the same JSON value, numbers
-// compared as float64.
-func sameJSON(a, b string) bool {
-	var x, y any
-	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
-		return false
-	}
-	xb, _ := json.Marshal(x)
-	yb, _ := json.Marshal(y)
-	return bytes.Equal(xb, yb)
+	return testutil.CheckReleased(t, what, rs, held, nil, "null")
 }
 
 // idsSeqs is rows' ids and seqs, sorted, as one string per row.

@@ -114,42 +114,18 @@ func spoil(t *testing.T, dir, stream, column string, n int) []string {
 }
 
 // checkPatched reads column of table with psql and checks each row's
-// value against the held values (by _openetl_id): a row with one has
-// it, a row without one has a null (or, for the ids in keep, the value
-// given). It returns the table's rows and how many have a held value.
+// value against the held values (testutil.CheckReleased): a row without
+// one has a null or, for the ids in keep, the value given. It returns
+// the table's rows and how many have a held value.
 func (e *env) checkPatched(t *testing.T, table, column, where string, held map[string]string, keep map[string]string) (rows, matched int) {
 	t.Helper()
 	out := psql(t, `SELECT _openetl_id || ' ' || coalesce(`+column+`::text, 'NULL') FROM `+e.schema+`.`+table+` `+where)
-	lines := strings.Split(out, "\n")
-	bad := 0
-	for _, l := range lines {
+	var rs []testutil.ReleasedRow
+	for l := range strings.SplitSeq(out, "\n") {
 		id, got, _ := strings.Cut(l, " ")
-		want, ok := held[id]
-		if ok {
-			matched++
-		}
-		if k, kept := keep[id]; kept {
-			want, ok = k, true
-		}
-		if !ok {
-			want = "NULL"
-		}
-		if got != want && !sameNumber(got, want) {
-			if bad++; bad <= 5 {
-				t.Errorf("%s row %s: %s is %s, want %s", table, id, column, got, want)
-			}
-		}
+		rs = append(rs, testutil.ReleasedRow{ID: id, Value: got})
 	}
-	if bad > 5 {
-		t.Errorf("%s: %d rows with a wrong %s", table, bad, column)
-	}
-	return len(lines), matched
-}
-
-func sameNumber(a, b string) bool {
-	x, err1 := strconv.ParseFloat(a, 64)
-	y, err2 := strconv.ParseFloat(b, 64)
-	return err1 == nil && err2 == nil && x == y
+	return testutil.CheckReleased(t, table+" "+column, rs, held, keep, "NULL")
 }
 
 // hasColumn reports whether table has column, per psql.
