@@ -5,4 +5,4 @@ package engine
 // libSourceHash is the source hash of the engine library in lib/ (see
 // build.sh). It is here so that a rebuilt library changes this package's
 // Go sources: Go's build cache does not notice the library file itself.
-const libSourceHash = "a1d265adbfb2743ab9f4954d670435294535c1368640537592715987becc6912"
+const libSourceHash = "ed65a877c706f64544b9fd8cc0cce2f07194a17c97e938cb7fbb5e384bb86e84"
