@@ -19,11 +19,19 @@ import (
 // Parquet (zstd) in memory, 2 × 100k records per iteration: the
 // quickstart's path without the disk. Each lane count runs with both
 // encoders in turn (arrow-go, then the engine's), so -count N alternates
-// them; it reports records a second and this process's CPU a record.
+// them, and the engine's again with one engine worker (workers=1; the
+// others have the default, one per stream up to GOMAXPROCS); it reports
+// records a second and this process's CPU a record.
 func BenchmarkSyncFakerToParquet(b *testing.B) {
 	for _, lanes := range []int{1, 2} {
-		for _, enc := range []parquet.Encoder{parquet.EncoderArrowGo, parquet.EncoderEngine} {
-			b.Run(fmt.Sprintf("lanes=%d/%v", lanes, enc), func(b *testing.B) {
+		for _, enc := range []parquet.Encoder{parquet.EncoderArrowGo, parquet.EncoderEngine, 255} {
+			workers := 0
+			name := fmt.Sprintf("lanes=%d/%v", lanes, enc)
+			if enc == 255 { // the engine's, one worker
+				enc, workers = parquet.EncoderEngine, 1
+				name = fmt.Sprintf("lanes=%d/%v/workers=1", lanes, enc)
+			}
+			b.Run(name, func(b *testing.B) {
 				const rows = 100_000
 				var records int64
 				c0 := cpuTime()
@@ -37,7 +45,7 @@ func BenchmarkSyncFakerToParquet(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					p, err := etl.NewPipeline("bench").From(src).To(dst).Checkpoints(checkpoint.NewMem()).Lanes(lanes).Build()
+					p, err := etl.NewPipeline("bench").From(src).To(dst).Checkpoints(checkpoint.NewMem()).Lanes(lanes).EngineWorkers(workers).Build()
 					if err != nil {
 						b.Fatal(err)
 					}

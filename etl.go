@@ -219,6 +219,18 @@ func (b *Builder) Route(pattern, table string) *Builder {
 // Writer; rows are routed to lanes by a hash of their key. Default 1.
 func (b *Builder) Lanes(n int) *Builder { b.cfg.Lanes = n; return b }
 
+// EngineWorkers sets how many goroutines normalize records, each with an
+// engine of its own for a share of the streams: a stream stays with one
+// worker (streams routed into one table share one), so its schema
+// evolves in one place and its rows keep their order. Default: as many
+// as there are writer lanes (Lanes), up to GOMAXPROCS; never more than
+// the pipeline has streams (or routed tables). One stream, however many
+// splits, is normalized on one core; the lanes encode on others. A
+// worker's engine and a lane's encoding cost about the same per row, so
+// one worker per lane keeps them even; on a host with many cores and
+// many streams, raise Lanes, and this with it.
+func (b *Builder) EngineWorkers(n int) *Builder { b.cfg.EngineWorkers = n; return b }
+
 // EpochEvery sets when barriers are placed: every interval (default 10s)
 // and whenever bytes of payload were read since the last one (default
 // 256 MiB), whichever comes first. Each barrier commits an epoch. Zero

@@ -195,7 +195,7 @@ func (a *attempt) start() {
 	w := s.w
 	cfg := runner.Config{
 		Name: pipelineName, Source: a.src, Destination: a.dst, Store: a.store,
-		Required: w.required, Modes: w.modes, Transforms: w.transformsConfig(), Filters: w.filtersConfig(), Routes: w.routes, Lanes: w.lanes, BatchRows: w.batchRows,
+		Required: w.required, Modes: w.modes, Transforms: w.transformsConfig(), Filters: w.filtersConfig(), Routes: w.routes, Lanes: w.lanes, EngineWorkers: w.engineWorkers, BatchRows: w.batchRows,
 		EpochInterval: w.epochInterval, EpochBytes: w.epochBytes,
 		CommitRetries: w.commitRetries, CommitBackoff: time.Millisecond, StopTimeout: 5 * time.Second,
 		Logger: s.opts.Logger, NewEngine: s.opts.NewEngine,

@@ -133,6 +133,7 @@ type workload struct {
 	caps          sink.Capabilities
 	required      delivery.Level
 	lanes         int
+	engineWorkers int
 	batchRows     int
 	epochInterval time.Duration
 	epochBytes    int64
@@ -157,8 +158,8 @@ type workload struct {
 
 func (w *workload) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "replay=%v(max %d) resume-every=%d dest=%v merge=%v skip-by-id=%v required=%v lanes=%d batch-rows=%d epoch-interval=%v epoch-bytes=%d commit-retries=%d",
-		w.replay, w.supersetMax, w.resumeEvery, w.class, w.caps.Merge, w.caps.SkipByID, w.required, w.lanes, w.batchRows, w.epochInterval, w.epochBytes, w.commitRetries)
+	fmt.Fprintf(&b, "replay=%v(max %d) resume-every=%d dest=%v merge=%v skip-by-id=%v required=%v lanes=%d engine-workers=%d batch-rows=%d epoch-interval=%v epoch-bytes=%d commit-retries=%d",
+		w.replay, w.supersetMax, w.resumeEvery, w.class, w.caps.Merge, w.caps.SkipByID, w.required, w.lanes, w.engineWorkers, w.batchRows, w.epochInterval, w.epochBytes, w.commitRetries)
 	for _, s := range w.streams {
 		fmt.Fprintf(&b, "\n  stream %s: keyed=%v cdc=%v splits=%d rows/split=%d bad-every=%d mode=%v",
 			s.Name, !s.Unkeyed, s.CDC, s.Splits, s.Rows, s.BadEvery, w.modes[s.Name])
@@ -226,6 +227,8 @@ func newWorkload(seed uint64, opts Options, decl *declared) *workload {
 	}
 	w.lanes = 1 + rng.IntN(3)
 	w.batchRows = 1 + rng.IntN(32)
+	// Not drawn, so that a seed keeps the workload it had before.
+	w.engineWorkers = 1 + w.batchRows%3
 	w.epochInterval = time.Duration(1+rng.IntN(10)) * time.Millisecond
 	w.epochBytes = 1 << 30
 	if rng.IntN(3) > 0 {

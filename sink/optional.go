@@ -73,7 +73,8 @@ type SchemaChecker interface {
 	// CheckSchema returns the columns of the batch schema sc that table
 	// can't take, each with the reason; none when it takes sc, possibly
 	// after adding columns or widening types as Write does. It must not
-	// change anything. An error fails the attempt.
+	// change anything. An error fails the attempt. The runner's engine
+	// workers may call it at once for different tables.
 	CheckSchema(ctx context.Context, table string, sc *arrow.Schema) ([]RejectedColumn, error)
 }
 

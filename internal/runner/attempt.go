@@ -34,15 +34,19 @@ type runner struct {
 	firstEpoch uint64
 
 	streamSet map[string]bool
-	router    *router                   // nil without routes
-	checked   map[string]*checkedSchema // by table: what a sink.SchemaChecker said (engine stage)
-	specs     []sink.StreamSpec         // what the writers were told
+	streams   []string          // selected, in selection order
+	catalog   source.Catalog    // the source's, for the engine workers' engines
+	router    *router           // nil without routes
+	specs     []sink.StreamSpec // what the writers were told
 	splits    []source.Split
 	pumps     []*pump
 	eng       engine.Engine
 	writers   []sink.Writer
 
-	toEngine  chan pumpMsg
+	workers   []*engineWorker // the engine stage (workers.go)
+	workerOf  map[string]int  // stream → its worker
+	align     aligner
+	toEngine  []chan pumpMsg // by worker
 	toLanes   []chan laneMsg
 	toCommit  chan commitMsg
 	alignedCh chan uint64
@@ -52,7 +56,8 @@ type runner struct {
 
 	// Observability: the monitor (status, events, instruments) and this
 	// attempt's state in it; the attempt's span and its open epochs'
-	// spans. streamOpts is the engine stage's (no lock).
+	// spans. streamOpts is filled before the engine workers start, read
+	// only after.
 	mon        *Monitor
 	state      *attemptState
 	syncSpan   trace.Span
@@ -245,9 +250,11 @@ func (r *runner) run(ctx context.Context) (res Result, err error) {
 	if _, err := Guarantees(cfg, catalog, streams); err != nil {
 		return Result{}, err
 	}
+	r.streams, r.catalog = streams, catalog
 	r.streamSet = map[string]bool{}
 	for _, s := range streams {
 		r.streamSet[s] = true
+		r.streamOpts[s] = newStreamOpts(cfg.Name, s, r.mon.dest)
 	}
 	if sel := cfg.replay; sel != nil && !r.streamSet[sel.Stream] {
 		return Result{}, fmt.Errorf("replay: stream %q is not selected or not in the source's catalog: %w", sel.Stream, delivery.ErrInvalid)

@@ -82,6 +82,11 @@ type Config struct {
 	Routes []Route
 	// Lanes is the number of writer lanes; default 1.
 	Lanes int
+	// EngineWorkers is how many goroutines run the engine, each with an
+	// engine of its own for a share of the streams (streams routed into
+	// one table share one); default Lanes up to GOMAXPROCS, never more
+	// than there are streams (or routed tables).
+	EngineWorkers int
 	// BatchRows and BatchBytes bound a raw batch handed to the engine;
 	// defaults 8192 rows and 4 MiB.
 	BatchRows  int
@@ -235,6 +240,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Lanes < 0 || c.Lanes > maxLanes {
 		errs = append(errs, fmt.Errorf("lanes: %d out of range 1..%d", c.Lanes, maxLanes))
+	}
+	if c.EngineWorkers < 0 || c.EngineWorkers > maxLanes {
+		errs = append(errs, fmt.Errorf("engine workers: %d out of range 1..%d", c.EngineWorkers, maxLanes))
 	}
 	if c.BatchRows < 0 || c.BatchBytes < 0 {
 		errs = append(errs, errors.New("batch size: negative"))

@@ -21,7 +21,10 @@ import (
 // ends. ctx is the caller's; work is the attempt's.
 func (r *runner) pipeline(ctx, work context.Context, cancelWork context.CancelCauseFunc, resume map[source.SplitID][]byte, log *slog.Logger) (Result, error) {
 	cfg := r.cfg
-	r.toEngine = make(chan pumpMsg, 4)
+	if err := r.startWorkers(); err != nil {
+		return Result{}, err
+	}
+	defer r.closeWorkers()
 	// Enough batches for every split's open one plus the engine's queue.
 	r.freeBatches = make(chan *engine.RawBatch, 2*len(r.splits)+8)
 	r.toLanes = make([]chan laneMsg, cfg.Lanes)
@@ -35,7 +38,7 @@ func (r *runner) pipeline(ctx, work context.Context, cancelWork context.CancelCa
 
 	splitCtx, cancelSplits := context.WithCancelCause(work)
 	defer cancelSplits(nil)
-	errCh := make(chan error, len(r.splits)+cfg.Lanes+2)
+	errCh := make(chan error, len(r.splits)+len(r.workers)+cfg.Lanes+1)
 	var wg sync.WaitGroup
 	fail := func(err error) {
 		if err != nil {
@@ -80,8 +83,10 @@ func (r *runner) pipeline(ctx, work context.Context, cancelWork context.CancelCa
 		}()
 	}
 
-	wg.Add(2 + cfg.Lanes)
-	go func() { defer wg.Done(); fail(r.runEngine(work)) }()
+	wg.Add(len(r.workers) + 1 + cfg.Lanes)
+	for _, w := range r.workers {
+		go func() { defer wg.Done(); fail(r.runEngine(work, w)) }()
+	}
 	for lane := range cfg.Lanes {
 		go func() { defer wg.Done(); fail(r.runLane(work, lane)) }()
 	}

@@ -230,7 +230,11 @@ func (m *Monitor) observe(_ context.Context, o metric.Observer) error {
 	}
 	if a.toEngine != nil && a.st.Ended.IsZero() {
 		o.ObserveInt64(m.inst.splitsPaused, int64(a.st.Paused), m.pipeAttr)
-		o.ObserveInt64(m.inst.queueDepth, int64(len(a.toEngine)), metric.WithAttributes(AttrPipeline.String(m.name),
+		queued := 0
+		for _, ch := range a.toEngine {
+			queued += len(ch)
+		}
+		o.ObserveInt64(m.inst.queueDepth, int64(queued), metric.WithAttributes(AttrPipeline.String(m.name),
 			AttrQueue.String("engine")))
 		for i, ch := range a.toLanes {
 			o.ObserveInt64(m.inst.queueDepth, int64(len(ch)), metric.WithAttributes(AttrPipeline.String(m.name),

@@ -42,14 +42,13 @@ func newStreamOpts(pipeline, stream, dest string) streamOpts {
 	return streamOpts{add: []metric.AddOption{s}, addDest: []metric.AddOption{d}, rec: []metric.RecordOption{s}}
 }
 
-// optsFor returns stream's options, for the engine stage (no lock).
+// optsFor returns stream's options, for the engine workers: those made
+// for the selected streams before they started.
 func (r *runner) optsFor(stream string) streamOpts {
-	o, ok := r.streamOpts[stream]
-	if !ok {
-		o = newStreamOpts(r.cfg.Name, stream, r.mon.dest)
-		r.streamOpts[stream] = o
+	if o, ok := r.streamOpts[stream]; ok {
+		return o
 	}
-	return o
+	return newStreamOpts(r.cfg.Name, stream, r.mon.dest)
 }
 
 // claimed records a successful claim: generation and the epoch resumed

@@ -18,9 +18,10 @@ import (
 )
 
 type fixture struct {
-	src   *fakeSource
-	dst   *memDest
-	store checkpoint.Store
+	workers int // engine workers; 0: the default
+	src     *fakeSource
+	dst     *memDest
+	store   checkpoint.Store
 }
 
 func newFixture(t *testing.T, streams, rows int) *fixture {
@@ -35,7 +36,7 @@ func newFixture(t *testing.T, streams, rows int) *fixture {
 func (f *fixture) config(lanes int) runner.Config {
 	return runner.Config{
 		Name: "p", Source: f.src, Destination: f.dst, Store: f.store,
-		Lanes: lanes, BatchRows: 16, EpochInterval: 5 * time.Millisecond,
+		Lanes: lanes, EngineWorkers: f.workers, BatchRows: 16, EpochInterval: 5 * time.Millisecond,
 		CommitBackoff: time.Millisecond, NewEngine: newFakeEngine,
 	}
 }
@@ -88,10 +89,12 @@ func (f *fixture) checkExactlyOnce(t *testing.T) {
 }
 
 func TestSyncExactlyOnce(t *testing.T) {
-	for _, lanes := range []int{1, 3} {
-		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) {
+	for _, c := range []struct{ lanes, workers int }{{1, 1}, {3, 1}, {1, 3}, {3, 3}} {
+		lanes := c.lanes
+		t.Run(fmt.Sprintf("lanes=%d/workers=%d", lanes, c.workers), func(t *testing.T) {
 			f := newFixture(t, 3, 500)
 			f.src.badEvery = 10
+			f.workers = c.workers
 			res, err := runner.Sync(context.Background(), f.config(lanes))
 			if err != nil {
 				t.Fatal(err)

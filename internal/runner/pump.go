@@ -207,9 +207,23 @@ func (p *pump) waitAligned(aligned chan struct{}) error {
 	}
 }
 
+// send hands a batch to its stream's engine worker, and a barrier to
+// every worker.
 func (p *pump) send(m pumpMsg) error {
+	if m.kind == msgBatch {
+		return p.sendTo(p.r.toEngine[p.r.workerFor(m.batch.Stream)], m)
+	}
+	for _, ch := range p.r.toEngine {
+		if err := p.sendTo(ch, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *pump) sendTo(ch chan pumpMsg, m pumpMsg) error {
 	select {
-	case p.r.toEngine <- m:
+	case ch <- m:
 		return nil
 	default:
 	}
@@ -217,7 +231,7 @@ func (p *pump) send(m pumpMsg) error {
 	t0 := p.r.waitStart(p.idx)
 	defer p.r.waitEnd(p.idx, t0)
 	select {
-	case p.r.toEngine <- m:
+	case ch <- m:
 		return nil
 	case <-p.ctx.Done():
 		if m.batch != nil {

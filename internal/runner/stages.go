@@ -107,9 +107,10 @@ type heldLine struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// runEngine is the engine stage: it pushes raw batches through the engine,
-// routes the Arrow rows to the writer lanes and aligns barriers.
-func (r *runner) runEngine(ctx context.Context) error {
+// runEngine runs one engine worker (workers.go): it pushes its streams'
+// raw batches through its engine, routes the Arrow rows to the writer
+// lanes and aligns barriers.
+func (r *runner) runEngine(ctx context.Context, w *engineWorker) error {
 	n := len(r.pumps)
 	states := make([][]byte, n)
 	arrived := make([]bool, n)
@@ -118,8 +119,7 @@ func (r *runner) runEngine(ctx context.Context) error {
 	got := 0
 	counts := map[string]checkpoint.Counts{}
 	side := map[sideKey][]byte{}
-	heldSeen := map[heldKey]bool{} // reported in this attempt
-	if rl := r.release; rl != nil {
+	if rl := r.release; rl != nil && w.idx == 0 {
 		// Released held values are patches in the first epoch, staged
 		// before any row of it.
 		for _, m := range rl.patches {
@@ -134,13 +134,13 @@ func (r *runner) runEngine(ctx context.Context) error {
 	for {
 		var m pumpMsg
 		select {
-		case m = <-r.toEngine:
+		case m = <-w.in:
 		case <-ctx.Done():
 			return nil
 		}
 		switch m.kind {
 		case msgBatch:
-			if err := r.push(ctx, m, counts, side, heldSeen, open); err != nil {
+			if err := r.push(ctx, w, m, counts, side, open); err != nil {
 				return err
 			}
 		case msgBarrier:
@@ -156,17 +156,12 @@ func (r *runner) runEngine(ctx context.Context) error {
 			if got < n {
 				continue
 			}
-			st, err := r.eng.State()
+			st, err := w.eng.State()
 			if err != nil {
 				return fmt.Errorf("engine state at epoch %d: %w", cur, err)
 			}
-			info := &epochInfo{epoch: cur, states: states, engine: st, counts: counts, side: side}
-			if cur == r.firstEpoch {
-				info.release = r.release
-			}
-			if !r.sendCommit(ctx, commitMsg{info: info, epoch: cur}) {
-				return nil
-			}
+			// Every lane gets this worker's barrier; it pre-commits once
+			// it has every worker's.
 			for i := range r.toLanes {
 				select {
 				case r.toLanes[i] <- laneMsg{barrier: true, epoch: cur}:
@@ -174,9 +169,22 @@ func (r *runner) runEngine(ctx context.Context) error {
 					return nil
 				}
 			}
+			info, err := r.alignPart(w.idx, &epochInfo{epoch: cur, states: states, engine: st, counts: counts, side: side})
+			if err != nil {
+				return err
+			}
 			states, arrived, got = make([][]byte, n), make([]bool, n), 0
 			counts, side = map[string]checkpoint.Counts{}, map[sideKey][]byte{}
 			open = cur + 1
+			if info == nil {
+				continue // other workers are still aligning it
+			}
+			if cur == r.firstEpoch {
+				info.release = r.release
+			}
+			if !r.sendCommit(ctx, commitMsg{info: info, epoch: cur}) {
+				return nil
+			}
 			r.barriers.markAligned(cur)
 			select {
 			case r.alignedCh <- cur:
@@ -187,12 +195,12 @@ func (r *runner) runEngine(ctx context.Context) error {
 	}
 }
 
-func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoint.Counts, side map[sideKey][]byte,
-	heldSeen map[heldKey]bool, epoch uint64) error {
+func (r *runner) push(ctx context.Context, w *engineWorker, m pumpMsg, counts map[string]checkpoint.Counts, side map[sideKey][]byte,
+	epoch uint64) error {
 	b := m.batch
 	defer r.putBatch(b)
 	t0 := time.Now()
-	out, err := r.eng.Push(b, r.cfg.Now())
+	out, err := w.eng.Push(b, r.cfg.Now())
 	if err != nil {
 		return fmt.Errorf("engine: stream %q: %w", b.Stream, err)
 	}
@@ -235,7 +243,7 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 		for i, h := range out.Held {
 			buf = r.appendHeld(buf, m, h, table, epoch)
 			if i == 0 || h.Column != out.Held[i-1].Column || h.Reason != out.Held[i-1].Reason {
-				r.reportHeld(heldSeen, b.Stream, h, epoch)
+				r.reportHeld(w.heldSeen, b.Stream, h, epoch)
 			}
 		}
 		side[k] = buf
@@ -265,10 +273,7 @@ func (r *runner) push(ctx context.Context, m pumpMsg, counts map[string]checkpoi
 	// the lanes (transform.go).
 	if r.cfg.Transforms[b.Stream] == nil {
 		held := c.Held
-		if r.checked == nil {
-			r.checked = map[string]*checkedSchema{}
-		}
-		if out.Record, err = r.holdBack(ctx, r.checked, b.Stream, m.split, table, out.Record, &c, side, epoch); err != nil {
+		if out.Record, err = r.holdBack(ctx, w.checked, b.Stream, m.split, table, out.Record, &c, side, epoch); err != nil {
 			out.Record.Release()
 			return err
 		}
@@ -386,6 +391,7 @@ func textOrBase64(b []byte) (text, b64 string) {
 func (r *runner) runLane(ctx context.Context, lane int) error {
 	w := r.writers[lane]
 	lt := r.newLaneTransforms(lane) // nil without transforms
+	barriers := 0                   // of the epoch, from engine workers
 	for {
 		var m laneMsg
 		select {
@@ -407,6 +413,12 @@ func (r *runner) runLane(ctx context.Context, lane int) error {
 			}
 			continue
 		}
+		// The engine workers' barriers of an epoch come before any row of
+		// the next (workers.go): the last one ends the epoch.
+		if barriers++; barriers < len(r.workers) {
+			continue
+		}
+		barriers = 0
 		c, err := r.preCommit(ctx, w, lane, m.epoch)
 		if err != nil {
 			return fmt.Errorf("destination: lane %d: precommit epoch %d: %w", lane, m.epoch, err)

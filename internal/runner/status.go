@@ -108,7 +108,7 @@ type StreamStatus struct {
 type attemptState struct {
 	mu       sync.Mutex
 	st       Status
-	toEngine chan pumpMsg
+	toEngine []chan pumpMsg // by engine worker
 	toLanes  []chan laneMsg
 	// splits is indexed like the runner's splits; set before they start
 	// reading, never resized.
