@@ -70,7 +70,12 @@ func splitByID(t *testing.T, splits []source.Split, id string) source.Split {
 // TestSnapshotResumesAfterLastChunk: a snapshot split killed in its
 // fourth chunk resumes after the third, for a table with a composite key
 // and for one without a key (ctid ranges): together the two reads hold
-// every row exactly once, all with the slot snapshot's seq.
+// every row exactly once. The keyless table's rows all carry the slot
+// snapshot's seq. The keyed table's rest is read by the change stream
+// in chunks under watermarks (the first snapshot is gone), each chunk's
+// rows with its watermark's seq, above the slot snapshot's; the split
+// emits nothing meanwhile, and is done once a later Open finds the
+// stream's job finished.
 func TestSnapshotResumesAfterLastChunk(t *testing.T) {
 	d := dsn(t)
 	keyed, keyless, pub, slot := name("chunked"), name("heap"), name("pub"), name("slot")
@@ -124,6 +129,39 @@ func TestSnapshotResumesAfterLastChunk(t *testing.T) {
 			rest := &recordKeys{}
 			if err := splitByID(t, splits, "snapshot:"+tc.table).Read(ctx, rest, true); err != nil {
 				t.Fatal(err)
+			}
+			var chunked *recordKeys // the stream's rows: the keyed table's rest
+			if tc.table == keyed {
+				if len(rest.keys) != 0 || string(rest.state) != string(first.state) {
+					t.Fatalf("handed over, the split emitted %d rows and state %s, want none and %s", len(rest.keys), rest.state, first.state)
+				}
+				chunked = &recordKeys{}
+				if err := splitByID(t, splits, "slot:"+slot).Read(ctx, chunked, true); err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range chunked.seqs {
+					if s <= st.Seq {
+						t.Fatalf("a row read by the stream has seq %d, want above the slot snapshot's %d", s, st.Seq)
+					}
+				}
+				// Done at the next Open, which hands nothing over again.
+				resume["slot:"+source.SplitID(slot)] = chunked.state
+				splits, err = src.Open(ctx, []string{tc.table}, resume)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rest = &recordKeys{}
+				if err := splitByID(t, splits, "snapshot:"+tc.table).Read(ctx, rest, true); err != nil {
+					t.Fatal(err)
+				}
+				again := &recordKeys{}
+				if err := splitByID(t, splits, "slot:"+slot).Read(ctx, again, true); err != nil {
+					t.Fatal(err)
+				}
+				if len(rest.keys)+len(again.keys) != 0 {
+					t.Fatalf("after the job: the split emitted %d rows, the stream %d, want none", len(rest.keys), len(again.keys))
+				}
+				rest.keys, rest.seqs = chunked.keys, nil
 			}
 			all := append(slices.Clone(committed), rest.keys...)
 			if tc.table == keyed {

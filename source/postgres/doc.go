@@ -97,20 +97,41 @@
 //
 // # Snapshots that resume, and tables added later
 //
-// A snapshot resumed in a later attempt (after a kill), and the snapshot
-// of a table opened for the first time while the stream is already past
-// the slot's snapshot (a table added to the publication, or to the
-// pipeline's streams), are read under a new snapshot, since an exported
-// one dies with its connection. Their rows still carry the slot
-// snapshot's seq, which is below every change the stream emits: a row
+// A table's first snapshot is read under the snapshot the slot exported
+// when it was made, so its rows are the table at the slot's consistent
+// point and carry that position as their seq, below every change the
+// stream emits. That snapshot dies with its connection, so a snapshot
+// resumed in a later attempt (after a kill) can't use it. On Postgres
+// 14 or later the rest of a keyed table is then read by the change
+// stream instead, as a re-snapshot (see "Reading a table again") that
+// starts after the last key the snapshot split committed: in chunks,
+// each consistent with the stream by its watermark and carrying the
+// watermark's position as seq, so every row read after the resume is
+// the table's state at its seq, and rows changed or deleted meanwhile
+// land at their latest version. The snapshot split emits nothing
+// meanwhile; it is done once the stream's state says the job finished.
+// The hand-over is repeated from the split's state by each attempt
+// until the stream's state holds the job, so a crash in between loses
+// nothing; at worst a table's rest is read twice. Status shows the rest
+// as the stream's snapshot, between resnapshot.started and
+// resnapshot.done events (TestKillDuringSnapshotAndStreaming checks that
+// no row's version postdates its seq).
+//
+// Three cases are still read under a new snapshot whose rows carry the
+// slot snapshot's seq: a table without a key (its rows can't be matched
+// to the changes meanwhile), a leaf partition's snapshot (a re-snapshot
+// reads the whole root), and any snapshot on Postgres 13 or earlier (no
+// logical messages); so is the snapshot of a table opened for the first
+// time while the stream is already past the slot's snapshot (a table
+// added to the publication, or to the pipeline's streams). A row
 // changed since then appears both as a snapshot row and as its later
 // changes, and the change with the highest seq is the row's state. So a
 // destination that keeps the latest version per key (merge) holds
 // exactly the table; an append destination holds a change log that,
-// applied in seq order, equals it (TestKillDuringSnapshotAndStreaming).
-// An uninterrupted first snapshot has no such overlap. For a table
-// without a key, a resumed snapshot can repeat or miss a row that a
-// concurrent update moved between pages.
+// applied in seq order, equals it, though a snapshot row there may hold
+// a value newer than its seq. For a table without a key, a resumed
+// snapshot can repeat or miss a row that a concurrent update moved
+// between pages.
 //
 // # Reading a table again
 //

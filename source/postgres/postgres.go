@@ -471,6 +471,17 @@ func (s *Source) queryConn(ctx context.Context) (*pgconn.PgConn, error) {
 	return c, nil
 }
 
+// major returns the server's major version, on the query connection.
+func (s *Source) major(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.queryConn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return serverMajor(c), nil
+}
+
 func (s *Source) replConfig() *pgconn.Config {
 	c := s.conn.Copy()
 	c.RuntimeParams["replication"] = "database"
@@ -887,7 +898,7 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 			if err != nil {
 				return nil, err
 			}
-			ss.st = st
+			ss.st, ss.resumed = st, true
 			seqs[st.Seq] = true
 		}
 	}
@@ -994,6 +1005,15 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 			ss.st.Gen = ss.part.gen
 		}
 		ss.t.snapSeq = max(ss.t.snapSeq, pglogrepl.LSN(ss.st.rowSeq()))
+	}
+	if len(snaps) > 0 {
+		major, err := s.major(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if major >= 14 {
+			sp.handOver(ctx, snaps)
+		}
 	}
 	// Changes committed after a re-snapshot chunk but written before it
 	// are raised above its rows, on replay as the first time.

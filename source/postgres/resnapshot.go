@@ -98,20 +98,27 @@ type request struct {
 
 // job is one stream's re-snapshot, in the change stream's resume state:
 // After is the text form of the last key read (none before the first
-// chunk), Rows the rows emitted so far.
+// chunk), Rows the rows emitted so far. Initial marks a job that reads
+// the rest of the table's first snapshot, handed over by its snapshot
+// split (see handOver): its After and Rows start where the split's
+// left off.
 type job struct {
-	Stream string   `json:"stream"`
-	After  []string `json:"after,omitempty"`
-	Rows   int64    `json:"rows,omitempty"`
+	Stream  string   `json:"stream"`
+	After   []string `json:"after,omitempty"`
+	Rows    int64    `json:"rows,omitempty"`
+	Initial bool     `json:"initial,omitempty"`
 }
 
 // extra is the part of the change stream's resume state that only
 // re-snapshots need: the jobs, the first one being read, and per stream
 // the seq of its last chunk (Raise), which changes committed after it
 // but written before it are raised above (see seqFor), on replay too.
+// Snapped lists the streams whose first snapshot an Initial job
+// finished: their snapshot splits are done.
 type extra struct {
-	Jobs  []job             `json:"jobs,omitempty"`
-	Raise map[string]uint64 `json:"raise,omitempty"`
+	Jobs    []job             `json:"jobs,omitempty"`
+	Raise   map[string]uint64 `json:"raise,omitempty"`
+	Snapped []string          `json:"snapped,omitempty"`
 }
 
 // resnap is the change stream's re-snapshot machinery: the jobs, the
@@ -165,7 +172,7 @@ func (c *chunk) invisible(xid uint32) bool {
 }
 
 func (r *resnap) setEncoded() {
-	if len(r.x.Jobs) == 0 && len(r.x.Raise) == 0 {
+	if len(r.x.Jobs) == 0 && len(r.x.Raise) == 0 && len(r.x.Snapped) == 0 {
 		r.encoded = nil
 		return
 	}
@@ -223,7 +230,9 @@ func (sp *split) queue(ctx context.Context, stream string) bool {
 	case len(t.key) == 0:
 		log.WarnContext(ctx, "re-snapshot requested of a table without a key: ignored", "stream", stream)
 		return false
-	case slices.ContainsFunc(sp.rs.x.Jobs, func(j job) bool { return j.Stream == stream }):
+	case slices.ContainsFunc(sp.rs.x.Jobs, func(j job) bool { return j.Stream == stream && !j.Initial }):
+		// (Behind a job that reads the rest of the first snapshot, a
+		// request reads the whole table again.)
 		log.InfoContext(ctx, "re-snapshot requested of a stream already being read again: ignored", "stream", stream)
 		return false
 	}
@@ -455,12 +464,19 @@ func (sp *split) finishJob(ctx context.Context, e source.Emitter) {
 	rs := &sp.rs
 	j := rs.x.Jobs[0]
 	rs.x.Jobs = rs.x.Jobs[1:]
+	detail := fmt.Sprintf("the table was read again: %d rows", j.Rows)
+	if j.Initial {
+		// In the same state as the job's end: the snapshot split is done.
+		if !slices.Contains(rs.x.Snapped, j.Stream) {
+			rs.x.Snapped = append(rs.x.Snapped, j.Stream)
+		}
+		detail = fmt.Sprintf("the rest of the table's snapshot was read in chunks: %d rows in all", j.Rows)
+	}
 	rs.setEncoded()
 	rs.stream.Store(nil)
-	sp.src.log.InfoContext(ctx, "re-snapshot done", "stream", j.Stream, "rows", j.Rows)
+	sp.src.log.InfoContext(ctx, "re-snapshot done", "stream", j.Stream, "rows", j.Rows, "initial", j.Initial)
 	if r, ok := e.(source.Reporter); ok {
-		r.Report(source.Notice{Kind: source.NoticeResnapshotDone, Stream: j.Stream,
-			Detail: fmt.Sprintf("the table was read again: %d rows", j.Rows)})
+		r.Report(source.Notice{Kind: source.NoticeResnapshotDone, Stream: j.Stream, Detail: detail})
 	}
 }
 
@@ -515,4 +531,42 @@ func decodeExtra(b []byte) (extra, error) {
 		}
 	}
 	return x, nil
+}
+
+// handOver makes the change stream read the rest of a keyed table's
+// first snapshot, when the snapshot split would otherwise read it under
+// a snapshot of its own: resumed in a later attempt (the slot's
+// exported snapshot died with its connection). The stream reads it as a re-snapshot
+// job from the split's last key, in chunks consistent with the stream
+// by watermarks, so the rows read now carry the seq of the WAL position
+// they are the table's state at, not the slot's snapshot (which they
+// postdate). The split then emits nothing (handed); it is done once a
+// later Open finds the job finished (extra.Snapped). The job and the
+// split's state need not commit together: until the stream's state
+// holds the job, each Open hands the split over again from its own
+// state. Needs Postgres 14+ (logical messages); partitions' snapshot
+// splits are not handed over (a job reads the whole root), nor is a
+// table opened after the slot was made (a table added since: its
+// split's first Read takes a snapshot of its own, as before).
+func (sp *split) handOver(ctx context.Context, snaps []*snapSplit) {
+	for _, ss := range snaps {
+		if !ss.resumed || ss.exp != nil || ss.part != nil || len(ss.t.key) == 0 || ss.st.Done || ss.st.Again != 0 {
+			continue
+		}
+		name := ss.t.stream.Name
+		switch {
+		case slices.Contains(sp.rs.x.Snapped, name):
+			ss.st.Done = true
+			continue
+		case slices.ContainsFunc(sp.rs.x.Jobs, func(j job) bool { return j.Stream == name && j.Initial }):
+		default:
+			sp.rs.x.Jobs = append(sp.rs.x.Jobs, job{Stream: name, After: slices.Clone(ss.st.After), Rows: ss.st.Rows, Initial: true})
+			sp.src.log.InfoContext(ctx, "the rest of the table's snapshot is read by the change stream, in chunks under watermarks",
+				"stream", name, "rows_read", ss.st.Rows)
+		}
+		ss.handed = true
+		ss.notice = &source.Notice{Kind: source.NoticeResnapshotStarted, Stream: name,
+			Detail: "the rest of the table's snapshot is read in chunks while the stream goes on (the first snapshot is gone)"}
+	}
+	sp.rs.setEncoded()
 }

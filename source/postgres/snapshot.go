@@ -130,8 +130,12 @@ type snapSplit struct {
 	buf, key []byte
 	last     [][]byte // the last row's key values
 
-	// notice is what reconcile found, reported at the start of Read.
+	// notice is what reconcile or handOver found, reported at the start
+	// of Read.
 	notice *source.Notice
+	// resumed: Open had a state of the split; handed: the change stream
+	// reads the rest of the table (handOver), and the split emits nothing.
+	resumed, handed bool
 
 	// For SnapshotProgress, read from other goroutines.
 	copying   atomic.Bool
@@ -177,7 +181,7 @@ func (sp *snapSplit) read(ctx context.Context, e source.Emitter) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if sp.st.Done {
+	if sp.st.Done || sp.handed {
 		return e.ResumePoint(sp.encode())
 	}
 	s := sp.src
