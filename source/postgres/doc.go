@@ -104,7 +104,8 @@
 // resumed in a later attempt (after a kill) can't use it. On Postgres
 // 14 or later the rest of a keyed table is then read by the change
 // stream instead, as a re-snapshot (see "Reading a table again") that
-// starts after the last key the snapshot split committed: in chunks,
+// starts after the last key the snapshot split committed (of its leaf
+// partition, for a partitioned table): in chunks,
 // each consistent with the stream by its watermark and carrying the
 // watermark's position as seq, so every row read after the resume is
 // the table's state at its seq, and rows changed or deleted meanwhile
@@ -117,11 +118,10 @@
 // resnapshot.done events (TestKillDuringSnapshotAndStreaming checks that
 // no row's version postdates its seq).
 //
-// Three cases are still read under a new snapshot whose rows carry the
+// Two cases are still read under a new snapshot whose rows carry the
 // slot snapshot's seq: a table without a key (its rows can't be matched
-// to the changes meanwhile), a leaf partition's snapshot (a re-snapshot
-// reads the whole root), and any snapshot on Postgres 13 or earlier (no
-// logical messages); so is the snapshot of a table opened for the first
+// to the changes meanwhile), and any snapshot on Postgres 13 or earlier
+// (no logical messages); so is the snapshot of a table opened for the first
 // time while the stream is already past the slot's snapshot (a table
 // added to the publication, or to the pipeline's streams). A row
 // changed since then appears both as a snapshot row and as its later

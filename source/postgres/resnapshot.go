@@ -98,23 +98,25 @@ type request struct {
 
 // job is one stream's re-snapshot, in the change stream's resume state:
 // After is the text form of the last key read (none before the first
-// chunk), Rows the rows emitted so far. Initial marks a job that reads
-// the rest of the table's first snapshot, handed over by its snapshot
-// split (see handOver): its After and Rows start where the split's
-// left off.
+// chunk), Rows the rows emitted so far. Split names the snapshot split
+// whose rest of the first snapshot the job reads, handed over by it
+// (see handOver): its After and Rows start where the split's left off,
+// and Part is the leaf partition (schema, name) that split reads, if
+// any; the job reads that relation only.
 type job struct {
-	Stream  string   `json:"stream"`
-	After   []string `json:"after,omitempty"`
-	Rows    int64    `json:"rows,omitempty"`
-	Initial bool     `json:"initial,omitempty"`
+	Stream string   `json:"stream"`
+	After  []string `json:"after,omitempty"`
+	Rows   int64    `json:"rows,omitempty"`
+	Split  string   `json:"split,omitempty"`
+	Part   []string `json:"part,omitempty"`
 }
 
 // extra is the part of the change stream's resume state that only
 // re-snapshots need: the jobs, the first one being read, and per stream
 // the seq of its last chunk (Raise), which changes committed after it
 // but written before it are raised above (see seqFor), on replay too.
-// Snapped lists the streams whose first snapshot an Initial job
-// finished: their snapshot splits are done.
+// Snapped lists the snapshot splits whose rest a job finished: they are
+// done.
 type extra struct {
 	Jobs    []job             `json:"jobs,omitempty"`
 	Raise   map[string]uint64 `json:"raise,omitempty"`
@@ -230,7 +232,7 @@ func (sp *split) queue(ctx context.Context, stream string) bool {
 	case len(t.key) == 0:
 		log.WarnContext(ctx, "re-snapshot requested of a table without a key: ignored", "stream", stream)
 		return false
-	case slices.ContainsFunc(sp.rs.x.Jobs, func(j job) bool { return j.Stream == stream && !j.Initial }):
+	case slices.ContainsFunc(sp.rs.x.Jobs, func(j job) bool { return j.Stream == stream && j.Split == "" }):
 		// (Behind a job that reads the rest of the first snapshot, a
 		// request reads the whole table again.)
 		log.InfoContext(ctx, "re-snapshot requested of a stream already being read again: ignored", "stream", stream)
@@ -356,10 +358,15 @@ func (sp *split) queryChunk(ctx context.Context, t *table, j *job) (*chunk, erro
 		b.WriteString(quoteIdent(col.Name))
 	}
 	b.WriteString(" FROM ")
-	if !t.partitioned {
+	switch {
+	case len(j.Part) == 2:
+		b.WriteString(part{schema: j.Part[0], name: j.Part[1]}.ident()) // a leaf partition
+	case !t.partitioned:
 		b.WriteString("ONLY ") // not a child of an inheritance tree
+		b.WriteString(t.ident())
+	default:
+		b.WriteString(t.ident())
 	}
-	b.WriteString(t.ident())
 	var args [][]byte
 	if len(j.After) > 0 {
 		b.WriteString(" WHERE (" + strings.Join(keys, ", ") + ") > (" + strings.Join(params, ", ") + ")")
@@ -465,16 +472,16 @@ func (sp *split) finishJob(ctx context.Context, e source.Emitter) {
 	j := rs.x.Jobs[0]
 	rs.x.Jobs = rs.x.Jobs[1:]
 	detail := fmt.Sprintf("the table was read again: %d rows", j.Rows)
-	if j.Initial {
+	if j.Split != "" {
 		// In the same state as the job's end: the snapshot split is done.
-		if !slices.Contains(rs.x.Snapped, j.Stream) {
-			rs.x.Snapped = append(rs.x.Snapped, j.Stream)
+		if !slices.Contains(rs.x.Snapped, j.Split) {
+			rs.x.Snapped = append(rs.x.Snapped, j.Split)
 		}
 		detail = fmt.Sprintf("the rest of the table's snapshot was read in chunks: %d rows in all", j.Rows)
 	}
 	rs.setEncoded()
 	rs.stream.Store(nil)
-	sp.src.log.InfoContext(ctx, "re-snapshot done", "stream", j.Stream, "rows", j.Rows, "initial", j.Initial)
+	sp.src.log.InfoContext(ctx, "re-snapshot done", "stream", j.Stream, "rows", j.Rows, "split", j.Split)
 	if r, ok := e.(source.Reporter); ok {
 		r.Report(source.Notice{Kind: source.NoticeResnapshotDone, Stream: j.Stream, Detail: detail})
 	}
@@ -536,33 +543,53 @@ func decodeExtra(b []byte) (extra, error) {
 // handOver makes the change stream read the rest of a keyed table's
 // first snapshot, when the snapshot split would otherwise read it under
 // a snapshot of its own: resumed in a later attempt (the slot's
-// exported snapshot died with its connection). The stream reads it as a re-snapshot
-// job from the split's last key, in chunks consistent with the stream
-// by watermarks, so the rows read now carry the seq of the WAL position
-// they are the table's state at, not the slot's snapshot (which they
-// postdate). The split then emits nothing (handed); it is done once a
-// later Open finds the job finished (extra.Snapped). The job and the
-// split's state need not commit together: until the stream's state
-// holds the job, each Open hands the split over again from its own
-// state. Needs Postgres 14+ (logical messages); partitions' snapshot
-// splits are not handed over (a job reads the whole root), nor is a
-// table opened after the slot was made (a table added since: its
-// split's first Read takes a snapshot of its own, as before).
+// exported snapshot died with its connection). The stream reads it as
+// a re-snapshot job from the split's last key (of the split's leaf
+// partition, for a partitioned table), in chunks consistent with the
+// stream by watermarks, so the rows read now carry the seq of the WAL
+// position they are the table's state at, not the slot's snapshot
+// (which they postdate). The split then emits nothing (handed); it is
+// done once a later Open finds the job finished (extra.Snapped). The
+// job and the split's state need not commit together: until the
+// stream's state holds the job, each Open hands the split over again
+// from its own state. Jobs of splits this Open has no resumed split for
+// (a partition dropped since) are dropped. Needs Postgres 14+ (logical
+// messages). A table opened after the slot was made (a table added
+// since) is not handed over: its split's first Read takes a snapshot of
+// its own, as before.
 func (sp *split) handOver(ctx context.Context, snaps []*snapSplit) {
+	handable := map[string]*snapSplit{}
 	for _, ss := range snaps {
-		if !ss.resumed || ss.exp != nil || ss.part != nil || len(ss.t.key) == 0 || ss.st.Done || ss.st.Again != 0 {
+		if ss.resumed && ss.exp == nil && len(ss.t.key) > 0 && !ss.st.Done && ss.st.Again == 0 {
+			handable[string(ss.id)] = ss
+		}
+	}
+	sp.rs.x.Jobs = slices.DeleteFunc(sp.rs.x.Jobs, func(j job) bool {
+		if j.Split != "" && handable[j.Split] == nil {
+			sp.src.log.WarnContext(ctx, "the rest of a snapshot whose split this attempt doesn't resume: dropped", "stream", j.Stream, "split", j.Split)
+			return true
+		}
+		return false
+	})
+	for _, ss := range snaps {
+		id := string(ss.id)
+		if handable[id] == nil {
 			continue
 		}
 		name := ss.t.stream.Name
 		switch {
-		case slices.Contains(sp.rs.x.Snapped, name):
+		case slices.Contains(sp.rs.x.Snapped, id):
 			ss.st.Done = true
 			continue
-		case slices.ContainsFunc(sp.rs.x.Jobs, func(j job) bool { return j.Stream == name && j.Initial }):
+		case slices.ContainsFunc(sp.rs.x.Jobs, func(j job) bool { return j.Split == id }):
 		default:
-			sp.rs.x.Jobs = append(sp.rs.x.Jobs, job{Stream: name, After: slices.Clone(ss.st.After), Rows: ss.st.Rows, Initial: true})
+			j := job{Stream: name, After: slices.Clone(ss.st.After), Rows: ss.st.Rows, Split: id}
+			if ss.part != nil {
+				j.Part = []string{ss.part.schema, ss.part.name}
+			}
+			sp.rs.x.Jobs = append(sp.rs.x.Jobs, j)
 			sp.src.log.InfoContext(ctx, "the rest of the table's snapshot is read by the change stream, in chunks under watermarks",
-				"stream", name, "rows_read", ss.st.Rows)
+				"stream", name, "split", id, "rows_read", ss.st.Rows)
 		}
 		ss.handed = true
 		ss.notice = &source.Notice{Kind: source.NoticeResnapshotStarted, Stream: name,
