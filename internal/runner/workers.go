@@ -214,10 +214,24 @@ func mergeEngineStates(states [][]byte, owner func(stream string) int) ([]byte, 
 	for i, n := range names {
 		list[i] = byName[n]
 	}
-	b, err := json.Marshal(list)
+	// As the engine writes them: no HTML escapes (a stream named "a<b"
+	// keeps its bytes).
+	b, err := marshalPlain(list)
 	if err != nil {
 		return nil, err
 	}
 	top["streams"] = b
-	return json.Marshal(top)
+	return marshalPlain(top)
+}
+
+// marshalPlain is json.Marshal without HTML escaping and without the
+// trailing newline of an Encoder.
+func marshalPlain(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
