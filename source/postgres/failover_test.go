@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -612,5 +613,54 @@ func TestPromotionPastForkFails(t *testing.T) {
 	}
 	if n := resets.Load(); n != 1 {
 		t.Errorf("%d source.reset events, want 1", n)
+	}
+}
+
+// TestResumedSnapshotOnStandby: a first snapshot read from a standby and
+// killed part way resumes in its own split, as before: a standby can't
+// write the watermarks the change stream would read the rest under, so
+// the rest is not handed over (and nothing waits on a job that can't
+// run).
+func TestResumedSnapshotOnStandby(t *testing.T) {
+	primary, standby := pair(t)
+	tbl, pub, slot := name("sbresume"), name("pub"), name("slot")
+	execSQL(t, primary, fmt.Sprintf("CREATE TABLE %s (id int8 PRIMARY KEY, v text)", tbl),
+		fmt.Sprintf("INSERT INTO %s SELECT g, 'v' || g FROM generate_series(1, 95) g", tbl),
+		fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
+	dropSlotAtCleanup(t, standby, slot)
+	waitReplayed(t, primary, standby)
+	ctx := context.Background()
+	src := newSource(t, standby, postgres.Config{Publication: pub, Slot: slot, SnapshotChunkRows: 10})
+	stop := standbySnapshots(t, primary)
+	splits, err := src.Open(ctx, []string{tbl}, nil)
+	stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streamState recordKeys
+	if err := splitByID(t, splits, "slot:"+slot).Read(ctx, &streamState, true); err != nil {
+		t.Fatal(err)
+	}
+	first := &recordKeys{limit: 35}
+	if err := splitByID(t, splits, "snapshot:"+tbl).Read(ctx, first, true); !errors.Is(err, errKilled) {
+		t.Fatalf("first read: %v, want it killed", err)
+	}
+	resume := map[source.SplitID][]byte{source.SplitID("slot:" + slot): streamState.state, source.SplitID("snapshot:" + tbl): first.state}
+	if splits, err = src.Open(ctx, []string{tbl}, resume); err != nil {
+		t.Fatal(err)
+	}
+	rest, streamed := &recordKeys{}, &recordKeys{}
+	if err := splitByID(t, splits, "snapshot:"+tbl).Read(ctx, rest, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := splitByID(t, splits, "slot:"+slot).Read(ctx, streamed, true); err != nil {
+		t.Fatalf("the stream after the resume: %v", err)
+	}
+	if got := 30 + len(rest.keys); got != 95 || len(streamed.keys) != 0 {
+		t.Fatalf("the split read %d rows in all, want 95; the stream %d, want none", got, len(streamed.keys))
+	}
+	var done struct{ Done bool }
+	if err := json.Unmarshal(rest.state, &done); err != nil || !done.Done {
+		t.Errorf("final state %s, want done", rest.state)
 	}
 }

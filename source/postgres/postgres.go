@@ -471,15 +471,24 @@ func (s *Source) queryConn(ctx context.Context) (*pgconn.PgConn, error) {
 	return c, nil
 }
 
-// major returns the server's major version, on the query connection.
-func (s *Source) major(ctx context.Context) (int, error) {
+// writable reports whether the server can write the logical messages a
+// re-snapshot's watermarks are: Postgres 14 or later, and not a standby
+// (in recovery).
+func (s *Source) writable(ctx context.Context) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, err := s.queryConn(ctx)
 	if err != nil {
-		return 0, err
+		return false, err
 	}
-	return serverMajor(c), nil
+	if serverMajor(c) < 14 {
+		return false, nil
+	}
+	rows, err := queryText(ctx, c, "SELECT pg_is_in_recovery()")
+	if err != nil {
+		return false, fmt.Errorf("postgres: in recovery: %w", err)
+	}
+	return string(rows[0][0]) == "f", nil
 }
 
 func (s *Source) replConfig() *pgconn.Config {
@@ -1007,13 +1016,11 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 		ss.t.snapSeq = max(ss.t.snapSeq, pglogrepl.LSN(ss.st.rowSeq()))
 	}
 	if len(snaps) > 0 {
-		major, err := s.major(ctx)
+		ok, err := s.writable(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if major >= 14 {
-			sp.handOver(ctx, snaps)
-		}
+		sp.handOver(ctx, snaps, ok)
 	}
 	// Changes committed after a re-snapshot chunk but written before it
 	// are raised above its rows, on replay as the first time.

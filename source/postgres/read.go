@@ -385,7 +385,7 @@ func (sp *split) stream(ctx context.Context, repl *pgconn.PgConn, e source.Emitt
 		// chunk once the last one's watermark came by.
 		for sp.rs.active() && sp.rs.chunk == nil && !inTxn && !inStream {
 			j := sp.rs.x.Jobs[0]
-			if j.After == nil && j.Rows == 0 && sp.rs.stream.Load() == nil {
+			if j.After == nil && j.Rows == 0 && j.Split == "" && sp.rs.stream.Load() == nil {
 				if r, ok := e.(source.Reporter); ok {
 					r.Report(source.Notice{Kind: source.NoticeResnapshotStarted, Stream: j.Stream,
 						Detail: "the table is read again in chunks while the stream goes on"})

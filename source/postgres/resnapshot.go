@@ -344,6 +344,27 @@ func (sp *split) queryChunk(ctx context.Context, t *table, j *job) (*chunk, erro
 	if err := parseSnapshot(string(rows[0][0]), ch); err != nil {
 		return fail(err)
 	}
+	if len(j.Part) == 2 {
+		// A leaf partition is read by its own name: under this chunk's
+		// snapshot it must still be one of the root's (at any depth), or
+		// its rows are no longer the table's (detached, or dropped and its
+		// name taken): the job ends there.
+		leaf := part{schema: j.Part[0], name: j.Part[1]}.ident()
+		rows, err := queryText(ctx, c, `WITH RECURSIVE up(rel) AS (SELECT to_regclass(`+quoteLiteral(leaf)+`)::oid
+  UNION SELECT i.inhparent FROM pg_inherits i JOIN up ON i.inhrelid = up.rel)
+SELECT count(*) FROM up WHERE rel = to_regclass(`+quoteLiteral(t.ident())+`)::oid`)
+		if err != nil {
+			return fail(err)
+		}
+		if string(rows[0][0]) == "0" {
+			sp.src.log.WarnContext(ctx, "re-snapshot: the partition is no longer the table's; its rest is not read",
+				"stream", t.stream.Name, "partition", streamName(j.Part[0], j.Part[1]))
+			if _, err := queryText(ctx, c, "COMMIT"); err != nil {
+				return fail(err)
+			}
+			return ch, nil // no rows: the job ends
+		}
+	}
 	var keys, params []string
 	for i, k := range t.key {
 		keys = append(keys, quoteIdent(t.stream.Columns[k].Name))
@@ -553,17 +574,31 @@ func decodeExtra(b []byte) (extra, error) {
 // job and the split's state need not commit together: until the
 // stream's state holds the job, each Open hands the split over again
 // from its own state. Jobs of splits this Open has no resumed split for
-// (a partition dropped since) are dropped. Needs Postgres 14+ (logical
-// messages). A table opened after the slot was made (a table added
-// since) is not handed over: its split's first Read takes a snapshot of
-// its own, as before.
-func (sp *split) handOver(ctx context.Context, snaps []*snapSplit) {
+// (a partition dropped since) are dropped. Nothing is handed over unless
+// writable: Postgres 14+ (logical messages) and not a standby (which
+// can't write the watermarks). A table opened after the slot was made (a
+// table added since) is not handed over: its split's first Read takes a
+// snapshot of its own, as before.
+//
+// A split a finished job read the rest of is done whatever it is now
+// (its table may have lost its key since); once a checkpoint has it done,
+// its entry leaves Snapped.
+func (sp *split) handOver(ctx context.Context, snaps []*snapSplit, writable bool) {
 	handable := map[string]*snapSplit{}
+	done := map[string]bool{}
 	for _, ss := range snaps {
-		if ss.resumed && ss.exp == nil && len(ss.t.key) > 0 && !ss.st.Done && ss.st.Again == 0 {
-			handable[string(ss.id)] = ss
+		id := string(ss.id)
+		switch {
+		case !ss.resumed:
+		case ss.st.Done:
+			done[id] = true
+		case ss.st.Again == 0 && slices.Contains(sp.rs.x.Snapped, id):
+			ss.st.Done = true
+		case writable && ss.exp == nil && len(ss.t.key) > 0 && ss.st.Again == 0:
+			handable[id] = ss
 		}
 	}
+	sp.rs.x.Snapped = slices.DeleteFunc(sp.rs.x.Snapped, func(id string) bool { return done[id] })
 	sp.rs.x.Jobs = slices.DeleteFunc(sp.rs.x.Jobs, func(j job) bool {
 		if j.Split != "" && handable[j.Split] == nil {
 			sp.src.log.WarnContext(ctx, "the rest of a snapshot whose split this attempt doesn't resume: dropped", "stream", j.Stream, "split", j.Split)
@@ -577,21 +612,17 @@ func (sp *split) handOver(ctx context.Context, snaps []*snapSplit) {
 			continue
 		}
 		name := ss.t.stream.Name
-		switch {
-		case slices.Contains(sp.rs.x.Snapped, id):
-			ss.st.Done = true
-			continue
-		case slices.ContainsFunc(sp.rs.x.Jobs, func(j job) bool { return j.Split == id }):
-		default:
-			j := job{Stream: name, After: slices.Clone(ss.st.After), Rows: ss.st.Rows, Split: id}
-			if ss.part != nil {
-				j.Part = []string{ss.part.schema, ss.part.name}
-			}
-			sp.rs.x.Jobs = append(sp.rs.x.Jobs, j)
-			sp.src.log.InfoContext(ctx, "the rest of the table's snapshot is read by the change stream, in chunks under watermarks",
-				"stream", name, "split", id, "rows_read", ss.st.Rows)
-		}
 		ss.handed = true
+		if slices.ContainsFunc(sp.rs.x.Jobs, func(j job) bool { return j.Split == id }) {
+			continue // handed over before: the job is under way
+		}
+		j := job{Stream: name, After: slices.Clone(ss.st.After), Rows: ss.st.Rows, Split: id}
+		if ss.part != nil {
+			j.Part = []string{ss.part.schema, ss.part.name}
+		}
+		sp.rs.x.Jobs = append(sp.rs.x.Jobs, j)
+		sp.src.log.InfoContext(ctx, "the rest of the table's snapshot is read by the change stream, in chunks under watermarks",
+			"stream", name, "split", id, "rows_read", ss.st.Rows)
 		ss.notice = &source.Notice{Kind: source.NoticeResnapshotStarted, Stream: name,
 			Detail: "the rest of the table's snapshot is read in chunks while the stream goes on (the first snapshot is gone)"}
 	}
