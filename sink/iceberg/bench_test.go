@@ -113,6 +113,10 @@ func cpuSeconds() float64 {
 // and, as the ceiling, the same batches written straight to one Parquet
 // file with pqarrow (zstd, as iceberg-go's default). It reports rows/s
 // and CPU-seconds per million rows (user+sys of the whole process).
+// benchPartition is the partitioned runs' spec: a day of created_at and
+// a bucket of the customer, 8 buckets.
+var benchPartition = []iceberg.PartitionField{{Column: "created_at", Transform: "day"}, {Column: "customer_id", Transform: "bucket[8]"}}
+
 func BenchmarkEpoch(b *testing.B) {
 	rows := benchRows()
 	recs := benchBatches(rows)
@@ -131,11 +135,14 @@ func BenchmarkEpoch(b *testing.B) {
 		name string
 		mode sink.Mode
 		enc  iceberg.Encoder
+		part []iceberg.PartitionField
 	}{
-		{"append", sink.Append, iceberg.EncoderAuto},
-		{"append-iceberg-go", sink.Append, iceberg.EncoderIcebergGo},
-		{"merge", sink.Merge, iceberg.EncoderAuto},
-		{"merge-iceberg-go", sink.Merge, iceberg.EncoderIcebergGo},
+		{"append", sink.Append, iceberg.EncoderAuto, nil},
+		{"append-iceberg-go", sink.Append, iceberg.EncoderIcebergGo, nil},
+		{"merge", sink.Merge, iceberg.EncoderAuto, nil},
+		{"merge-iceberg-go", sink.Merge, iceberg.EncoderIcebergGo, nil},
+		{"append-partitioned", sink.Append, iceberg.EncoderAuto, benchPartition},
+		{"append-partitioned-iceberg-go", sink.Append, iceberg.EncoderIcebergGo, benchPartition},
 	} {
 		mode := run.mode
 		b.Run(run.name, func(b *testing.B) {
@@ -146,7 +153,11 @@ func BenchmarkEpoch(b *testing.B) {
 				// pipeline's Recover finds its other tables' epochs.
 				tables++
 				name := fmt.Sprintf("orders%d", tables)
-				d := newDest(b, wh.cat, iceberg.Config{Encoder: run.enc})
+				cfg := iceberg.Config{Encoder: run.enc}
+				if run.part != nil {
+					cfg.Tables = map[string]iceberg.TableConfig{name: {Partition: run.part}}
+				}
+				d := newDest(b, wh.cat, cfg)
 				w, err := d.Writer(ctx, writerConfig(name, 0, sink.StreamSpec{Stream: name, Table: name, Mode: mode, Key: []string{"id"}}))
 				if err != nil {
 					b.Fatal(err)

@@ -57,8 +57,12 @@
 // in memory (retained, not copied) until PreCommit, which writes them.
 // The writer is the engine's (arrow-rs, one cgo call per row group's
 // worth of rows; the statistics for the manifest come from the file's
-// footer) for unpartitioned tables of the codecs and types it takes, and
-// iceberg-go's otherwise (Config.Encoder, Encoder). No snapshot refers to
+// footer) for tables of the codecs and types it takes, partitioned ones
+// too when each partition field is identity, year, month, day, hour,
+// bucket, truncate or void of a top-level int, long, date, timestamp,
+// timestamptz or string column (the sink then computes each row's
+// partition and writes a file per partition), and iceberg-go's
+// otherwise (Config.Encoder, Encoder). No snapshot refers to
 // the files, so readers don't see them. The committable lists the files with
 // their statistics, so another process can add them.
 //

@@ -3,13 +3,18 @@ package iceberg_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	ice "github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/openetl/etl/engine"
@@ -18,13 +23,15 @@ import (
 	"github.com/openetl/etl/sink/iceberg"
 )
 
-// TestEncoders: with EncoderAuto an unpartitioned table's data files are
-// the engine's (their footer says so), a partitioned table's or a gzip
-// table's are iceberg-go's, as are all of them with EncoderIcebergGo; the
-// engine's files roll at the first row group past TargetFileBytes. Either way the
-// manifest carries each file's row count and column bounds (the merge
-// path locates keys by them), iceberg-go's scan and pyiceberg read the
-// rows written, and a Merge table's epoch hides the rows it replaces.
+// TestEncoders: with EncoderAuto a table's data files are the engine's
+// (their footer says so), partitioned ones too (one file per partition
+// at least, each file's rows all of the partition its manifest entry
+// names, by iceberg-go's transforms), a gzip table's are iceberg-go's,
+// as are all of them with EncoderIcebergGo; the engine's files roll at
+// the first row group past TargetFileBytes. Either way the manifest
+// carries each file's row count and column bounds (the merge path
+// locates keys by them), iceberg-go's scan and pyiceberg read the rows
+// written, and a Merge table's epoch hides the rows it replaces.
 func TestEncoders(t *testing.T) {
 	if !engine.ParquetAvailable() {
 		t.Skip("the engine's Parquet writer is not in this build (no cgo)")
@@ -40,6 +47,13 @@ func TestEncoders(t *testing.T) {
 		{"engine-snappy", iceberg.Config{Encoder: iceberg.EncoderEngine, Properties: map[string]string{table.ParquetCompressionKey: "snappy"}}, true},
 		{"gzip", iceberg.Config{Properties: map[string]string{table.ParquetCompressionKey: "gzip"}}, false},
 		{"partitioned", iceberg.Config{Tables: map[string]iceberg.TableConfig{
+			"a": {Partition: []iceberg.PartitionField{{Column: "amount", Transform: "bucket[4]"}}},
+			"m": {Partition: []iceberg.PartitionField{{Column: "id", Transform: "bucket[4]"}}}}}, true},
+		{"partitioned-many", iceberg.Config{TargetFileBytes: 4 << 10, Properties: map[string]string{table.ParquetRowGroupLimitKey: "500"},
+			Tables: map[string]iceberg.TableConfig{
+				"a": {Partition: []iceberg.PartitionField{{Column: "_openetl_synced_at", Transform: "day"}, {Column: "name", Transform: "truncate[2]"}, {Column: "amount", Transform: "bucket[3]"}}},
+				"m": {Partition: []iceberg.PartitionField{{Column: "id", Transform: "truncate[100]"}, {Column: "_openetl_synced_at", Transform: "hour"}}}}}, true},
+		{"partitioned-iceberg-go", iceberg.Config{Encoder: iceberg.EncoderIcebergGo, Tables: map[string]iceberg.TableConfig{
 			"a": {Partition: []iceberg.PartitionField{{Column: "amount", Transform: "bucket[4]"}}},
 			"m": {Partition: []iceberg.PartitionField{{Column: "id", Transform: "bucket[4]"}}}}}, false},
 		{"iceberg-go", iceberg.Config{Encoder: iceberg.EncoderIcebergGo}, false},
@@ -118,6 +132,7 @@ func TestEncoders(t *testing.T) {
 					if df.Count() != pr.NumRows() || df.FileSizeBytes() != int64(len(b)) {
 						t.Errorf("%s: manifest says %d rows, %d bytes; the file has %d, %d", df.FilePath(), df.Count(), df.FileSizeBytes(), pr.NumRows(), len(b))
 					}
+					checkPartition(t, tbl, df, pr)
 					pr.Close()
 					idField, _ := tbl.Schema().FindFieldByName("id")
 					if len(df.LowerBoundValues()[idField.ID]) == 0 || len(df.UpperBoundValues()[idField.ID]) == 0 {
@@ -145,5 +160,54 @@ func TestEncoders(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkPartition checks that every row of df's file (pr) is of the
+// partition df's manifest entry names: each spec field's transform, as
+// iceberg-go applies it, of the row's source value.
+func checkPartition(t *testing.T, tbl *table.Table, df ice.DataFile, pr *file.Reader) {
+	t.Helper()
+	spec := tbl.Spec()
+	if spec.IsUnpartitioned() {
+		return
+	}
+	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := fr.ReadTable(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Release()
+	for _, pf := range spec.Fields() {
+		src, _ := tbl.Schema().FindFieldByID(pf.SourceID())
+		idx := tb.Schema().FieldIndices(src.Name)
+		if len(idx) != 1 {
+			t.Fatalf("%s: no column %s", df.FilePath(), src.Name)
+		}
+		want := df.Partition()[pf.FieldID]
+		for _, chunk := range tb.Column(idx[0]).Data().Chunks() {
+			for row := range chunk.Len() {
+				var lit ice.Literal
+				switch a := chunk.(type) {
+				case *array.Int32:
+					lit = ice.Int32Literal(a.Value(row))
+				case *array.Int64:
+					lit = ice.Int64Literal(a.Value(row))
+				case *array.String:
+					lit = ice.StringLiteral(a.Value(row))
+				case *array.Timestamp:
+					lit = ice.TimestampLiteral(ice.Timestamp(a.Value(row)))
+				default:
+					t.Fatalf("%s: column %s is %s", df.FilePath(), src.Name, chunk.DataType())
+				}
+				got := pf.Transform.Apply(ice.Optional[ice.Literal]{Valid: true, Val: lit})
+				if !got.Valid || fmt.Sprint(got.Val.Any()) != fmt.Sprint(want) {
+					t.Fatalf("%s: a row's %s is %v, partition %v; the manifest says %v", df.FilePath(), src.Name, lit, got.Val, want)
+				}
+			}
+		}
 	}
 }

@@ -5,11 +5,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	ice "github.com/apache/iceberg-go"
 	iceio "github.com/apache/iceberg-go/io"
@@ -24,8 +28,9 @@ type Encoder int
 const (
 	// EncoderAuto (the default) encodes with the engine's Parquet writer
 	// (arrow-rs, one cgo call per batch) where it can, and with
-	// iceberg-go's writer (arrow-go) otherwise: for partitioned tables,
-	// codecs the engine lacks (gzip, brotli, lz4), uuid and v3-only
+	// iceberg-go's writer (arrow-go) otherwise: for partition specs with
+	// transforms of other source types than int, long, date, timestamp
+	// and string columns (or multi-argument ones), codecs the engine lacks (gzip, brotli, lz4), uuid and v3-only
 	// column types, and in builds without cgo. The engine writes a row
 	// group at a time (write.parquet.row-group-limit rows, default
 	// 131072), so its files end at the first row group that reaches
@@ -56,8 +61,13 @@ func (e Encoder) String() string {
 // and false when iceberg-go's writer encodes them instead (see
 // EncoderAuto).
 func (d *Destination) engineOptions(tbl *table.Table) (engine.ParquetOptions, bool) {
-	if d.encoder == EncoderIcebergGo || !engine.ParquetAvailable() || !tbl.Spec().IsUnpartitioned() {
+	if d.encoder == EncoderIcebergGo || !engine.ParquetAvailable() {
 		return engine.ParquetOptions{}, false
+	}
+	if spec := tbl.Spec(); !spec.IsUnpartitioned() {
+		if _, ok := newPartitioner(spec, tbl.Schema()); !ok {
+			return engine.ParquetOptions{}, false
+		}
 	}
 	props := tbl.Properties()
 	opts := engine.ParquetOptions{CreatedBy: "openetl (iceberg)"}
@@ -129,9 +139,10 @@ func engineTakes(t ice.Type) bool {
 }
 
 // engineFiles encodes batches of one Arrow schema, sc, as data files of
-// tbl with the engine's writer, rolling to a new file at the writer's
-// target size, and uploads them through the table's file IO. It takes
-// over the batches (each is released).
+// tbl with the engine's writer, a file open per partition of the table's
+// spec (one for an unpartitioned table), rolling to a new one at the
+// writer's target size, and uploads them through the table's file IO.
+// It takes over the batches (each is released).
 type engineFiles struct {
 	ctx    context.Context
 	w      *writer
@@ -144,11 +155,20 @@ type engineFiles struct {
 	uuid   string
 	count  int
 
-	pw    *engine.ParquetWriter
-	out   iceio.FileWriter
-	path  string
-	bytes int64
+	part  *partitioner      // nil: unpartitioned
+	open  map[int]*openFile // by partition (0 when unpartitioned)
 	files []fileDesc
+	take  [][]int32 // rows of each partition in the batch
+}
+
+// openFile is the file in progress of one partition.
+type openFile struct {
+	pw     *engine.ParquetWriter
+	out    iceio.FileWriter
+	path   string
+	bytes  int64
+	dir    string      // the partition's path ("" unpartitioned)
+	values map[int]any // its values, by partition field ID
 }
 
 func (w *writer) newEngineFiles(ctx context.Context, tbl *table.Table, sc *arrow.Schema, opts engine.ParquetOptions) (*engineFiles, error) {
@@ -170,14 +190,22 @@ func (w *writer) newEngineFiles(ctx context.Context, tbl *table.Table, sc *arrow
 	if err != nil {
 		return nil, fmt.Errorf("iceberg: batch schema of %v: %w", tbl.Identifier(), err)
 	}
-	return &engineFiles{ctx: ctx, w: w, tbl: tbl, opts: opts, fs: wfs, loc: loc, task: task,
+	f := &engineFiles{ctx: ctx, w: w, tbl: tbl, opts: opts, fs: wfs, loc: loc, task: task,
 		schOpt: table.SchemaOptions{DowncastTimestamp: true, IncludeFieldIDs: true, UseWriteDefault: true, TableProperties: props},
-		uuid:   writeUUID(w.pipeline).String()}, nil
+		uuid:   writeUUID(w.pipeline).String(), open: map[int]*openFile{}}
+	if spec := tbl.Spec(); !spec.IsUnpartitioned() {
+		if f.part, ok = newPartitioner(spec, tbl.Schema()); !ok {
+			return nil, fmt.Errorf("iceberg: internal error: the engine's writer can't partition %v", tbl.Identifier())
+		}
+	}
+	return f, nil
 }
 
-// write encodes rec (released) into data files: a row group's worth at
-// a time, so that a file rolls at the first row group that reaches the
-// target size.
+// write encodes rec (released) into data files: each partition's rows
+// into its file, a row group's worth at a time, so that a file rolls at
+// the first row group that reaches the target size. A partition's rows
+// that come in a few runs are written as slices of the batch; rows of
+// many partitions interleaved are gathered per partition first.
 func (f *engineFiles) write(rec arrow.RecordBatch) error {
 	conv, err := table.ToRequestedSchema(f.ctx, f.tbl.Schema(), f.task, rec, f.schOpt)
 	rec.Release()
@@ -185,17 +213,114 @@ func (f *engineFiles) write(rec arrow.RecordBatch) error {
 		return fmt.Errorf("iceberg: data file of %v: %w", f.tbl.Identifier(), err)
 	}
 	defer conv.Release()
+	if f.part == nil {
+		return f.writeRows(0, conv)
+	}
+	if err := f.part.assign(conv); err != nil {
+		return err
+	}
+	rows := f.part.rows
+	runs := 1
+	for i := 1; i < len(rows); i++ {
+		if rows[i] != rows[i-1] {
+			runs++
+		}
+	}
+	for len(f.take) < len(f.part.parts) {
+		f.take = append(f.take, nil)
+	}
+	distinct := 0
+	for i, pi := range rows {
+		if len(f.take[pi]) == 0 {
+			distinct++
+		}
+		f.take[pi] = append(f.take[pi], int32(i))
+	}
+	defer func() {
+		for i := range f.take {
+			f.take[i] = f.take[i][:0]
+		}
+	}()
+	if runs <= 2*distinct {
+		for at := 0; at < len(rows); {
+			end := at + 1
+			for end < len(rows) && rows[end] == rows[at] {
+				end++
+			}
+			part := conv
+			if at > 0 || end < len(rows) {
+				part = conv.NewSlice(int64(at), int64(end))
+			}
+			err := f.writeRows(int(rows[at]), part)
+			if part != conv {
+				part.Release()
+			}
+			if err != nil {
+				return err
+			}
+			at = end
+		}
+		return nil
+	}
+	for pi, idx := range f.take {
+		if len(idx) == 0 {
+			continue
+		}
+		sub, err := takeRows(f.ctx, conv, idx)
+		if err != nil {
+			return fmt.Errorf("iceberg: partition the batch of %v: %w", f.tbl.Identifier(), err)
+		}
+		err = f.writeRows(pi, sub)
+		sub.Release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takeRows returns rec's rows idx, in order.
+func takeRows(ctx context.Context, rec arrow.RecordBatch, idx []int32) (arrow.RecordBatch, error) {
+	b := array.NewInt32Builder(memory.DefaultAllocator)
+	b.AppendValues(idx, nil)
+	ind := b.NewArray()
+	b.Release()
+	defer ind.Release()
+	out, err := compute.Take(ctx, *compute.DefaultTakeOptions(), compute.NewDatumWithoutOwning(rec), compute.NewDatumWithoutOwning(ind))
+	if err != nil {
+		return nil, err
+	}
+	rd, ok := out.(*compute.RecordDatum)
+	if !ok {
+		out.Release()
+		return nil, fmt.Errorf("take gave a %s", out.Kind())
+	}
+	return rd.Value, nil
+}
+
+// writeRows writes rec, all of partition pi, a row group's worth at a
+// time.
+func (f *engineFiles) writeRows(pi int, rec arrow.RecordBatch) error {
+	of := f.open[pi]
+	if of == nil {
+		of = &openFile{}
+		if f.part != nil {
+			pv := f.part.parts[pi]
+			of.dir, of.values = pv.path, pv.values
+		}
+		f.open[pi] = of
+	}
 	step := f.opts.RowGroupRows
 	if step <= 0 {
 		step = 131072
 	}
-	for at := int64(0); at < conv.NumRows(); at += step {
-		part := conv
-		if at > 0 || conv.NumRows() > step {
-			part = conv.NewSlice(at, min(at+step, conv.NumRows()))
+	for at := int64(0); at < rec.NumRows(); at += step {
+		part := rec
+		if at > 0 || rec.NumRows() > step {
+			part = rec.NewSlice(at, min(at+step, rec.NumRows()))
 		}
-		err := f.writePart(part)
-		if part != conv {
+		err := f.writePart(of, part)
+		if part != rec {
 			part.Release()
 		}
 		if err != nil {
@@ -205,12 +330,12 @@ func (f *engineFiles) write(rec arrow.RecordBatch) error {
 	return nil
 }
 
-// writePart encodes rec into the current file, opening one first, and
-// rolls to a new file past the target size.
-func (f *engineFiles) writePart(rec arrow.RecordBatch) error {
+// writePart encodes rec into of's file, opening one first, and rolls to
+// a new file past the target size.
+func (f *engineFiles) writePart(of *openFile, rec arrow.RecordBatch) error {
 	var err error
-	if f.pw == nil {
-		if f.pw, err = engine.NewParquetWriter(rec.Schema(), f.opts); err != nil {
+	if of.pw == nil {
+		if of.pw, err = engine.NewParquetWriter(rec.Schema(), f.opts); err != nil {
 			return fmt.Errorf("iceberg: data file of %v: %w", f.tbl.Identifier(), err)
 		}
 		f.count++
@@ -218,80 +343,95 @@ func (f *engineFiles) writePart(rec arrow.RecordBatch) error {
 		// as this pipeline's (ownFile). The file is created with its
 		// first bytes (put): a stream abandoned before then (its attempt
 		// crashed) leaves no file behind, however late it runs on.
-		f.path = f.loc.NewDataLocation(fmt.Sprintf("%05d-%d-%s-%05d.parquet", 0, 0, f.uuid, f.count))
-		f.bytes = 0
+		name := fmt.Sprintf("%05d-%d-%s-%05d.parquet", 0, 0, f.uuid, f.count)
+		if of.dir != "" {
+			name = of.dir + "/" + name
+		}
+		of.path = f.loc.NewDataLocation(name)
+		of.bytes = 0
 	}
-	b, err := f.pw.Write(rec)
+	b, err := of.pw.Write(rec)
 	if err != nil {
-		return fmt.Errorf("iceberg: encode %s: %w", f.path, err)
+		return fmt.Errorf("iceberg: encode %s: %w", of.path, err)
 	}
-	if err := f.put(b); err != nil {
+	if err := f.put(of, b); err != nil {
 		return err
 	}
-	if f.w.d.targetBytes > 0 && f.bytes >= f.w.d.targetBytes {
-		return f.roll()
+	if f.w.d.targetBytes > 0 && of.bytes >= f.w.d.targetBytes {
+		return f.roll(of)
 	}
 	return nil
 }
 
-// put writes b to the current file, creating it first.
-func (f *engineFiles) put(b []byte) error {
+// put writes b to of's file, creating it first.
+func (f *engineFiles) put(of *openFile, b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	if f.out == nil {
-		out, err := f.fs.Create(f.path)
+	if of.out == nil {
+		out, err := f.fs.Create(of.path)
 		if err != nil {
-			return fmt.Errorf("iceberg: create %s: %w", f.path, err)
+			return fmt.Errorf("iceberg: create %s: %w", of.path, err)
 		}
-		f.out = out
+		of.out = out
 	}
-	if _, err := f.out.Write(b); err != nil {
-		return fmt.Errorf("iceberg: write %s: %w", f.path, err)
+	if _, err := of.out.Write(b); err != nil {
+		return fmt.Errorf("iceberg: write %s: %w", of.path, err)
 	}
-	f.bytes += int64(len(b))
+	of.bytes += int64(len(b))
 	return nil
 }
 
-// roll finishes the current file, if any, and describes it.
-func (f *engineFiles) roll() error {
-	if f.pw == nil {
+// rollAll finishes every partition's file in progress, in partition order.
+func (f *engineFiles) rollAll() error {
+	keys := slices.Sorted(maps.Keys(f.open))
+	for _, k := range keys {
+		if err := f.roll(f.open[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// roll finishes of's file, if any, and describes it.
+func (f *engineFiles) roll(of *openFile) error {
+	if of.pw == nil {
 		return nil
 	}
-	b, err := f.pw.Finish()
+	b, err := of.pw.Finish()
 	var meta *metadata.FileMetaData
 	if err == nil {
-		err = f.put(b)
+		err = f.put(of, b)
 	}
 	if err == nil {
 		// Finish's bytes end with the whole footer; they alias the
 		// writer's memory, so the footer is parsed before Close.
 		if meta, err = footer(b); err != nil {
-			err = fmt.Errorf("iceberg: footer of %s: %w", f.path, err)
+			err = fmt.Errorf("iceberg: footer of %s: %w", of.path, err)
 		}
 	}
-	f.pw.Close()
-	f.pw = nil
-	out := f.out
-	f.out = nil
+	of.pw.Close()
+	of.pw = nil
+	out := of.out
+	of.out = nil
 	if out != nil {
 		if cerr := out.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("iceberg: close %s: %w", f.path, cerr)
+			err = fmt.Errorf("iceberg: close %s: %w", of.path, cerr)
 		}
 	}
 	if err != nil {
 		if out != nil {
-			_ = f.fs.Remove(f.path)
+			_ = f.fs.Remove(of.path)
 		}
 		return err
 	}
 	df, err := table.DataFileFromMetadata(table.DataFileArgs{
 		Schema: f.tbl.Schema(), Spec: f.tbl.Spec(), Format: ice.ParquetFile, Metadata: meta,
-		FilePath: f.path, FileSize: f.bytes, Content: ice.EntryContentData,
+		FilePath: of.path, FileSize: of.bytes, Content: ice.EntryContentData, PartitionValues: of.values,
 		Properties: f.tbl.Properties(), FormatVersion: f.tbl.Metadata().Version(),
 	})
 	if err != nil {
-		return fmt.Errorf("iceberg: describe %s: %w", f.path, err)
+		return fmt.Errorf("iceberg: describe %s: %w", of.path, err)
 	}
 	fd, err := describe(df)
 	if err != nil {
@@ -301,16 +441,18 @@ func (f *engineFiles) roll() error {
 	return nil
 }
 
-// abort drops the file in progress (best effort).
+// abort drops the files in progress (best effort).
 func (f *engineFiles) abort() {
-	if f.pw != nil {
-		f.pw.Close()
-		f.pw = nil
-	}
-	if f.out != nil {
-		_ = f.out.Close()
-		f.out = nil
-		_ = f.fs.Remove(f.path)
+	for _, of := range f.open {
+		if of.pw != nil {
+			of.pw.Close()
+			of.pw = nil
+		}
+		if of.out != nil {
+			_ = of.out.Close()
+			of.out = nil
+			_ = f.fs.Remove(of.path)
+		}
 	}
 }
 
@@ -350,7 +492,7 @@ func (w *writer) writeEngine(ctx context.Context, tbl *table.Table, sc *arrow.Sc
 		err = ctx.Err() // aborted (Close, a failure): no last file
 	}
 	if err == nil {
-		err = f.roll()
+		err = f.rollAll()
 	}
 	if err != nil {
 		f.abort()
