@@ -114,9 +114,13 @@
 // The hand-over is repeated from the split's state by each attempt
 // until the stream's state holds the job, so a crash in between loses
 // nothing; at worst a table's rest is read twice. Status shows the rest
-// as the stream's snapshot, between resnapshot.started and
+// as the stream's snapshot while its job runs (a table whose job waits
+// behind another's shows none), between resnapshot.started and
 // resnapshot.done events (TestKillDuringSnapshotAndStreaming checks that
-// no row's version postdates its seq).
+// no row's version postdates its seq). The trade: the rests are read one
+// table at a time on the stream's connection, a watermark per chunk,
+// where the snapshot splits read SnapshotParallelism tables at once; a
+// standby (which can't write watermarks) keeps the old way.
 //
 // Two cases are still read under a new snapshot whose rows carry the
 // slot snapshot's seq: a table without a key (its rows can't be matched
