@@ -122,10 +122,11 @@
 // where the snapshot splits read SnapshotParallelism tables at once; a
 // standby (which can't write watermarks) keeps the old way.
 //
-// Two cases are still read under a new snapshot whose rows carry the
+// Three cases are still read under a new snapshot whose rows carry the
 // slot snapshot's seq: a table without a key (its rows can't be matched
-// to the changes meanwhile), and any snapshot on Postgres 13 or earlier
-// (no logical messages); so is the snapshot of a table opened for the first
+// to the changes meanwhile), any snapshot on Postgres 13 or earlier (no
+// logical messages), and one read from a standby (no WAL writes); so is
+// the snapshot of a table opened for the first
 // time while the stream is already past the slot's snapshot (a table
 // added to the publication, or to the pipeline's streams). A row
 // changed since then appears both as a snapshot row and as its later
