@@ -634,3 +634,66 @@ func TestPartitionSnapshotResumes(t *testing.T) {
 		t.Errorf("p2 read after the slot's snapshot with seq %d, want above %d", other.seqs[0], snap)
 	}
 }
+
+// TestPartitionDetachedWhileHanded: a partition whose snapshot's rest
+// was handed to the change stream and is detached before the stream
+// reads it is no longer the table's: the job reads none of its rows
+// (each chunk checks, under its own snapshot, that the leaf is still
+// under the root) and ends, and the split is done at the next Open.
+func TestPartitionDetachedWhileHanded(t *testing.T) {
+	d := dsn(t)
+	tbl, pub, slot := name("pdetach"), name("pub"), name("slot")
+	partitioned(t, d, tbl, 2, 95)
+	execSQL(t, d, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true)", pub, tbl))
+	dropSlotAtCleanup(t, d, slot)
+	ctx := context.Background()
+	src := newSource(t, d, postgres.Config{Publication: pub, Slot: slot, SnapshotChunkRows: 10})
+	splits, err := src.Open(ctx, []string{tbl}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streamState recordKeys
+	if err := splitByID(t, splits, "slot:"+slot).Read(ctx, &streamState, true); err != nil {
+		t.Fatal(err)
+	}
+	p1 := source.SplitID("snapshot:" + tbl + "/" + tbl + "_p1")
+	first := &recordKeys{limit: 35}
+	if err := splitByID(t, splits, string(p1)).Read(ctx, first, true); !errors.Is(err, errKilled) {
+		t.Fatalf("first read: %v, want it killed", err)
+	}
+	resume := map[source.SplitID][]byte{source.SplitID("slot:" + slot): streamState.state, p1: first.state}
+	if splits, err = src.Open(ctx, []string{tbl}, resume); err != nil {
+		t.Fatal(err)
+	}
+	handed := &recordKeys{}
+	if err := splitByID(t, splits, string(p1)).Read(ctx, handed, true); err != nil || len(handed.keys) != 0 {
+		t.Fatalf("the handed-over split: %d rows, %v", len(handed.keys), err)
+	}
+	execSQL(t, d, fmt.Sprintf("ALTER TABLE %s DETACH PARTITION %s_p1", tbl, tbl))
+	rest := &recordKeys{}
+	if err := splitByID(t, splits, "slot:"+slot).Read(ctx, rest, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(rest.keys) != 0 {
+		t.Fatalf("the stream read %d rows of the detached partition (first %q)", len(rest.keys), rest.keys[0])
+	}
+	resume[source.SplitID("slot:"+slot)] = rest.state
+	if splits, err = src.Open(ctx, []string{tbl}, resume); err != nil {
+		t.Fatal(err)
+	}
+	last := &recordKeys{}
+	if sp := findSplit(splits, string(p1)); sp != nil {
+		if err := sp.Read(ctx, last, true); err != nil || len(last.keys) != 0 {
+			t.Fatalf("after the job: the split read %d rows, %v", len(last.keys), err)
+		}
+	}
+}
+
+func findSplit(splits []source.Split, id string) source.Split {
+	for _, sp := range splits {
+		if string(sp.ID()) == id {
+			return sp
+		}
+	}
+	return nil
+}
