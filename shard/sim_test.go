@@ -12,7 +12,10 @@ import (
 	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/checkpoint/object"
+	"github.com/openetl/etl/delivery"
+	"github.com/openetl/etl/sink"
 	"github.com/openetl/etl/sink/sinktest"
+	"github.com/openetl/etl/source"
 	"github.com/openetl/etl/source/sourcetest"
 )
 
@@ -30,8 +33,10 @@ var (
 // host takes its shards), comes back, dies for good (its runs go on
 // until fenced), or a host is added. Afterwards every host stops and
 // each shard syncs to the end of its source: every record is visible
-// at the destination exactly once, and the zombies that raced a new
-// owner were fenced rather than landing anything twice.
+// at the destination exactly once (the source replays exactly and the
+// destination stages and applies, so exactly once is what each shard
+// promises), and the zombies that raced a new owner were fenced rather
+// than landing anything twice.
 func TestSimHosts(t *testing.T) {
 	seeds := []uint64{*flagSimSeed}
 	if *flagSimSeed == 0 {
@@ -67,10 +72,10 @@ func simHosts(t *testing.T, seed uint64) (fencedRuns, restarts int64) {
 	const rows, step = 400, 40 // records a split holds, and how many more each step reveals
 	bucket := object.NewMem()
 	store := checkpoint.NewMem()
-	dst := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{})
+	dst := sinktest.NewFakeDestination(sinktest.FakeDestinationConfig{Class: sink.StageAndApply})
 	srcs := make([]*sourcetest.FakeSource, shards)
 	for i := range srcs {
-		srcs[i] = sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{Seed: seed + uint64(i), Live: true,
+		srcs[i] = sourcetest.NewFakeSource(sourcetest.FakeSourceConfig{Seed: seed + uint64(i), Live: true, Replay: source.ReplayExact,
 			Streams: []sourcetest.FakeStream{{Name: fmt.Sprintf("s%d", i), Splits: 1 + rng.IntN(2), Rows: rows, BadEvery: 37}}})
 	}
 	var fenced, starts atomic.Int64
@@ -176,6 +181,11 @@ func simHosts(t *testing.T, seed uint64) (fencedRuns, restarts int64) {
 		p, err := etl.NewPipeline(etl.ShardKey("sim", i, shards)).From(src).To(dst).Checkpoints(store).Build()
 		if err != nil {
 			t.Fatal(err)
+		}
+		for _, g := range p.Guarantees() {
+			if g.Level != delivery.ExactlyOnce {
+				t.Fatalf("shard %d: stream %s is %v (%s), want exactly once", i, g.Stream, g.Level, g.Reason)
+			}
 		}
 		if _, err := p.Sync(context.Background()); err != nil {
 			t.Fatalf("shard %d: final sync: %v", i, err)
