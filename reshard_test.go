@@ -175,4 +175,36 @@ func TestReshardClaimedAgain(t *testing.T) {
 			t.Fatalf("new shard %d: %+v, %v; want a checkpoint with states", j, rec, err)
 		}
 	}
+
+	// And to one unsharded pipeline, which reads only what is new.
+	src, err := kafka.New(kafka.Config{Opts: []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, Topics: []string{"t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close(context.Background())
+	dst, err := parquet.New(parquet.Config{Bucket: bucket, Prefix: "one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := etl.NewPipeline("k").From(src).To(dst).Checkpoints(store).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close(context.Background())
+	if err := etl.Reshard(t.Context(), three, []*etl.Pipeline{one}); err != nil {
+		t.Fatalf("Reshard 3 → 1: %v", err)
+	}
+	for i := range 8 {
+		r := &kgo.Record{Topic: "t", Partition: int32(i % 4), Value: fmt.Appendf(nil, `{"n":%d}`, 100+i)}
+		if err := cl.ProduceSync(t.Context(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := one.Sync(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Streams["t"].Read; got != 8 {
+		t.Fatalf("the unsharded pipeline read %d records after the reshard, want the 8 new ones", got)
+	}
 }
