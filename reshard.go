@@ -68,8 +68,11 @@ import (
 // shard is claimed again after the new logs were written, Reshard
 // rewinds them to empty and fails (ErrReshard); should that rewind fail
 // too (a new shard already started), the error says which logs to
-// discard. Cancelling ctx stops it; run it again: steps 1 to 4 write
-// only new generations, and a new log is written only at step 5.
+// discard. A failure in step 5 (ctx cancelled included) rewinds the new
+// logs written so far the same way; steps 1 to 4 write no record, only
+// new generations, so Reshard may simply be run again. A process that
+// dies during step 5 may leave some new logs with their checkpoint:
+// remove those logs before running it again.
 func Reshard(ctx context.Context, from, to []*Pipeline) error {
 	if err := checkReshardShape(from, to); err != nil {
 		return err
