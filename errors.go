@@ -19,6 +19,14 @@ var (
 	ErrBusy = errors.New("etl: pipeline is already running a Sync or Run")
 	// ErrClosed is returned by Sync and Run after Close.
 	ErrClosed = errors.New("etl: pipeline is closed")
+	// ErrReshard is wrapped by Reshard's errors about its input and the
+	// logs it found: pipelines that are not every shard of one count, a
+	// count unchanged, a source that can't be dealt anew, an old shard
+	// with no log or claimed again meanwhile, a new shard whose log has a
+	// checkpoint, a split in two old logs or read by no new shard.
+	// No new log has a checkpoint when Reshard returns it, unless its
+	// message says to discard some.
+	ErrReshard = errors.New("etl: reshard refused")
 )
 
 // IsFenced reports whether err means a newer attempt of the same pipeline

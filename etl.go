@@ -346,6 +346,7 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 	if sh.Count > 1 {
 		shardErr = checkpoint.ValidPipeline(cfg.Name)
 	}
+	base := cfg.Name
 	if shardErr == nil {
 		var src source.Source
 		cfg.Name, src, owned, shardErr = buildShard(cfg.Name, sh, cfg.Source)
@@ -404,7 +405,7 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 		return nil, be
 	}
 	cfg.Monitor = runner.NewMonitor(cfg)
-	return &Pipeline{cfg: cfg, guarantees: guarantees, shard: sh, owned: owned}, nil
+	return &Pipeline{cfg: cfg, guarantees: guarantees, shard: sh, base: base, owned: owned}, nil
 }
 
 // BuildError is returned by Build. Err joins one error per problem;
@@ -435,6 +436,7 @@ type Pipeline struct {
 	cfg        runner.Config
 	guarantees []delivery.Guarantee
 	shard      Shard         // zero when unsharded
+	base       string        // the name given to NewPipeline (a shard's Name is its key)
 	owned      source.Source // the shard's source Build made, closed by Close; nil if none
 
 	mu     sync.Mutex

@@ -32,8 +32,8 @@ func (s Shard) String() string {
 // ShardKey returns the name a shard's checkpoint log, destination fences
 // and staging are kept under: pipeline + ".shard-" + index + "-of-" +
 // count ("orders.shard-2-of-4"); pipeline itself when count is 1. The
-// count is part of the key, so the shards of another count (a reshard)
-// have logs of their own.
+// count is part of the key, so the shards of another count (a reshard,
+// Reshard) have logs of their own.
 func ShardKey(pipeline string, index, count int) string {
 	if count <= 1 {
 		return pipeline
@@ -62,6 +62,9 @@ func ShardKey(pipeline string, index, count int) string {
 // one pipeline per stream under a prefix) takes a prefix per shard.
 // Package shard says which shard a host runs: from its environment or
 // StatefulSet ordinal, or by leases in a bucket.
+//
+// Changing count is an explicit step, Reshard, with every shard
+// stopped.
 //
 // Default: unsharded; Shard(0, 1) is the same. Build fails when count is
 // outside [1, MaxShards] or index outside [0, count), and, wrapping

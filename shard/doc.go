@@ -23,7 +23,9 @@
 // Each pod runs the shard its ordinal names; replicas is the shard
 // count. The shard count is part of each shard's checkpoint key
 // (etl.ShardKey), so changing it is a reshard, not a scale-up: keep
-// SHARDS and replicas equal.
+// SHARDS and replicas equal, and to change both, scale the StatefulSet
+// to 0, run etl.Reshard from the old count's pipelines to the new
+// count's, then set SHARDS and replicas to the new count.
 //
 //	apiVersion: apps/v1
 //	kind: StatefulSet

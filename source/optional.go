@@ -179,8 +179,10 @@ type Sharder interface {
 	// 0..count-1 together read every split once and no split twice,
 	// whatever host runs which. Which splits a shard reads must depend
 	// only on index, count and the splits' identity, never on timing or
-	// on which other shards run. It returns the receiver itself when its
-	// configuration already is the shard; otherwise a new Source that
+	// on which other shards run: etl.Reshard hands each split's resume
+	// state to the shard of the new count that reads it. It returns the
+	// receiver itself when its configuration already is the shard
+	// (etl.Reshard refuses such a source); otherwise a new Source that
 	// the caller closes (Closer) when done, and that stays valid after
 	// the receiver is closed. An error wraps ErrUnshardable when the
 	// source can't be read as that shard.

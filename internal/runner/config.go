@@ -155,6 +155,9 @@ type Config struct {
 	// replay, set by Replay, makes the attempt replay quarantined
 	// records instead of reading the source.
 	replay *ReplaySelection
+	// settle, set by Settle, ends the attempt right after recovery,
+	// before the source is opened.
+	settle bool
 }
 
 // Step is work the host runs after a Sync commits (Config.Steps). Run
