@@ -19,11 +19,17 @@ import (
 // attempt has recovered, like a Commit with files, instead of returning
 // nil and letting the zombie's runner go on (and acknowledge its
 // source).
+//
+// A shard's pipeline name holds a '.' (etl.ShardKey: name.shard-i-of-S):
+// the same steps run under one, beside the unsharded pipeline's markers
+// in the same tables.
 func TestZombieEmptyEpochFenced(t *testing.T) {
 	for _, fence := range []iceberg.Fence{iceberg.FenceAuto, iceberg.FenceSnapshots} {
 		t.Run(fence.String(), func(t *testing.T) {
 			dir := t.TempDir()
-			zombieEmptyEpochFenced(t, func() catalog.Catalog { _, cat := openCatalog(t, dir); return cat }, iceberg.Config{Fence: fence})
+			open := func() catalog.Catalog { _, cat := openCatalog(t, dir); return cat }
+			zombieEmptyEpochFenced(t, open, iceberg.Config{Fence: fence})
+			zombieEmptyEpochFencedAs(t, open, iceberg.Config{Fence: fence}, "fence.shard-1-of-2")
 		})
 	}
 }
@@ -31,10 +37,14 @@ func TestZombieEmptyEpochFenced(t *testing.T) {
 // zombieEmptyEpochFenced runs TestZombieEmptyEpochFenced's steps with
 // cfg, each process on its own catalog handle from open.
 func zombieEmptyEpochFenced(t *testing.T, open func() catalog.Catalog, cfg iceberg.Config) {
+	zombieEmptyEpochFencedAs(t, open, cfg, "fence")
+}
+
+// zombieEmptyEpochFencedAs is zombieEmptyEpochFenced for pipeline.
+func zombieEmptyEpochFencedAs(t *testing.T, open func() catalog.Catalog, cfg iceberg.Config, pipeline string) {
 	ctx := context.Background()
 	cfg.Grouping = &iceberg.Grouping{}
 	specs := []sink.StreamSpec{appended("a"), merged("m", "id")}
-	const pipeline = "fence"
 	old, err := newDest(t, open(), cfg).Writer(ctx, writerConfig(pipeline, 0, specs...))
 	if err != nil {
 		t.Fatal(err)

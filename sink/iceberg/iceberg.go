@@ -402,7 +402,7 @@ func (d *Destination) Capabilities() sink.Capabilities {
 // used beyond the call.
 func (d *Destination) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
 	pipeline, lane := cfg.Pipeline, cfg.Lane
-	if err := checkName("pipeline", pipeline); err != nil {
+	if err := checkPipeline(pipeline); err != nil {
 		return nil, err
 	}
 	if lane < 0 {
@@ -472,6 +472,19 @@ func checkName(what, s string) error {
 		return fmt.Errorf("iceberg: empty %s name", what)
 	case strings.ContainsAny(s, "./\\\x00 "):
 		return fmt.Errorf("iceberg: %s name %q has a '.', '/', '\\', space or NUL", what, s)
+	}
+	return nil
+}
+
+// checkPipeline rejects pipeline names the destination can't use in a
+// property key. A '.' is allowed (a shard's name, name.shard-i-of-S):
+// the marker keys are read up to their last '.' (markerPipeline).
+func checkPipeline(s string) error {
+	switch {
+	case s == "":
+		return errors.New("iceberg: empty pipeline name")
+	case strings.ContainsAny(s, "/\\\x00 "):
+		return fmt.Errorf("iceberg: pipeline name %q has a '/', '\\', space or NUL", s)
 	}
 	return nil
 }

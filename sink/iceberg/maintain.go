@@ -323,8 +323,14 @@ func markerPipeline(k string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	p, field, ok := strings.Cut(rest, ".")
-	if !ok || p == "" || (field != "epoch" && field != "generation" && field != "fence") {
+	// The pipeline's own name may hold a '.' (a shard's does): the field
+	// is after the last one.
+	i := strings.LastIndexByte(rest, '.')
+	if i <= 0 {
+		return "", false
+	}
+	p, field := rest[:i], rest[i+1:]
+	if field != "epoch" && field != "generation" && field != "fence" {
 		return "", false
 	}
 	return p, true
