@@ -402,7 +402,7 @@ func (d *Destination) Capabilities() sink.Capabilities {
 // used beyond the call.
 func (d *Destination) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.Writer, error) {
 	pipeline, lane := cfg.Pipeline, cfg.Lane
-	if err := checkName("pipeline", pipeline); err != nil {
+	if err := checkPipeline(pipeline); err != nil {
 		return nil, err
 	}
 	if lane < 0 {
@@ -457,7 +457,13 @@ func (d *Destination) ensureNamespace(ctx context.Context) error {
 	if !ok {
 		err := d.cat.CreateNamespace(ctx, d.ns, nil)
 		if err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
-			return fmt.Errorf("iceberg: create namespace %v: %w", d.ns, err)
+			// Another writer (a shard of the same pipeline) may have
+			// created it meanwhile, and a catalog may answer that with
+			// another error than "already exists" (the REST test
+			// server's JDBC catalog fails on its unique key).
+			if ok, cerr := d.cat.CheckNamespaceExists(ctx, d.ns); cerr != nil || !ok {
+				return fmt.Errorf("iceberg: create namespace %v: %w", d.ns, err)
+			}
 		}
 	}
 	d.nsDone = true
@@ -472,6 +478,20 @@ func checkName(what, s string) error {
 		return fmt.Errorf("iceberg: empty %s name", what)
 	case strings.ContainsAny(s, "./\\\x00 "):
 		return fmt.Errorf("iceberg: %s name %q has a '.', '/', '\\', space or NUL", what, s)
+	}
+	return nil
+}
+
+// checkPipeline rejects pipeline names the destination can't use in a
+// property key. Dots are allowed: a shard's pipeline is
+// name.shard-i-of-S (etl.ShardKey), and a marker key's field, after its
+// last dot, has none (markerPipeline).
+func checkPipeline(s string) error {
+	switch {
+	case s == "":
+		return errors.New("iceberg: empty pipeline name")
+	case strings.ContainsAny(s, "/\\\x00 "):
+		return fmt.Errorf("iceberg: pipeline name %q has a '/', '\\', space or NUL", s)
 	}
 	return nil
 }

@@ -317,14 +317,19 @@ func carriedMarkers(meta table.Metadata) map[string]string {
 }
 
 // markerPipeline returns the pipeline of marker key k
-// (openetl.{pipeline}.epoch, .generation or .fence).
+// (openetl.{pipeline}.epoch, .generation or .fence). The pipeline may
+// have dots of its own (a shard's key, etl.ShardKey); the field has none.
 func markerPipeline(k string) (string, bool) {
 	rest, ok := strings.CutPrefix(k, "openetl.")
 	if !ok {
 		return "", false
 	}
-	p, field, ok := strings.Cut(rest, ".")
-	if !ok || p == "" || (field != "epoch" && field != "generation" && field != "fence") {
+	i := strings.LastIndexByte(rest, '.')
+	if i <= 0 {
+		return "", false
+	}
+	p, field := rest[:i], rest[i+1:]
+	if field != "epoch" && field != "generation" && field != "fence" {
 		return "", false
 	}
 	return p, true

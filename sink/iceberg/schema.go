@@ -87,6 +87,14 @@ func (d *Destination) ensureTable(ctx context.Context, pipeline, name string, sc
 				continue // another lane created it: load it
 			}
 			if err != nil {
+				// A catalog may answer a create that raced another
+				// writer's (a shard of the same pipeline) with some other
+				// error: the REST test server's JDBC catalog fails on its
+				// unique key. The table is there now: load it.
+				if ok, cerr := d.cat.CheckTableExists(ctx, ident); cerr == nil && ok {
+					lastErr = err
+					continue
+				}
 				return nil, fmt.Errorf("iceberg: create table %v: %w", ident, err)
 			}
 			d.log.Info("iceberg: table created", "table", name, "schema", want.String())
