@@ -199,8 +199,9 @@ type Config struct {
 
 	// MaxCommitTries bounds how often Commit reloads a table and redoes
 	// its transaction after losing a race (another writer committed
-	// first: maintenance, or another attempt about to be fenced).
-	// Default 16.
+	// first: maintenance, another shard of the pipeline, or another
+	// attempt about to be fenced), pausing between tries (20ms doubling
+	// to 1s, jittered). Default 16.
 	MaxCommitTries int
 
 	// Logger receives lifecycle events at Info, retries at Warn and per

@@ -233,7 +233,12 @@ func (d *Destination) maintain(ctx context.Context, ident table.Identifier, opts
 // up to Config.MaxCommitTries times.
 func (d *Destination) retry(ctx context.Context, ident table.Identifier, op func(*table.Table) error) error {
 	var err error
-	for range d.maxTries {
+	for k := range d.maxTries {
+		if k > 0 {
+			if werr := conflictWait(ctx, k); werr != nil {
+				return errors.Join(werr, err)
+			}
+		}
 		var tbl *table.Table
 		if tbl, err = d.cat.LoadTable(ctx, ident); err != nil {
 			return err

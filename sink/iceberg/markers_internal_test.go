@@ -1,6 +1,10 @@
 package iceberg
 
-import "testing"
+import (
+	"context"
+	"testing"
+	"time"
+)
 
 // TestShardPipelineMarkers: a shard's pipeline name has a dot
 // (etl.ShardKey: orders.shard-1-of-4); its marker keys are read back
@@ -31,5 +35,26 @@ func TestShardPipelineMarkers(t *testing.T) {
 	}, "orders.shard-0-of-2")
 	if err != nil || m.epoch != 4 || m.fence != 3 {
 		t.Errorf("readMarkers of a shard: %+v, %v; want epoch 4, fence 3", m, err)
+	}
+}
+
+// TestConflictWait: pauses grow from conflictPause to conflictMaxPause,
+// each drawn from [d/2, d]; a cancelled context ends one at once.
+func TestConflictWait(t *testing.T) {
+	start := time.Now()
+	if err := conflictWait(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < conflictPause/2 {
+		t.Errorf("first pause %v, want at least %v", took, conflictPause/2)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start = time.Now()
+	if err := conflictWait(ctx, 40); err == nil {
+		t.Error("conflictWait with a cancelled context: nil, want its error")
+	}
+	if took := time.Since(start); took >= conflictMaxPause/2 {
+		t.Errorf("cancelled pause took %v", took)
 	}
 }
