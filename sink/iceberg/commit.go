@@ -200,7 +200,13 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 	// refused is the error of a commit with the markers as table
 	// properties, under FenceAuto: it is tried again without them.
 	var refused error
+	lost := 0 // races lost in a row
 	for try := 0; try < w.d.maxTries; try++ {
+		if lost > 0 {
+			if err := conflictWait(ctx, lost); err != nil {
+				return 0, fmt.Errorf("iceberg: table %v: commit of epoch %d: %w (after losing a race: %w)", ident, epoch, err, lastErr)
+			}
+		}
 		req.Epoch, req.Pin = 0, nil
 		tbl, err := w.d.fenced(ctx, ident, req)
 		if err != nil {
@@ -308,7 +314,7 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 				w.fenceAt = append(w.fenceAt, ident)
 			}
 			if upTo < epoch {
-				try = -1 // the next epoch's commit, with tries of its own
+				try, lost = -1, 0 // the next epoch's commit, with tries of its own
 				continue
 			}
 			delete(w.waitSince, name)
@@ -320,6 +326,7 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 			continue // another committer added some of the files: recompute
 		case errors.Is(err, errMoved):
 			lastErr = err
+			lost++
 			w.d.log.Info("iceberg: table moved while its position deletes were found; finding them again",
 				"pipeline", w.pipeline, "table", name, "epoch", epoch)
 			continue
@@ -327,8 +334,9 @@ func (w *writer) apply(ctx context.Context, epoch uint64, gen checkpoint.Generat
 			return 0, err
 		case isConflict(err):
 			lastErr = err
+			lost++
 			w.d.log.Warn("iceberg: commit lost a race; reloading the table and redoing it",
-				"pipeline", w.pipeline, "table", name, "epoch", epoch, "err", err)
+				"pipeline", w.pipeline, "table", name, "epoch", epoch, "try", try+1, "err", err)
 			continue
 		case props != nil && w.d.fence == FenceAuto && w.d.mayRefuse(err):
 			// Does the catalog refuse the properties? The commit is tried
@@ -685,7 +693,13 @@ func (w *writer) raiseFences(ctx context.Context, gen checkpoint.Generation, hea
 // that records them with the new fence.
 func (w *writer) raiseFence(ctx context.Context, ident table.Identifier, gen checkpoint.Generation, req *fenceRequirement) error {
 	var lastErr, refused error
+	lost := 0
 	for try := 0; try < w.d.maxTries; try++ {
+		if lost > 0 {
+			if err := conflictWait(ctx, lost); err != nil {
+				return fmt.Errorf("iceberg: table %v: raise fence: %w (after losing a race: %w)", ident, err, lastErr)
+			}
+		}
 		tbl, err := w.d.fenced(ctx, ident, req)
 		if errors.Is(err, catalog.ErrNoSuchTable) {
 			return nil // dropped meanwhile
@@ -738,6 +752,7 @@ func (w *writer) raiseFence(ctx context.Context, ident table.Identifier, gen che
 			return err
 		case isConflict(err):
 			lastErr = err
+			lost++
 			continue
 		case props != nil && w.d.fence == FenceAuto && w.d.mayRefuse(err):
 			refused, lastErr = err, err // try it in a snapshot
@@ -865,7 +880,13 @@ func (w *writer) takeBack(ctx context.Context, name string, epoch uint64) error 
 		return s.Summary.Properties["openetl.epoch"], true
 	}
 	var lastErr, refused error
+	lost := 0
 	for try := 0; try < w.d.maxTries; try++ {
+		if lost > 0 {
+			if err := conflictWait(ctx, lost); err != nil {
+				return fmt.Errorf("iceberg: table %v: take back epoch %d: %w (after losing a race: %w)", ident, epoch, err, lastErr)
+			}
+		}
 		req := &fenceRequirement{Type: "openetl-fence", Pipeline: w.pipeline, Generation: gen, Where: w.d.reading()}
 		tbl, err := w.d.fenced(ctx, ident, req)
 		if err != nil {
@@ -966,6 +987,7 @@ func (w *writer) takeBack(ctx context.Context, name string, epoch uint64) error 
 			return err
 		case isConflict(err):
 			lastErr = err
+			lost++
 			continue
 		case props != nil && w.d.fence == FenceAuto && w.d.mayRefuse(err):
 			refused, lastErr = err, err // try it without the properties

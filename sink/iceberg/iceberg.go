@@ -199,8 +199,9 @@ type Config struct {
 
 	// MaxCommitTries bounds how often Commit reloads a table and redoes
 	// its transaction after losing a race (another writer committed
-	// first: maintenance, or another attempt about to be fenced).
-	// Default 16.
+	// first: maintenance, another shard of the pipeline, or another
+	// attempt about to be fenced), pausing between tries (20ms doubling
+	// to 1s, jittered). Default 16.
 	MaxCommitTries int
 
 	// Logger receives lifecycle events at Info, retries at Warn and per
@@ -457,7 +458,13 @@ func (d *Destination) ensureNamespace(ctx context.Context) error {
 	if !ok {
 		err := d.cat.CreateNamespace(ctx, d.ns, nil)
 		if err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
-			return fmt.Errorf("iceberg: create namespace %v: %w", d.ns, err)
+			// Another writer (a shard of the same pipeline) may have
+			// created it meanwhile, and a catalog may answer that with
+			// another error than "already exists" (the REST test
+			// server's JDBC catalog fails on its unique key).
+			if ok, cerr := d.cat.CheckNamespaceExists(ctx, d.ns); cerr != nil || !ok {
+				return fmt.Errorf("iceberg: create namespace %v: %w", d.ns, err)
+			}
 		}
 	}
 	d.nsDone = true
@@ -477,8 +484,9 @@ func checkName(what, s string) error {
 }
 
 // checkPipeline rejects pipeline names the destination can't use in a
-// property key. A '.' is allowed (a shard's name, name.shard-i-of-S):
-// the marker keys are read up to their last '.' (markerPipeline).
+// property key. Dots are allowed: a shard's pipeline is
+// name.shard-i-of-S (etl.ShardKey), and a marker key's field, after its
+// last dot, has none (markerPipeline).
 func checkPipeline(s string) error {
 	switch {
 	case s == "":

@@ -233,7 +233,12 @@ func (d *Destination) maintain(ctx context.Context, ident table.Identifier, opts
 // up to Config.MaxCommitTries times.
 func (d *Destination) retry(ctx context.Context, ident table.Identifier, op func(*table.Table) error) error {
 	var err error
-	for range d.maxTries {
+	for k := range d.maxTries {
+		if k > 0 {
+			if werr := conflictWait(ctx, k); werr != nil {
+				return errors.Join(werr, err)
+			}
+		}
 		var tbl *table.Table
 		if tbl, err = d.cat.LoadTable(ctx, ident); err != nil {
 			return err
@@ -317,14 +322,13 @@ func carriedMarkers(meta table.Metadata) map[string]string {
 }
 
 // markerPipeline returns the pipeline of marker key k
-// (openetl.{pipeline}.epoch, .generation or .fence).
+// (openetl.{pipeline}.epoch, .generation or .fence). The pipeline may
+// have dots of its own (a shard's key, etl.ShardKey); the field has none.
 func markerPipeline(k string) (string, bool) {
 	rest, ok := strings.CutPrefix(k, "openetl.")
 	if !ok {
 		return "", false
 	}
-	// The pipeline's own name may hold a '.' (a shard's does): the field
-	// is after the last one.
 	i := strings.LastIndexByte(rest, '.')
 	if i <= 0 {
 		return "", false

@@ -87,6 +87,14 @@ func (d *Destination) ensureTable(ctx context.Context, pipeline, name string, sc
 				continue // another lane created it: load it
 			}
 			if err != nil {
+				// A catalog may answer a create that raced another
+				// writer's (a shard of the same pipeline) with some other
+				// error: the REST test server's JDBC catalog fails on its
+				// unique key. The table is there now: load it.
+				if ok, cerr := d.cat.CheckTableExists(ctx, ident); cerr == nil && ok {
+					lastErr = err
+					continue
+				}
 				return nil, fmt.Errorf("iceberg: create table %v: %w", ident, err)
 			}
 			d.log.Info("iceberg: table created", "table", name, "schema", want.String())
@@ -115,6 +123,9 @@ func (d *Destination) ensureTable(ctx context.Context, pipeline, name string, sc
 		}
 		lastErr = err
 		d.log.Warn("iceberg: schema change lost a race; reloading", "table", name, "err", err)
+		if werr := conflictWait(ctx, try+1); werr != nil {
+			return nil, fmt.Errorf("iceberg: evolve table %v: %w (after losing a race: %w)", ident, werr, err)
+		}
 	}
 	return nil, fmt.Errorf("iceberg: table %v: schema change failed %d times: %w", ident, d.maxTries, lastErr)
 }
@@ -340,6 +351,9 @@ func (d *Destination) mark(ctx context.Context, pipeline string, tbl *table.Tabl
 		case errors.Is(err, errMarked):
 		case isConflict(err):
 			lastErr = err
+			if werr := conflictWait(ctx, try+1); werr != nil {
+				return nil, fmt.Errorf("iceberg: table %v: mark as the pipeline's: %w (after losing a race: %w)", ident, werr, err)
+			}
 		case props != nil && d.fence == FenceAuto && d.mayRefuse(err):
 			refused, lastErr = err, err // try it in a snapshot
 		default:
