@@ -56,7 +56,7 @@ func shardParts(ctx context.Context, b *blob.Bucket, c hostConfig, i int) (*kafk
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	dst, err := parquet.New(parquet.Config{Bucket: b, Prefix: fmt.Sprintf("%s/tables/shard-%d", c.Prefix, i)})
+	dst, err := parquet.New(parquet.Config{Bucket: b, Prefix: shardPrefix(c, i)})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -70,6 +70,13 @@ func shardParts(ctx context.Context, b *blob.Bucket, c hostConfig, i int) (*kafk
 // TestShardHostChild is a host process of TestShardHosts: it runs the
 // shards its leases give it (Kafka → Parquet on S3) until SIGTERM, and
 // prints a JSON hostLine per event. Skipped unless SHARD_HOST_CHILD is set.
+// shardPrefix is where shard i of c.Shards writes its Parquet tables: a
+// prefix of its own per shard and count (sink/parquet has one owner
+// per stream under a prefix).
+func shardPrefix(c hostConfig, i int) string {
+	return fmt.Sprintf("%s/tables/shard-%d-of-%d", c.Prefix, i, c.Shards)
+}
+
 func TestShardHostChild(t *testing.T) {
 	env := os.Getenv("SHARD_HOST_CHILD")
 	if env == "" {
@@ -98,7 +105,7 @@ func TestShardHostChild(t *testing.T) {
 		enc.Encode(l)
 		outMu.Unlock()
 	}
-	leases, err := shard.NewLeases(shard.LeaseConfig{Bucket: lb, Prefix: "leases", Host: c.Host, Shards: c.Shards, TTL: c.TTL,
+	leases, err := shard.NewLeases(shard.LeaseConfig{Bucket: lb, Prefix: fmt.Sprintf("leases-%d", c.Shards), Host: c.Host, Shards: c.Shards, TTL: c.TTL,
 		Interval: c.Interval, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -143,9 +150,12 @@ type host struct {
 // real broker and S3 server of scripts/servers.sh) over host processes
 // spreading them with leases in the same bucket. One host is killed
 // (SIGKILL), another paused past its lease (SIGSTOP, then SIGCONT: a
-// zombie), a new one added; the dead and paused hosts' shards resume on
-// others within the leases' bound, and after a last Sync of each shard
-// pyarrow finds every message exactly once across the shards' tables.
+// zombie), a new one added, one removed (SIGTERM: a clean leave); the
+// dead, paused and leaving hosts' shards resume on others within the
+// leases' bound. Then every host stops, etl.Reshard turns the four
+// shards into two, two new host processes run those while more
+// messages come, and after a last Sync of each new shard pyarrow finds
+// every message exactly once across the old and new shards' tables.
 func TestShardHosts(t *testing.T) {
 	if os.Getenv("OPENETL_TEST_S3_URL") == "" {
 		if os.Getenv("OPENETL_SKIP_SERVERS") == "1" {
@@ -178,7 +188,7 @@ func TestShardHosts(t *testing.T) {
 	lines := make(chan hostLine, 1024)
 	hosts := map[string]*host{}
 	start := func(name string) *host {
-		c := cfg
+		c := cfg // the count of the moment (cfg.Shards changes at the reshard)
 		c.Host = name
 		env, _ := json.Marshal(c)
 		cmd := exec.Command(os.Args[0], "-test.run=^TestShardHostChild$", "-test.v")
@@ -238,7 +248,7 @@ func TestShardHosts(t *testing.T) {
 	}
 	allOwned := func(exclude ...string) func() bool {
 		return func() bool {
-			for s := range shards {
+			for s := range cfg.Shards {
 				if o, ok := owner[s]; !ok || slicesContains(exclude, o) {
 					return false
 				}
@@ -248,7 +258,7 @@ func TestShardHosts(t *testing.T) {
 	}
 	shardsOf := func(h string) []int {
 		var out []int
-		for s := range shards {
+		for s := range cfg.Shards {
 			if owner[s] == h {
 				out = append(out, s)
 			}
@@ -312,57 +322,110 @@ func TestShardHosts(t *testing.T) {
 	await("h3 runs a shard", bound+60*time.Second, func() bool { return len(shardsOf("h3")) > 0 })
 	send(3000)
 
-	// Stop the hosts cleanly; a last Sync of each shard reads to the end.
-	for name, h := range hosts {
-		if name != victim {
+	// A host leaves cleanly (SIGTERM): it stops its runs and frees its
+	// leases, and the others take its shards at their next step.
+	removed := ""
+	for _, name := range []string{"h1", "h2", "h0", "h3"} {
+		if name != victim && name != paused && len(shardsOf(name)) > 0 {
+			removed = name
+			break
+		}
+	}
+	left := time.Now()
+	hosts[removed].cmd.Process.Signal(syscall.SIGTERM)
+	<-hosts[removed].exited
+	await("the leaving host's shards resumed elsewhere", bound+30*time.Second, allOwned(victim, removed))
+	t.Logf("%s left: its shards resumed elsewhere %v later", removed, time.Since(left).Round(time.Millisecond))
+	send(3000)
+
+	// Stop the hosts cleanly; then reshard 4 shards to 2.
+	stopAll := func() {
+		for _, h := range hosts {
 			h.cmd.Process.Signal(syscall.SIGTERM)
 		}
-	}
-	for name, h := range hosts {
-		select {
-		case <-h.exited:
-		case <-time.After(60 * time.Second):
-			t.Fatalf("host %s did not stop within 60s of SIGTERM", name)
+		for name, h := range hosts {
+			select {
+			case <-h.exited:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("host %s did not stop within 60s of SIGTERM", name)
+			}
 		}
 	}
-	t.Logf("owners at the end %v; fenced zombies: %v", owner, fenced)
+	stopAll()
+	t.Logf("owners before the reshard %v; fenced zombies: %v", owner, fenced)
 	ctx := t.Context()
 	b, err := blob.OpenBucket(ctx, os.Getenv("OPENETL_TEST_S3_URL"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	const newShards = 2
+	build := func(c hostConfig, i int) *etl.Pipeline {
+		src, dst, store, err := shardParts(ctx, b, c, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { src.Close(context.Background()); store.Close(context.Background()) })
+		p, err := etl.NewPipeline("hosts").From(src).To(dst).Checkpoints(store).Shard(i, c.Shards).Require(delivery.ExactlyOnce).Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close(context.Background()) })
+		return p
+	}
+	oldCfg, newCfg := cfg, cfg
+	newCfg.Shards = newShards
+	var from, to []*etl.Pipeline
+	for i := range shards {
+		from = append(from, build(oldCfg, i))
+	}
+	for i := range newShards {
+		to = append(to, build(newCfg, i))
+	}
+	if err := etl.Reshard(ctx, from, to); err != nil {
+		t.Fatalf("reshard %d to %d: %v", shards, newShards, err)
+	}
+	send(3000)
+	// Two host processes run the two new shards.
+	cfg, owner, hosts = newCfg, map[int]string{}, map[string]*host{}
+	for _, h := range []string{"h4", "h5"} {
+		start(h)
+	}
+	await("every new shard started", bound+60*time.Second, allOwned())
+	send(3000)
+	await("the new shards spread over the hosts", bound+30*time.Second, func() bool {
+		return len(shardsOf("h4")) > 0 && len(shardsOf("h5")) > 0
+	})
+	stopAll()
+
+	// A last Sync of each new shard reads to the end; the old shards'
+	// tables and the new ones' hold every message once.
 	var got []string
 	local := t.TempDir()
-	for i := range shards {
-		src, dst, store, err := shardParts(ctx, b, cfg, i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := etl.NewPipeline("hosts").From(src).To(dst).Checkpoints(store).Shard(i, shards).Require(delivery.ExactlyOnce).Build()
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := p.Sync(ctx)
-		if err != nil {
-			t.Fatalf("last sync of shard %d: %v", i, err)
-		}
-		t.Logf("shard %d: generation %d at the end; the last sync read %v", i, res.Generation, res.Streams)
-		p.Close(ctx)
-		src.Close(ctx)
-		store.Close(ctx)
-		prefix := fmt.Sprintf("%s/tables/shard-%d", cfg.Prefix, i)
+	read := func(c hostConfig, i int) {
+		prefix := shardPrefix(c, i)
 		download(t, b, prefix+"/", local)
 		st := testutil.ReadParquetTablesUnder(t, local, prefix)[topic]
 		if st == nil || len(st.MissingFiles) > 0 {
-			t.Fatalf("shard %d: table %+v", i, st)
+			t.Fatalf("shard %d of %d: table %+v", i, c.Shards, st)
 		}
 		for _, v := range st.Values["msg"] {
 			got = append(got, fmt.Sprint(v))
 		}
 	}
+	for i, p := range to {
+		res, err := p.Sync(ctx)
+		if err != nil {
+			t.Fatalf("last sync of new shard %d: %v", i, err)
+		}
+		t.Logf("new shard %d: generation %d at the end; the last sync read %v", i, res.Generation, res.Streams)
+		read(newCfg, i)
+	}
+	for i := range shards {
+		read(oldCfg, i)
+	}
 	checkExactlyOnce(t, got, want)
-	t.Logf("%d messages, each exactly once across %d shards", len(want), shards)
+	t.Logf("%d messages, each exactly once across %d shards, then %d", len(want), shards, newShards)
 }
 
 // download copies every object under prefix to dir (at its key), for
