@@ -135,9 +135,18 @@ func TestSnapshotResumesAfterLastChunk(t *testing.T) {
 				if len(rest.keys) != 0 || string(rest.state) != string(first.state) {
 					t.Fatalf("handed over, the split emitted %d rows and state %s, want none and %s", len(rest.keys), rest.state, first.state)
 				}
+				// Status: the handed split reports the table's snapshot
+				// as in progress while its job waits, nothing once done.
+				rep := splitByID(t, splits, "snapshot:"+tc.table).(source.SnapshotReporter)
+				if stream, done, _, ok := rep.SnapshotProgress(); !ok || stream != tc.table || done != int64(3*tc.chunk) {
+					t.Errorf("handed split's progress before its job: %q, %d rows, %v; want %q, %d, true", stream, done, ok, tc.table, 3*tc.chunk)
+				}
 				chunked = &recordKeys{}
 				if err := splitByID(t, splits, "slot:"+slot).Read(ctx, chunked, true); err != nil {
 					t.Fatal(err)
+				}
+				if _, _, _, ok := rep.SnapshotProgress(); ok {
+					t.Error("handed split's progress after its job: still in progress")
 				}
 				for _, s := range chunked.seqs {
 					if s <= st.Seq {

@@ -113,9 +113,9 @@
 // meanwhile; it is done once the stream's state says the job finished.
 // The hand-over is repeated from the split's state by each attempt
 // until the stream's state holds the job, so a crash in between loses
-// nothing; at worst a table's rest is read twice. Status shows the rest
-// as the stream's snapshot while its job runs (a table whose job waits
-// behind another's shows none), between resnapshot.started and
+// nothing; at worst a table's rest is read twice. Status shows the
+// table's snapshot in progress until its job ends (while the job waits,
+// with the rows read before the resume), between resnapshot.started and
 // resnapshot.done events (TestKillDuringSnapshotAndStreaming checks that
 // no row's version postdates its seq). The trade: the rests are read one
 // table at a time on the stream's connection, a watermark per chunk,

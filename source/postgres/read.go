@@ -31,6 +31,9 @@ type split struct {
 	id     source.SplitID
 	tables []*table
 	start  state
+	// handed are the snapshot splits whose rest this split reads, by
+	// ID (handOver), told when their job ends.
+	handed map[string]*snapSplit
 
 	rels map[uint32]*relation // from the stream's relation messages
 	// published holds every table of the publication when the attempt

@@ -139,8 +139,10 @@ type resnap struct {
 	recent [256]uint32
 	next   int
 
-	// For SnapshotProgress, read from other goroutines.
+	// For SnapshotProgress, read from other goroutines; split is the
+	// snapshot split whose rest the running job reads (handOver), if any.
 	stream    atomic.Pointer[string]
+	split     atomic.Pointer[string]
 	copied    atomic.Int64
 	estimated atomic.Int64
 }
@@ -197,6 +199,7 @@ func (r *resnap) close(ctx context.Context) {
 	}
 	r.chunk = nil
 	r.stream.Store(nil)
+	r.split.Store(nil)
 }
 
 // SnapshotProgress reports a re-snapshot while one runs (see
@@ -286,6 +289,10 @@ func (sp *split) readChunk(ctx context.Context) (*chunk, error) {
 			rs.estimated.Store(n)
 		}
 		rs.stream.Store(&name)
+		if j.Split != "" {
+			id := j.Split
+			rs.split.Store(&id)
+		}
 	}
 	if len(j.After) > 0 && len(j.After) != len(t.key) {
 		// The table's key changed since the last chunk: read it from the
@@ -502,6 +509,10 @@ func (sp *split) finishJob(ctx context.Context, e source.Emitter) {
 	}
 	rs.setEncoded()
 	rs.stream.Store(nil)
+	rs.split.Store(nil)
+	if ss := sp.handed[j.Split]; ss != nil {
+		ss.jobDone.Store(true)
+	}
 	sp.src.log.InfoContext(ctx, "re-snapshot done", "stream", j.Stream, "rows", j.Rows, "split", j.Split)
 	if r, ok := e.(source.Reporter); ok {
 		r.Report(source.Notice{Kind: source.NoticeResnapshotDone, Stream: j.Stream, Detail: detail})
@@ -612,7 +623,12 @@ func (sp *split) handOver(ctx context.Context, snaps []*snapSplit, writable bool
 			continue
 		}
 		name := ss.t.stream.Name
-		ss.handed = true
+		ss.handed, ss.rs = true, &sp.rs
+		ss.copied.Store(ss.st.Rows)
+		if sp.handed == nil {
+			sp.handed = map[string]*snapSplit{}
+		}
+		sp.handed[id] = ss
 		if slices.ContainsFunc(sp.rs.x.Jobs, func(j job) bool { return j.Split == id }) {
 			continue // handed over before: the job is under way
 		}

@@ -136,6 +136,10 @@ type snapSplit struct {
 	// resumed: Open had a state of the split; handed: the change stream
 	// reads the rest of the table (handOver), and the split emits nothing.
 	resumed, handed bool
+	// For a handed split's SnapshotProgress: the stream's re-snapshots
+	// (which job runs), and whether its job finished in this attempt.
+	rs      *resnap
+	jobDone atomic.Bool
 
 	// For SnapshotProgress, read from other goroutines.
 	copying   atomic.Bool
@@ -146,7 +150,22 @@ type snapSplit struct {
 // SnapshotProgress reports the rows copied over all attempts and the
 // table's estimated row count (pg_class.reltuples) while the split copies
 // its table (see source.SnapshotReporter).
+//
+// A split handed over to the change stream (handOver) reports its
+// table's snapshot as in progress, with the rows it read, while its job
+// waits in the stream's queue: once the job runs, the stream's split
+// reports it (source.SnapshotReporter sums the splits of a stream), and
+// once it is done, nothing.
 func (sp *snapSplit) SnapshotProgress() (stream string, done, estimated int64, ok bool) {
+	if sp.handed {
+		if sp.jobDone.Load() {
+			return sp.t.stream.Name, 0, 0, false
+		}
+		if p := sp.rs.split.Load(); p != nil && *p == string(sp.id) {
+			return sp.t.stream.Name, 0, 0, false
+		}
+		return sp.t.stream.Name, sp.copied.Load(), 0, true
+	}
 	return sp.t.stream.Name, sp.copied.Load(), sp.estimated.Load(), sp.copying.Load()
 }
 
