@@ -27,6 +27,11 @@ var (
 	// No new log has a checkpoint when Reshard returns it, unless its
 	// message says to discard some.
 	ErrReshard = errors.New("etl: reshard refused")
+	// ErrRetired is wrapped by the error of Sync and Run (permanent: see
+	// IsPermanent) of an old shard that Reshard retired: its splits are
+	// the new shards' now, and it reads nothing. Run the new shards, or
+	// remove the old logs to start the old count over.
+	ErrRetired = runner.ErrRetired
 )
 
 // IsFenced reports whether err means a newer attempt of the same pipeline

@@ -21,9 +21,9 @@ import (
 // destination it will write to (sink/parquet: a prefix per shard, as
 // for any shard). S or S' may be 1, the unsharded pipeline.
 //
-// Stop every old shard first, on every host, and keep them stopped:
-// their logs are left behind, and an old shard run again would read its
-// splits a second time. Reshard then, in order:
+// Stop every old shard first, on every host. Reshard retires their logs
+// (step 4b): an old shard run again afterwards claims its log and stops
+// with ErrRetired, reading nothing. Reshard then, in order:
 //
 //  1. checks that no new shard's checkpoint log has a checkpoint (a
 //     reshard never overwrites a log; the count is part of each shard's
@@ -39,6 +39,9 @@ import (
 //  4. opens each new shard's source, reading nothing, to learn its
 //     splits, and checks that every split with a state is read by
 //     exactly one new shard;
+//     4b. retires each old log: a record under the settling generation
+//     (so only if nobody claimed the log since) that carries HEAD's
+//     states on and says the log's splits are the new shards' now;
 //  5. writes each new shard's log: a first checkpoint (epoch 1, with no
 //     data to apply) holding the resume states of its own splits only,
 //     so that its first Sync or Run resumes each split where the old
@@ -168,6 +171,31 @@ func Reshard(ctx context.Context, from, to []*Pipeline) error {
 			return reshardErr("split %q of old shard %q is read by no new shard: were the new shards built with other streams or another source?",
 				id, from[oldOwner[id]].cfg.Name)
 		}
+	}
+	// 4b. Retire the old logs: a record that carries HEAD's states on and
+	// says who has the splits now, committed under the settling
+	// generation (so only if nobody claimed the log since). An old
+	// shard started after this reads nothing (ErrRetired).
+	retired := fmt.Sprintf("resharded from %d shards to %d: its splits are read by the shards of %d now", oldS, newS, newS)
+	for i, p := range from {
+		head := heads[i]
+		if head != nil && head.Retired != "" {
+			continue // retired by an earlier Reshard that did not finish
+		}
+		rec := &checkpoint.Record{Pipeline: p.cfg.Name, Epoch: 1, Generation: gens[i], Time: time.Now().UTC(),
+			Committables: [][]byte{}, Retired: retired}
+		if head != nil {
+			ref := head.Ref()
+			rec.Epoch, rec.Prev, rec.Resume, rec.Engine, rec.Totals = head.Epoch+1, &ref, head.Resume, head.Engine, head.Totals
+		}
+		if err := p.cfg.Store.Commit(ctx, gens[i], rec); err != nil {
+			if errors.Is(err, checkpoint.ErrFenced) {
+				g, _, _ := p.cfg.Store.Head(ctx, p.cfg.Name)
+				return claimedAgain(p, gens[i], g)
+			}
+			return fmt.Errorf("etl: reshard: old shard %q: checkpoints: retire: %w", p.cfg.Name, err)
+		}
+		heads[i] = rec
 	}
 	// 5. Claim the new logs, check the old ones once more, write.
 	newGens := make([]checkpoint.Generation, newS)

@@ -175,6 +175,15 @@ func TestReshardClaimedAgain(t *testing.T) {
 			t.Fatalf("new shard %d: %+v, %v; want a checkpoint with states", j, rec, err)
 		}
 	}
+	// The old shards' logs are retired: an old shard run again stops
+	// before it reads, for good.
+	for _, p := range two {
+		res, err := p.Sync(t.Context())
+		if !errors.Is(err, etl.ErrRetired) || !etl.IsPermanent(err) || res.Streams["t"].Read != 0 {
+			t.Fatalf("%s's Sync after the reshard: read %d, %v; want nothing read and a permanent error wrapping ErrRetired",
+				p.Name(), res.Streams["t"].Read, err)
+		}
+	}
 
 	// And to one unsharded pipeline, which reads only what is new.
 	src, err := kafka.New(kafka.Config{Opts: []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, Topics: []string{"t"}})

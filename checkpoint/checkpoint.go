@@ -127,6 +127,10 @@ type Record struct {
 	// the next like Replay, so that a value released once is never
 	// released again; nil until the first release commits.
 	Released []byte `json:"released,omitempty"`
+	// Retired, when set, says why the log is retired: etl.Reshard gave
+	// its splits to the shards of another count. An attempt that claims
+	// a retired log stops before it reads (etl.ErrRetired).
+	Retired string `json:"retired,omitempty"`
 }
 
 // Ref returns the record's reference.

@@ -266,6 +266,10 @@ func (r *runner) run(ctx context.Context) (res Result, err error) {
 	}
 	log = log.With("generation", uint64(r.gen))
 	r.log = log
+	if r.head != nil && r.head.Retired != "" && !cfg.settle {
+		// Claimed (so fenced a run still going), read nothing.
+		return Result{}, &PermanentError{By: CauseOther, Err: fmt.Errorf("checkpoints: %q: %w: %s", cfg.Name, ErrRetired, r.head.Retired)}
+	}
 	log.Info("attempt started", "bounded", bounded, "resume_epoch", headEpoch(r.head))
 	r.claimed()
 

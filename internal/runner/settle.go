@@ -2,10 +2,15 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/openetl/etl/source"
 )
+
+// ErrRetired is wrapped by the error of an attempt whose checkpoint log
+// is retired (checkpoint.Record.Retired; etl.ErrRetired).
+var ErrRetired = errors.New("the checkpoint log is retired")
 
 // Settle runs one attempt that only settles the pipeline's checkpoint
 // log with its destination, as every attempt's start does: it claims the
@@ -15,7 +20,7 @@ import (
 // log past it if it was lost) and returns, without opening the source or
 // reading anything. The Result's Generation is the one it claimed and
 // its Epoch the record HEAD points at afterwards. It doesn't retry and
-// runs no Steps.
+// runs no Steps. It settles a retired log too.
 func Settle(ctx context.Context, cfg Config) (Result, error) {
 	cfg.settle = true
 	cfg.Steps = nil
