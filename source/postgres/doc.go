@@ -116,8 +116,8 @@
 // nothing; at worst a table's rest is read twice. Status shows the
 // table's snapshot in progress until its job ends (while the job waits,
 // with the rows read before the resume), between resnapshot.started and
-// resnapshot.done events (TestKillDuringSnapshotAndStreaming checks that
-// no row's version postdates its seq). The trade: the rests are read one
+// resnapshot.done events (TestSnapshotResumesAfterLastChunk follows the
+// hand-over step by step). The trade: the rests are read one
 // table at a time on the stream's connection, a watermark per chunk,
 // where the snapshot splits read SnapshotParallelism tables at once; a
 // standby (which can't write watermarks) keeps the old way.
@@ -126,7 +126,9 @@
 // slot snapshot's seq: a table without a key (its rows can't be matched
 // to the changes meanwhile), any snapshot on Postgres 13 or earlier (no
 // logical messages), and one read from a standby (no WAL writes); so is
-// the snapshot of a table opened for the first
+// a snapshot split that had recorded no state when its attempt ended
+// (its first chunk not yet checkpointed), and the snapshot of a table
+// opened for the first
 // time while the stream is already past the slot's snapshot (a table
 // added to the publication, or to the pipeline's streams). A row
 // changed since then appears both as a snapshot row and as its later
