@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -176,6 +177,11 @@ func (sp *snapSplit) ID() source.SplitID { return sp.id }
 // until it is cancelled).
 func (sp *snapSplit) Read(ctx context.Context, e source.Emitter, bounded bool) error {
 	if err := sp.read(ctx, e); err != nil || bounded {
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			// Cancelled mid-query: pgconn says the connection closed;
+			// the caller asked for it, and must see its own cause.
+			return fmt.Errorf("postgres: snapshot of %s: %w (%v)", sp.t.stream.Name, ctx.Err(), err)
+		}
 		return err
 	}
 	<-ctx.Done()
