@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,29 +32,68 @@ type recordKeys struct {
 	limit int
 	keys  []string
 	seqs  []int64
+	vals  []string // each record's payload values, joined by "|"
 	state []byte
 }
 
 var errKilled = errors.New("killed")
 
-func (r *recordKeys) Record(stream string, op source.Op, seq int64, key, _ []byte) error {
+func (r *recordKeys) Record(stream string, op source.Op, seq int64, key, payload []byte) error {
 	if r.limit > 0 && len(r.keys) >= r.limit {
 		return errKilled
 	}
-	vals, err := source.DecodeRow(nil, key)
+	k, err := joinRow(key)
 	if err != nil {
 		return err
+	}
+	v, err := joinRow(payload)
+	if err != nil {
+		return err
+	}
+	r.keys = append(r.keys, stream+" "+op.String()+" "+k)
+	r.seqs = append(r.seqs, seq)
+	r.vals = append(r.vals, v)
+	return nil
+}
+
+// joinRow joins an encoded row's values (their text) with "|".
+func joinRow(b []byte) (string, error) {
+	if len(b) == 0 {
+		return "", nil
+	}
+	vals, err := source.DecodeRow(nil, b)
+	if err != nil {
+		return "", err
 	}
 	var parts []string
 	for _, v := range vals {
 		parts = append(parts, string(v.Text))
 	}
-	r.keys = append(r.keys, stream+" "+op.String()+" "+strings.Join(parts, "|"))
-	r.seqs = append(r.seqs, seq)
-	return nil
+	return strings.Join(parts, "|"), nil
 }
 
 func (r *recordKeys) ResumePoint(st []byte) error { r.state = slices.Clone(st); return nil }
+
+// afterSnapshot reads the snapshot splits of a first Open's splits to
+// their end and returns their states with the stream's: a later Open
+// given them reads the stream's changes alone, as a checkpoint taken
+// once the snapshot is done would. (Given the stream's state alone, a
+// later Open hands each snapshot to the stream, which reads the table.)
+func afterSnapshot(t *testing.T, splits []source.Split, streamID string, streamState []byte) map[source.SplitID][]byte {
+	t.Helper()
+	resume := map[source.SplitID][]byte{source.SplitID(streamID): streamState}
+	for _, sp := range splits {
+		if sp.ID() == source.SplitID(streamID) {
+			continue
+		}
+		rec := &recordKeys{}
+		if err := sp.Read(context.Background(), rec, true); err != nil {
+			t.Fatalf("%s: %v", sp.ID(), err)
+		}
+		resume[sp.ID()] = rec.state
+	}
+	return resume
+}
 
 // splitByID returns the split of that ID.
 func splitByID(t *testing.T, splits []source.Split, id string) source.Split {
@@ -208,6 +248,119 @@ func TestSnapshotResumesAfterLastChunk(t *testing.T) {
 	}
 }
 
+// TestSnapshotWithoutStateHandedOver: in an attempt after the one that
+// made the slot, a snapshot split with no state (the attempt before
+// ended before its first chunk was checkpointed) and the split of a
+// table opened only now are each handed to the change stream whole. The
+// splits emit nothing; the stream reads both tables in chunks under
+// watermarks, every row above the slot snapshot's seq and as it was at
+// its own seq (a new snapshot of the split's own would give rows the
+// slot snapshot's seq and values changed since); applied in seq order,
+// the stream's records equal each table. The next Open finds both
+// splits done.
+func TestSnapshotWithoutStateHandedOver(t *testing.T) {
+	d := dsn(t)
+	a, b, pub, slot := name("nostate"), name("added"), name("pub"), name("slot")
+	for _, tbl := range []string{a, b} {
+		execSQL(t, d, fmt.Sprintf("CREATE TABLE %s (id int8 PRIMARY KEY, n int8)", tbl),
+			fmt.Sprintf("INSERT INTO %s SELECT g, 0 FROM generate_series(1, 120) g", tbl))
+	}
+	execSQL(t, d, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s, %s", pub, a, b))
+	dropSlotAtCleanup(t, d, slot)
+	ctx := context.Background()
+	src := newSource(t, d, postgres.Config{Publication: pub, Slot: slot, SnapshotChunkRows: 25})
+	splits, err := src.Open(ctx, []string{a}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := &recordKeys{}
+	if err := splitByID(t, splits, "slot:"+slot).Read(ctx, first, true); err != nil {
+		t.Fatal(err)
+	}
+	snap := postgres.StateSnapshot(first.state)
+	if snap == 0 {
+		t.Fatalf("the stream's state %x has no snapshot position", first.state)
+	}
+	// Changes after the slot's snapshot, before either table is read.
+	for _, tbl := range []string{a, b} {
+		execSQL(t, d, fmt.Sprintf("UPDATE %s SET n = 1 WHERE id %% 3 = 0", tbl))
+	}
+	execSQL(t, d, fmt.Sprintf("DELETE FROM %s WHERE id %% 10 = 1", a))
+
+	streams := []string{a, b}
+	resume := map[source.SplitID][]byte{"slot:" + source.SplitID(slot): first.state}
+	if splits, err = src.Open(ctx, streams, resume); err != nil {
+		t.Fatal(err)
+	}
+	for _, tbl := range streams {
+		id := "snapshot:" + tbl
+		rec := &recordKeys{}
+		if err := splitByID(t, splits, id).Read(ctx, rec, true); err != nil {
+			t.Fatal(err)
+		}
+		if len(rec.keys) != 0 || rec.state == nil {
+			t.Fatalf("%s handed over: %d rows, state %q; want none and its state", id, len(rec.keys), rec.state)
+		}
+		resume[source.SplitID(id)] = rec.state
+	}
+	rest := &recordKeys{}
+	if err := splitByID(t, splits, "slot:"+slot).Read(ctx, rest, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, tbl := range streams {
+		// Each key's records in seq order (the stream emits in seq
+		// order); n only rises, so it never falls from one to the next.
+		last, read := map[string]string{}, 0
+		for i, k := range rest.keys {
+			f := strings.Fields(k)
+			if f[0] != tbl {
+				continue
+			}
+			if f[1] == "delete" {
+				delete(last, f[2])
+				continue
+			}
+			if f[1] == "insert" {
+				read++
+				if rest.seqs[i] <= snap {
+					t.Fatalf("%s: row %s read by the stream with seq %d, want above the slot snapshot's %d", tbl, f[2], rest.seqs[i], snap)
+				}
+			}
+			if p, ok := last[f[2]]; ok && rest.vals[i] < p {
+				t.Fatalf("%s: row %s falls from %q to %q at seq %d", tbl, f[2], p, rest.vals[i], rest.seqs[i])
+			}
+			last[f[2]] = rest.vals[i]
+		}
+		want := map[string]string{}
+		for _, r := range queryRows(t, d, fmt.Sprintf("SELECT id, id || '|' || n FROM %s", tbl)) {
+			want[r[0]] = r[1]
+		}
+		if read != len(want) || !maps.Equal(last, want) {
+			t.Fatalf("%s: the stream read %d rows; applied in seq order its records give %d rows, want the table's %d (equal: %v)",
+				tbl, read, len(last), len(want), maps.Equal(last, want))
+		}
+	}
+
+	resume["slot:"+source.SplitID(slot)] = rest.state
+	if splits, err = src.Open(ctx, streams, resume); err != nil {
+		t.Fatal(err)
+	}
+	for _, tbl := range streams {
+		rec := &recordKeys{}
+		if err := splitByID(t, splits, "snapshot:"+tbl).Read(ctx, rec, true); err != nil {
+			t.Fatal(err)
+		}
+		var st struct{ Done bool }
+		if err := json.Unmarshal(rec.state, &st); err != nil || !st.Done || len(rec.keys) != 0 {
+			t.Fatalf("snapshot:%s at the next Open: %d rows, state %s; want none and done", tbl, len(rec.keys), rec.state)
+		}
+	}
+	again := &recordKeys{}
+	if err := splitByID(t, splits, "slot:"+slot).Read(ctx, again, true); err != nil || len(again.keys) != 0 {
+		t.Fatalf("the stream at the next Open: %d records, %v; want none", len(again.keys), err)
+	}
+}
+
 // TestKeylessPagesExact: reading a keyless table in page ranges with a
 // resume point after each range emits every row exactly once.
 func TestKeylessPagesExact(t *testing.T) {
@@ -275,7 +428,7 @@ func TestToastFilledFromFullOldRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	execSQL(t, d, fmt.Sprintf("UPDATE %s SET n = 2 WHERE id = 1", tbl))
-	splits, err = src.Open(ctx, []string{tbl}, map[source.SplitID][]byte{source.SplitID("slot:" + slot): rec.state})
+	splits, err = src.Open(ctx, []string{tbl}, afterSnapshot(t, splits, "slot:"+slot, rec.state))
 	if err != nil {
 		t.Fatal(err)
 	}

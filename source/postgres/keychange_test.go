@@ -172,7 +172,7 @@ func TestKeyChangeToast(t *testing.T) {
 				t.Fatal(err)
 			}
 			execSQL(t, d, fmt.Sprintf("UPDATE %s %s", tbl, tc.update))
-			splits, err = src.Open(ctx, []string{tbl}, map[source.SplitID][]byte{source.SplitID("slot:" + slot): rec.state})
+			splits, err = src.Open(ctx, []string{tbl}, afterSnapshot(t, splits, "slot:"+slot, rec.state))
 			if err != nil {
 				t.Fatal(err)
 			}

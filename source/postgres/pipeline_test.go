@@ -127,7 +127,7 @@ func TestUnchangedToast(t *testing.T) {
 		t.Fatal(err)
 	}
 	execSQL(t, d, fmt.Sprintf("UPDATE %s SET n = 2 WHERE id = 1", tbl))
-	splits, err = src.Open(ctx, []string{tbl}, map[source.SplitID][]byte{splits[0].ID(): rec.state})
+	splits, err = src.Open(ctx, []string{tbl}, afterSnapshot(t, splits, string(splits[0].ID()), rec.state))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,16 +162,34 @@ func (r *recorder) ResumePoint(st []byte) error { r.state = slices.Clone(st); re
 // queryOne returns the first value of a one-row query.
 func queryOne(t *testing.T, d, sql string) string {
 	t.Helper()
+	rows := queryRows(t, d, sql)
+	if len(rows) == 0 {
+		t.Fatalf("%s: no row", sql)
+	}
+	return rows[0][0]
+}
+
+// queryRows returns a query's rows, each value as text.
+func queryRows(t *testing.T, d, sql string) [][]string {
+	t.Helper()
 	c, err := pgconn.Connect(context.Background(), d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
 	res, err := c.Exec(context.Background(), sql).ReadAll()
-	if err != nil || len(res) == 0 || len(res[0].Rows) == 0 {
+	if err != nil || len(res) == 0 {
 		t.Fatalf("%s: %v", sql, err)
 	}
-	return string(res[0].Rows[0][0])
+	var out [][]string
+	for _, r := range res[0].Rows {
+		var vals []string
+		for _, v := range r {
+			vals = append(vals, string(v))
+		}
+		out = append(out, vals)
+	}
+	return out
 }
 
 // readRows reads a stream's rows with pyarrow, in _openetl_seq order

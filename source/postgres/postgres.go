@@ -907,7 +907,7 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 			if err != nil {
 				return nil, err
 			}
-			ss.st, ss.resumed = st, true
+			ss.st = st
 			seqs[st.Seq] = true
 		}
 	}
@@ -984,6 +984,14 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 		return false
 	})
 	sp.rs.setEncoded()
+	// Whether the stream can read snapshots under watermarks (handOver).
+	writable := false
+	if len(snaps) > 0 {
+		var err error
+		if writable, err = s.writable(ctx); err != nil {
+			return nil, err
+		}
+	}
 	var now pglogrepl.LSN // the WAL insert position, read when a table must be read again
 	for _, ss := range snaps {
 		if ss.part != nil && ss.st.V != 0 && ss.st.Gen != ss.part.gen {
@@ -992,13 +1000,17 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 			s.log.InfoContext(ctx, "partition attached again since it was read: reading it again", "stream", ss.t.stream.Name,
 				"partition", streamName(ss.part.schema, ss.part.name))
 			ss.st = snapState{}
+			// Nor is a hand-over of its earlier rest, begun or finished.
+			sp.rs.x.Snapped = slices.DeleteFunc(sp.rs.x.Snapped, func(id string) bool { return id == string(ss.id) })
+			sp.rs.x.Jobs = slices.DeleteFunc(sp.rs.x.Jobs, func(j job) bool { return j.Split == string(ss.id) })
 		}
 		if ss.st.V == 0 {
 			ss.st = snapState{V: snapStateVersion, Seq: uint64(start.snapshot)}
 			ss.st.Cols, ss.st.Attnum = ss.t.shape()
-			if ss.part != nil && ss.exp == nil {
+			if ss.part != nil && ss.exp == nil && !writable {
 				// A partition read after the slot's snapshot (attached
-				// since, say): its rows never passed through the stream,
+				// since, say) where the stream can't read it under
+				// watermarks: its rows never passed through the stream,
 				// and the destination may hold older versions of them
 				// (from before a detach). Its rows carry the WAL insert
 				// position now, as a table read again does.
@@ -1016,11 +1028,7 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 		ss.t.snapSeq = max(ss.t.snapSeq, pglogrepl.LSN(ss.st.rowSeq()))
 	}
 	if len(snaps) > 0 {
-		ok, err := s.writable(ctx)
-		if err != nil {
-			return nil, err
-		}
-		sp.handOver(ctx, snaps, ok)
+		sp.handOver(ctx, snaps, writable)
 	}
 	// Changes committed after a re-snapshot chunk but written before it
 	// are raised above its rows, on replay as the first time.

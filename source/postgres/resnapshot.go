@@ -573,23 +573,27 @@ func decodeExtra(b []byte) (extra, error) {
 }
 
 // handOver makes the change stream read the rest of a keyed table's
-// first snapshot, when the snapshot split would otherwise read it under
-// a snapshot of its own: resumed in a later attempt (the slot's
-// exported snapshot died with its connection). The stream reads it as
-// a re-snapshot job from the split's last key (of the split's leaf
-// partition, for a partitioned table), in chunks consistent with the
-// stream by watermarks, so the rows read now carry the seq of the WAL
-// position they are the table's state at, not the slot's snapshot
-// (which they postdate). The split then emits nothing (handed); it is
-// done once a later Open finds the job finished (extra.Snapped). The
-// job and the split's state need not commit together: until the
-// stream's state holds the job, each Open hands the split over again
-// from its own state. Jobs of splits this Open has no resumed split for
-// (a partition dropped since) are dropped. Nothing is handed over unless
-// writable: Postgres 14+ (logical messages) and not a standby (which
-// can't write the watermarks). A table opened after the slot was made (a
-// table added since) is not handed over: its split's first Read takes a
-// snapshot of its own, as before.
+// first snapshot whenever the snapshot split would otherwise read it
+// under a snapshot of its own: in any attempt but the one that made the
+// slot (whose exported snapshot died with its connection). That covers
+// a split resumed from its state, one with no state yet (the attempt
+// ended before its first chunk was checkpointed, or before it started),
+// and the split of a table opened after the slot was made (added to the
+// publication or to the pipeline's streams since). The stream reads it
+// as a re-snapshot job from the split's last key, if any (of the
+// split's leaf partition, for a partitioned table), in chunks consistent
+// with the stream by watermarks, so the rows read now carry the seq of
+// the WAL position they are the table's state at, not the slot's
+// snapshot (which they postdate). The split then emits nothing
+// (handed); it is done once a later Open finds the job finished
+// (extra.Snapped). The job and the split's state need not commit
+// together: until the stream's state holds the job, each Open hands the
+// split over again from its own state. Jobs of splits this Open has no
+// split to hand over for (a partition dropped since) are dropped.
+// Nothing is handed over unless writable: Postgres 14+ (logical
+// messages) and not a standby (which can't write the watermarks). A
+// partition attached since the slot was made is read by its split, with
+// the WAL insert position of the Open as seq (snapState.Again).
 //
 // A split a finished job read the rest of is done whatever it is now
 // (its table may have lost its key since); once a checkpoint has it done,
@@ -600,7 +604,6 @@ func (sp *split) handOver(ctx context.Context, snaps []*snapSplit, writable bool
 	for _, ss := range snaps {
 		id := string(ss.id)
 		switch {
-		case !ss.resumed:
 		case ss.st.Done:
 			done[id] = true
 		case ss.st.Again == 0 && slices.Contains(sp.rs.x.Snapped, id):

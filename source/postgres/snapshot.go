@@ -134,9 +134,9 @@ type snapSplit struct {
 	// notice is what reconcile or handOver found, reported at the start
 	// of Read.
 	notice *source.Notice
-	// resumed: Open had a state of the split; handed: the change stream
-	// reads the rest of the table (handOver), and the split emits nothing.
-	resumed, handed bool
+	// handed: the change stream reads the rest of the table (handOver),
+	// and the split emits nothing.
+	handed bool
 	// For a handed split's SnapshotProgress: the stream's re-snapshots
 	// (which job runs), and whether its job finished in this attempt.
 	rs      *resnap

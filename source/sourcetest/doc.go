@@ -55,15 +55,16 @@
 //     it reports (the suite's Emitter is a source.Reporter, as the
 //     runner's is) has a known Kind and a Detail; at least one record is
 //     read in all.
-//   - Resume (skipped for ReplayNone): for a sample of each split's resume
-//     points (Options.ResumeSamples: the first, the last, evenly spaced
-//     between), a new source's Open with that state (whose bytes the suite
-//     overwrites as soon as Open returns) gives a split whose bounded Read
-//     emits, for ReplayExact, exactly the records the first read emitted
-//     after that point, in order, with the same stream, op, seq, key and
-//     payload (and, unless Options.Live, nothing past the first read's
-//     end); for ReplaySuperset, every one of those records, in any order,
-//     among others.
+//   - Resume (skipped for ReplayNone): for a sample of each split's
+//     resume points (Options.ResumeSamples: the first, the last, evenly
+//     spaced between), a new source's Open with that state, beside the
+//     last state each other split recorded in the first read (the suite
+//     overwrites all their bytes as soon as Open returns), gives a split
+//     whose bounded Read emits, for ReplayExact, exactly the records the
+//     first read emitted after that point, in order, with the same
+//     stream, op, seq, key and payload (and, unless Options.Live,
+//     nothing past the first read's end); for ReplaySuperset, every one
+//     of those records, in any order, among others.
 //   - Cancel: an unbounded Read returns within Options.CancelTimeout of
 //     its context being cancelled (mid-stream, or at the end of the data
 //     where it waits), and before that not at all; so does one whose

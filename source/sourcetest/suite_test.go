@@ -72,7 +72,26 @@ func (s *listSource) Open(ctx context.Context, streams []string, resume map[sour
 					sp.next = next
 				}
 			}
+			partner := source.SplitID(fmt.Sprintf("%s-%d", st, 1-k))
+			_, own := resume[id]
+			other, shared := resume[partner]
 			switch s.bug {
+			case "shares-work":
+				// Split 1, resumed without a state of split 0's, reads
+				// split 0's records too, and split 0 then emits none: a
+				// source whose splits share work (Postgres hands a table's
+				// snapshot to its change stream).
+				if own && !shared {
+					if k == 1 {
+						sp.handed = true
+					} else {
+						sp.next = perSplit
+					}
+				}
+			case "retains-others-state":
+				if shared {
+					sp.partnerState = other // decoded at Read: the bytes may be gone by then
+				}
 			case "resume-off-by-one":
 				if sp.next > 0 {
 					sp.next++
@@ -120,6 +139,10 @@ type listSplit struct {
 	next    int
 	lazy    []byte
 	skip    int // with bug superset-skips: an index not to emit
+	// With bug shares-work: emits its partner split's records first.
+	handed bool
+	// With bug retains-others-state: the partner split's resume state.
+	partnerState []byte
 }
 
 func (sp *listSplit) ID() source.SplitID { return sp.id }
@@ -151,6 +174,21 @@ func (sp *listSplit) Read(ctx context.Context, e source.Emitter, bounded bool) e
 			return err
 		}
 		sp.next, sp.lazy = n, nil
+	}
+	if sp.partnerState != nil {
+		if _, err := decode(sp.partnerState); err != nil {
+			return fmt.Errorf("the other split's state: %w", err)
+		}
+	}
+	if sp.handed {
+		partner := &listSplit{s: sp.s, id: source.SplitID(sp.stream + "-0"), stream: sp.stream}
+		for i := range perSplit {
+			op, seq, key, payload := partner.record(i)
+			if err := e.Record(sp.stream, op, seq, key, payload); err != nil {
+				return err
+			}
+		}
+		sp.handed = false
 	}
 	for ; sp.next < perSplit; sp.next++ {
 		if sp.s.bug != "ignores-cancel" && ctx.Err() != nil {
@@ -256,6 +294,10 @@ func TestSuiteFails(t *testing.T) {
 		{"swallows-emitter-error", []string{"EmitterError"}},
 		{"accepts-corrupt-state", []string{"CorruptState"}},
 		{"ack-rejects", []string{"Ack"}},
+		// Correct: the suite resumes a split beside the other splits'
+		// states, so no work moves between them.
+		{"shares-work", nil},
+		{"retains-others-state", []string{"Resume"}},
 	} {
 		name := c.bug
 		if name == "" {
