@@ -100,45 +100,45 @@
 // A table's first snapshot is read under the snapshot the slot exported
 // when it was made, so its rows are the table at the slot's consistent
 // point and carry that position as their seq, below every change the
-// stream emits. That snapshot dies with its connection, so a snapshot
-// resumed in a later attempt (after a kill) can't use it. On Postgres
-// 14 or later the rest of a keyed table is then read by the change
-// stream instead, as a re-snapshot (see "Reading a table again") that
-// starts after the last key the snapshot split committed (of its leaf
-// partition, for a partitioned table): in chunks,
-// each consistent with the stream by its watermark and carrying the
-// watermark's position as seq, so every row read after the resume is
-// the table's state at its seq, and rows changed or deleted meanwhile
-// land at their latest version. The snapshot split emits nothing
-// meanwhile; it is done once the stream's state says the job finished.
-// The hand-over is repeated from the split's state by each attempt
-// until the stream's state holds the job, so a crash in between loses
-// nothing; at worst a table's rest is read twice. Status shows the
+// stream emits. That snapshot dies with its connection, so no later
+// attempt can use it. On Postgres 14 or later, a keyed table's snapshot
+// that a later attempt still has to read is read by the change stream
+// instead, as a re-snapshot (see "Reading a table again"): the rest of a
+// snapshot resumed after a kill, from after the last key its split
+// committed (of its leaf partition, for a partitioned table); the whole
+// of one whose split had recorded no state when its attempt ended (its
+// first chunk not yet checkpointed, or not begun behind
+// Config.SnapshotParallelism); and the whole of a table opened after the
+// slot was made (added to the publication or to the pipeline's streams,
+// or a partition attached since). It is read in chunks, each consistent
+// with the stream by its watermark and carrying the watermark's position
+// as seq, so every row is the table's state at its seq, and rows changed
+// or deleted meanwhile land at their latest version. The snapshot split
+// emits nothing meanwhile; it is done once the stream's state says the
+// job finished. The hand-over is repeated from the split's state by each
+// attempt until the stream's state holds the job, so a crash in between
+// loses nothing; at worst a table's rest is read twice. Status shows the
 // table's snapshot in progress until its job ends (while the job waits,
 // with the rows read before the resume), between resnapshot.started and
-// resnapshot.done events (TestSnapshotResumesAfterLastChunk follows the
-// hand-over step by step). The trade: the rests are read one
-// table at a time on the stream's connection, a watermark per chunk,
-// where the snapshot splits read SnapshotParallelism tables at once; a
-// standby (which can't write watermarks) keeps the old way.
+// resnapshot.done events (TestSnapshotResumesAfterLastChunk and
+// TestSnapshotWithoutStateHandedOver follow the hand-over step by step).
+// The trade: these snapshots are read one table at a time on the
+// stream's connection, a watermark per chunk, where the snapshot splits
+// read SnapshotParallelism tables at once.
 //
-// Three cases are still read under a new snapshot whose rows carry the
-// slot snapshot's seq: a table without a key (its rows can't be matched
-// to the changes meanwhile), any snapshot on Postgres 13 or earlier (no
-// logical messages), and one read from a standby (no WAL writes); so is
-// a snapshot split that had recorded no state when its attempt ended
-// (its first chunk not yet checkpointed), and the snapshot of a table
-// opened for the first
-// time while the stream is already past the slot's snapshot (a table
-// added to the publication, or to the pipeline's streams). A row
-// changed since then appears both as a snapshot row and as its later
-// changes, and the change with the highest seq is the row's state. So a
-// destination that keeps the latest version per key (merge) holds
-// exactly the table; an append destination holds a change log that,
-// applied in seq order, equals it, though a snapshot row there may hold
-// a value newer than its seq. For a table without a key, a resumed
-// snapshot can repeat or miss a row that a concurrent update moved
-// between pages.
+// Three cases keep the old way, a new snapshot of the split's own: a
+// table without a key (its rows can't be matched to the changes
+// meanwhile), Postgres 13 or earlier (no logical messages), and a
+// standby (which can't write the watermarks). Its rows carry the slot
+// snapshot's seq (a partition attached since: the WAL insert position of
+// the Open that reads it). A row changed since then appears both as a
+// snapshot row and as its later changes, and the change with the
+// highest seq is the row's state. So a destination that keeps the
+// latest version per key (merge) holds exactly the table; an append
+// destination holds a change log that, applied in seq order, equals it,
+// though a snapshot row there may hold a value newer than its seq. For a
+// table without a key, a resumed snapshot can repeat or miss a row that
+// a concurrent update moved between pages.
 //
 // # Reading a table again
 //
@@ -214,18 +214,21 @@
 // the table, and at the end of a bounded Read; finding one, it ends the
 // attempt with a *SchemaChangeError (source.ErrReopen) naming the
 // partition, and the next attempt, which the runner starts by itself,
-// reads the partition beside the stream. Its rows carry the WAL insert
-// position of that Open as seq, as those of a table read again do (see
-// Hard cases): above every version of them the destination may hold,
-// below every change after it. Rows changed between the attach and that
-// Open also come as those changes: an append destination holds them
-// twice, and applied in seq order equals the table.
+// has the change stream read the partition in chunks under watermarks
+// (see above): each row carries its chunk's watermark position as seq,
+// above every version of it the destination may hold (from before a
+// detach) and below every change after it. On a standby or Postgres 13,
+// the partition's split reads it under a snapshot of its own, its rows
+// carrying the WAL insert position of that Open as seq, as those of a
+// table read again do (see Hard cases); rows changed between the attach
+// and that Open then also come as those changes: an append destination
+// holds them twice, and applied in seq order equals the table.
 //
 // A detached partition (DETACH PARTITION, or dropped) is no longer
 // read: its rows stay at the destination (Postgres logs no delete for
-// them), and its changes after the detach are not sent. A partition detached and attached again is
-// read again: rows changed meanwhile reach the destination; rows deleted
-// meanwhile stay there.
+// them), and its changes after the detach are not sent. A partition
+// detached and attached again is read again: rows changed meanwhile
+// reach the destination; rows deleted meanwhile stay there.
 //
 // A TRUNCATE of the partitioned table is a truncate of its stream (see
 // Config.Truncates). Postgres sends no TRUNCATE of a single partition
@@ -252,9 +255,10 @@
 //     which declares the new shape and continues from the last
 //     checkpoint; a Sync or Run goes on without returning. A table added
 //     to the publication while an attempt streams does the same, and the
-//     new attempt snapshots it beside the stream. Changes streamed from before a
-//     change the catalog already shows are read under the catalog's
-//     columns (a column added later is null in them).
+//     new attempt snapshots it (through the change stream, under
+//     watermarks, as above). Changes streamed from before a change the
+//     catalog already shows are read under the catalog's columns (a
+//     column added later is null in them).
 //   - Columns added with a default: ALTER TABLE ... ADD COLUMN ...
 //     DEFAULT x gives the rows that exist then the value x without any
 //     change in the WAL, so the destination's rows would keep null there.
