@@ -111,6 +111,16 @@ func isShutdown(err *pgconn.PgError) bool {
 // once it has passed the server's WAL insert position as of the start of
 // Read.
 func (sp *split) Read(ctx context.Context, e source.Emitter, bounded bool) error {
+	err := sp.read(ctx, e, bounded)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		// Cancelled mid-query or mid-connect: pgconn says the connection
+		// closed; the caller asked for it, and must see its own cause.
+		return fmt.Errorf("postgres: change stream: %w (%w)", ctx.Err(), err)
+	}
+	return err
+}
+
+func (sp *split) read(ctx context.Context, e source.Emitter, bounded bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -180,7 +180,7 @@ func (sp *snapSplit) Read(ctx context.Context, e source.Emitter, bounded bool) e
 		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			// Cancelled mid-query: pgconn says the connection closed;
 			// the caller asked for it, and must see its own cause.
-			return fmt.Errorf("postgres: snapshot of %s: %w (%v)", sp.t.stream.Name, ctx.Err(), err)
+			return fmt.Errorf("postgres: snapshot of %s: %w (%w)", sp.t.stream.Name, ctx.Err(), err)
 		}
 		return err
 	}
