@@ -218,14 +218,11 @@ func benchQuery(b *testing.B, d, sql string) string {
 	return string(res[0].Rows[0][0])
 }
 
-// BenchmarkSnapshot: a first Read's snapshot phase of an N-row, 16-column
-// table into a null emitter, against COPY (FORMAT binary) to io.Discard.
-func BenchmarkSnapshot(b *testing.B) {
-	d := benchDSN(b)
-	n := *benchSnapshotRows
-	// The table is kept between runs (it takes a while to fill at full
-	// size); a run of another size makes its own.
-	tbl, pub := fmt.Sprintf("bench_snap_%d", n), fmt.Sprintf("bench_snap_pub_%d", n)
+// benchSnapTable makes (once: it is kept between runs, as it takes a
+// while to fill at full size) an n-row, 16-column table and a
+// publication of it.
+func benchSnapTable(b *testing.B, d string, n int) (tbl, pub string) {
+	tbl, pub = fmt.Sprintf("bench_snap_%d", n), fmt.Sprintf("bench_snap_pub_%d", n)
 	if benchQuery(b, d, fmt.Sprintf("SELECT count(*) FROM pg_publication WHERE pubname = '%s'", pub)) == "0" {
 		b.Logf("filling %s with %d rows", tbl, n)
 		benchExec(b, d, "DROP TABLE IF EXISTS "+tbl,
@@ -239,18 +236,31 @@ func BenchmarkSnapshot(b *testing.B) {
 			"VACUUM ANALYZE "+tbl,
 			fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, tbl))
 	}
+	return tbl, pub
+}
+
+// copyBinary is the snapshot benchmarks' ceiling: COPY (FORMAT binary)
+// of the table to io.Discard.
+func copyBinary(ctx context.Context, d, tbl string) (int64, error) {
+	c, err := pgconn.Connect(ctx, d)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close(ctx)
+	tag, err := c.CopyTo(ctx, io.Discard, "COPY "+tbl+" TO STDOUT (FORMAT binary)")
+	return tag.RowsAffected(), err
+}
+
+// BenchmarkSnapshot: a first Read's snapshot phase of an N-row, 16-column
+// table into a null emitter, against COPY (FORMAT binary) to io.Discard.
+func BenchmarkSnapshot(b *testing.B) {
+	d := benchDSN(b)
+	n := *benchSnapshotRows
+	tbl, pub := benchSnapTable(b, d, n)
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		ceil := measure(b, func() (int64, error) {
-			c, err := pgconn.Connect(ctx, d)
-			if err != nil {
-				return 0, err
-			}
-			defer c.Close(ctx)
-			tag, err := c.CopyTo(ctx, io.Discard, "COPY "+tbl+" TO STDOUT (FORMAT binary)")
-			return tag.RowsAffected(), err
-		})
+		ceil := measure(b, func() (int64, error) { return copyBinary(ctx, d, tbl) })
 		slot := fmt.Sprintf("bench_snap_%d_%d", time.Now().UnixNano()%1e9, i)
 		src, err := postgres.New(postgres.Config{DSN: d, Publication: pub, Slot: slot})
 		if err != nil {
@@ -258,6 +268,46 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 		m := measure(b, func() (int64, error) {
 			recs, _, _, err := readAllSplits(ctx, src, []string{tbl}, nil)
+			return recs, err
+		})
+		src.Close(ctx)
+		benchExec(b, d, "SELECT pg_drop_replication_slot('"+slot+"')")
+		if m.rows != int64(n) || ceil.rows != int64(n) {
+			b.Fatalf("source read %d rows, COPY %d, want %d", m.rows, ceil.rows, n)
+		}
+		report(b, m, ceil, "copy")
+	}
+}
+
+// BenchmarkSnapshotHandedOver: the same table's snapshot read by the
+// change stream, as a later attempt reads one its split had not
+// checkpointed (in chunks of SnapshotChunkRows under watermarks, on the
+// stream's connection), against the same COPY.
+func BenchmarkSnapshotHandedOver(b *testing.B) {
+	d := benchDSN(b)
+	n := *benchSnapshotRows
+	tbl, pub := benchSnapTable(b, d, n)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		ceil := measure(b, func() (int64, error) { return copyBinary(ctx, d, tbl) })
+		slot := fmt.Sprintf("bench_hand_%d_%d", time.Now().UnixNano()%1e9, i)
+		src, err := postgres.New(postgres.Config{DSN: d, Publication: pub, Slot: slot})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The attempt that makes the slot checkpoints the stream alone.
+		splits, err := src.Open(ctx, []string{tbl}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var first nullEmitter
+		if err := splits[0].Read(ctx, &first, true); err != nil || splits[0].ID() != source.SplitID("slot:"+slot) {
+			b.Fatalf("the stream's first read (split %s): %v", splits[0].ID(), err)
+		}
+		resume := map[source.SplitID][]byte{splits[0].ID(): first.state}
+		m := measure(b, func() (int64, error) {
+			recs, _, _, err := readAllSplits(ctx, src, []string{tbl}, resume)
 			return recs, err
 		})
 		src.Close(ctx)

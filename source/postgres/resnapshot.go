@@ -131,6 +131,7 @@ type resnap struct {
 
 	conn  *pgconn.PgConn
 	chunk *chunk
+	spare *chunk // the last chunk emitted: its buffers serve the next
 	n     uint64 // chunks read in this Read, to tell their watermarks apart
 
 	// recent holds the xids of the last transactions received, to catch
@@ -150,17 +151,43 @@ type resnap struct {
 // chunk is a chunk read and waiting for its high watermark: its rows by
 // key, in key order, and the snapshot they were read under.
 type chunk struct {
-	t     *table
-	id    string
-	keys  []string          // in key order
-	rows  map[string][]byte // key: payload; dropped once a change of the key no snapshot saw comes
-	last  []string          // the last key read, text form
-	xmax  uint32
-	xip   map[uint32]bool
-	high  bool          // its watermark was seen in the current transaction
-	total int           // rows read
-	start time.Time     // when the query ran
-	lsn   pglogrepl.LSN // the watermark transaction's commit, once seen
+	t  *table
+	id string
+	// buf holds the rows' keys and payloads one after another, rows
+	// (in key order) where each is: one buffer a chunk, no allocation a
+	// row, reused by the next chunk.
+	buf  []byte
+	rows []chunkRow
+	// dropped holds the keys a change no snapshot saw came for: their
+	// rows are not emitted.
+	dropped map[string]struct{}
+	last    []string // the last key read, text form
+	xmax    uint32
+	xip     map[uint32]bool
+	high    bool          // its watermark was seen in the current transaction
+	start   time.Time     // when the query ran
+	lsn     pglogrepl.LSN // the watermark transaction's commit, once seen
+}
+
+// chunkRow is a row of a chunk: its key is buf[key:payload], its
+// payload buf[payload:end].
+type chunkRow struct{ key, payload, end int }
+
+// drop keeps the row of key, if the chunk holds one, from being emitted.
+func (c *chunk) drop(key []byte) {
+	if c.dropped == nil {
+		c.dropped = map[string]struct{}{}
+	}
+	c.dropped[string(key)] = struct{}{}
+}
+
+// kept reports whether row r is to be emitted.
+func (c *chunk) kept(r chunkRow) bool {
+	if len(c.dropped) == 0 {
+		return true
+	}
+	_, gone := c.dropped[string(c.buf[r.key:r.payload])]
+	return !gone
 }
 
 // idJSON is the content of the chunk's watermark message.
@@ -316,7 +343,7 @@ func (sp *split) readChunk(ctx context.Context) (*chunk, error) {
 			if seen {
 				return nil, fmt.Errorf("postgres: re-snapshot of %s: a transaction the stream sent stays in progress in the server's snapshots", j.Stream)
 			}
-			if ch.total == 0 {
+			if len(ch.rows) == 0 {
 				return nil, nil
 			}
 			rs.n++
@@ -347,7 +374,11 @@ func (sp *split) queryChunk(ctx context.Context, t *table, j *job) (*chunk, erro
 	if err != nil {
 		return fail(err)
 	}
-	ch := &chunk{t: t, rows: map[string][]byte{}, xip: map[uint32]bool{}, start: time.Now()}
+	ch := &chunk{t: t, xip: map[uint32]bool{}, start: time.Now()}
+	if sp.rs.spare != nil { // the last chunk's buffers
+		ch.buf, ch.rows = sp.rs.spare.buf[:0], sp.rs.spare.rows[:0]
+		sp.rs.spare = nil
+	}
 	if err := parseSnapshot(string(rows[0][0]), ch); err != nil {
 		return fail(err)
 	}
@@ -404,32 +435,37 @@ SELECT count(*) FROM up WHERE rel = to_regclass(`+quoteLiteral(t.ident())+`)::oi
 	}
 	b.WriteString(" ORDER BY " + strings.Join(keys, ", ") + " LIMIT " + strconv.Itoa(sp.src.cfg.SnapshotChunkRows))
 	rr := c.ExecParams(ctx, b.String(), args, nil, nil, nil)
-	var key, row []byte
 	for rr.NextRow() {
 		vals := rr.Values()
-		key = key[:0]
+		r := chunkRow{key: len(ch.buf)}
 		for _, k := range t.key {
-			key = source.AppendRowValue(key, vals[k])
+			ch.buf = source.AppendRowValue(ch.buf, vals[k])
 		}
-		row = row[:0]
+		r.payload = len(ch.buf)
 		for _, v := range vals {
 			if v == nil {
-				row = source.AppendRowNull(row)
+				ch.buf = source.AppendRowNull(ch.buf)
 			} else {
-				row = source.AppendRowValue(row, v)
+				ch.buf = source.AppendRowValue(ch.buf, v)
 			}
 		}
-		k := string(key)
-		ch.keys = append(ch.keys, k)
-		ch.rows[k] = slices.Clone(row)
-		ch.total++
-		ch.last = ch.last[:0]
-		for _, k := range t.key {
-			ch.last = append(ch.last, string(vals[k]))
-		}
+		r.end = len(ch.buf)
+		ch.rows = append(ch.rows, r)
 	}
 	if _, err := rr.Close(); err != nil {
 		return fail(err)
+	}
+	if n := len(ch.rows); n > 0 {
+		// The last key read, where the next chunk starts: its values'
+		// text, as the query returned them (a key's values are never
+		// null).
+		vals, err := source.DecodeRow(nil, ch.buf[ch.rows[n-1].key:ch.rows[n-1].payload])
+		if err != nil {
+			return fail(err)
+		}
+		for _, v := range vals {
+			ch.last = append(ch.last, string(v.Text))
+		}
 	}
 	if _, err := queryText(ctx, c, "COMMIT"); err != nil {
 		return fail(err)
@@ -471,14 +507,15 @@ func (sp *split) emitChunk(e source.Emitter) error {
 	rs.chunk = nil
 	seq := int64(ch.lsn)
 	name := ch.t.stream.Name
-	for _, k := range ch.keys {
-		row, ok := ch.rows[k]
-		if !ok {
+	kept := 0
+	for _, r := range ch.rows {
+		if !ch.kept(r) {
 			continue
 		}
-		if err := e.Record(name, source.OpInsert, seq, []byte(k), row); err != nil {
+		if err := e.Record(name, source.OpInsert, seq, ch.buf[r.key:r.payload], ch.buf[r.payload:r.end]); err != nil {
 			return err
 		}
+		kept++
 		rs.x.Jobs[0].Rows++
 		rs.copied.Add(1)
 	}
@@ -489,8 +526,9 @@ func (sp *split) emitChunk(e source.Emitter) error {
 	rs.x.Raise[name] = uint64(ch.lsn)
 	rs.x.Jobs[0].After = slices.Clone(ch.last)
 	rs.setEncoded()
-	sp.src.log.Debug("re-snapshot chunk emitted", "stream", name, "rows", ch.total, "kept", len(ch.rows),
+	sp.src.log.Debug("re-snapshot chunk emitted", "stream", name, "rows", len(ch.rows), "kept", kept,
 		"seq", ch.lsn.String(), "took", time.Since(ch.start))
+	rs.spare = ch
 	return nil
 }
 
@@ -530,7 +568,7 @@ type dedupe struct {
 
 func (d *dedupe) Record(stream string, op source.Op, seq int64, key, payload []byte) error {
 	if ch := d.sp.rs.chunk; ch != nil && ch.t.stream.Name == stream && ch.invisible(d.xid) {
-		delete(ch.rows, string(key))
+		ch.drop(key)
 	}
 	return d.Emitter.Record(stream, op, seq, key, payload)
 }
