@@ -302,10 +302,20 @@ func TestSnapshotWithoutStateHandedOver(t *testing.T) {
 			t.Fatalf("%s handed over: %d rows, state %q; want none and its state", id, len(rec.keys), rec.state)
 		}
 		resume[source.SplitID(id)] = rec.state
+		// Status: the table's snapshot in progress, none of it read.
+		rep := splitByID(t, splits, id).(source.SnapshotReporter)
+		if stream, done, _, ok := rep.SnapshotProgress(); !ok || stream != tbl || done != 0 {
+			t.Errorf("%s's progress before its job: %q, %d rows, %v; want %q, 0, true", id, stream, done, ok, tbl)
+		}
 	}
 	rest := &recordKeys{}
 	if err := splitByID(t, splits, "slot:"+slot).Read(ctx, rest, true); err != nil {
 		t.Fatal(err)
+	}
+	for _, tbl := range streams {
+		if _, _, _, ok := splitByID(t, splits, "snapshot:"+tbl).(source.SnapshotReporter).SnapshotProgress(); ok {
+			t.Errorf("snapshot:%s's progress after its job: still in progress", tbl)
+		}
 	}
 	for _, tbl := range streams {
 		// Each key's records in seq order (the stream emits in seq

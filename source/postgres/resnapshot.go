@@ -678,10 +678,14 @@ func (sp *split) handOver(ctx context.Context, snaps []*snapSplit, writable bool
 			j.Part = []string{ss.part.schema, ss.part.name}
 		}
 		sp.rs.x.Jobs = append(sp.rs.x.Jobs, j)
-		sp.src.log.InfoContext(ctx, "the rest of the table's snapshot is read by the change stream, in chunks under watermarks",
+		what := "the rest of the table's snapshot"
+		if ss.st.After == nil {
+			what = "the table's snapshot"
+		}
+		sp.src.log.InfoContext(ctx, what+" is read by the change stream, in chunks under watermarks",
 			"stream", name, "split", id, "rows_read", ss.st.Rows)
 		ss.notice = &source.Notice{Kind: source.NoticeResnapshotStarted, Stream: name,
-			Detail: "the rest of the table's snapshot is read in chunks while the stream goes on (the first snapshot is gone)"}
+			Detail: what + " is read in chunks while the stream goes on (the slot's snapshot is gone)"}
 	}
 	sp.rs.setEncoded()
 }
