@@ -224,9 +224,11 @@
 // and that Open then also come as those changes: an append destination
 // holds them twice, and applied in seq order equals the table.
 //
-// A detached partition (DETACH PARTITION, or dropped) is no longer
-// read: its rows stay at the destination (Postgres logs no delete for
-// them), and its changes after the detach are not sent. A partition
+// A detached partition (DETACH PARTITION, CONCURRENTLY or not, or
+// dropped) is no longer read: its rows stay at the destination
+// (Postgres logs no delete for them), and its changes after the detach
+// are not sent. A concurrent detach waits only for a snapshot chunk
+// reading the partition at the time, never for the stream. A partition
 // detached and attached again is read again: rows changed meanwhile
 // reach the destination; rows deleted meanwhile stay there.
 //
