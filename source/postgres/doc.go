@@ -227,8 +227,9 @@
 // A detached partition (DETACH PARTITION, CONCURRENTLY or not, or
 // dropped) is no longer read: its rows stay at the destination
 // (Postgres logs no delete for them), and its changes after the detach
-// are not sent. A concurrent detach waits only for a snapshot chunk
-// reading the partition at the time, never for the stream. A partition
+// are not sent. Once the snapshot is done the source holds no
+// transaction open that a concurrent detach waits for; during it, the
+// detach waits for the snapshot's transactions. A partition
 // detached and attached again is read again: rows changed meanwhile
 // reach the destination; rows deleted meanwhile stay there.
 //
