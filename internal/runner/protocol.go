@@ -111,7 +111,8 @@ type commitChain struct {
 	// unacked are the resume states of committed epochs not yet
 	// acknowledged, oldest first (HEAD's at the start): the source is
 	// given the newest one at or before both the epoch before the one
-	// just committed and the destination's visible epoch.
+	// just committed and the destination's visible epoch. At most
+	// maxUnacked (see addUnacked).
 	unacked []epochStates
 	counts  map[string]checkpoint.Counts // this attempt's, so far
 	epochs  int                          // committed by this attempt
@@ -133,6 +134,29 @@ func newCommitChain(head *checkpoint.Record) *commitChain {
 type epochStates struct {
 	epoch  uint64
 	states map[string][]byte
+}
+
+// maxUnacked bounds commitChain.unacked while a Deferred destination's
+// visible epoch lags (a catalog down for hours, say, while the
+// checkpoint goes on).
+const maxUnacked = 256
+
+// addUnacked appends the states after epoch. Past maxUnacked it drops
+// every second entry between the oldest and the newest: acknowledging
+// an older state than the newest visible one is always safe (the
+// source keeps more), so a long lag only coarsens the acknowledgements
+// until it ends.
+func (ch *commitChain) addUnacked(e epochStates) {
+	ch.unacked = append(ch.unacked, e)
+	if n := len(ch.unacked); n > maxUnacked {
+		kept := ch.unacked[:1]
+		for i := 2; i < n-1; i += 2 {
+			kept = append(kept, ch.unacked[i])
+		}
+		kept = append(kept, ch.unacked[n-1])
+		clear(ch.unacked[len(kept):])
+		ch.unacked = kept
+	}
 }
 
 // toAck removes from ch.unacked, and returns, the states to acknowledge
@@ -182,7 +206,7 @@ func (r *runner) commitEpoch(ctx context.Context, ch *commitChain, epoch uint64,
 	}
 	// 5. Ack the previous epoch's positions, if it is visible.
 	if acker != nil && len(rec.Resume) > 0 {
-		ch.unacked = append(ch.unacked, epochStates{epoch: epoch, states: rec.Resume})
+		ch.addUnacked(epochStates{epoch: epoch, states: rec.Resume})
 	}
 	if e, ok := ch.toAck(epoch, r.visible(epoch)); ok && !r.ackSource(ctx, acker, e) {
 		// Tried again after the next Commit, or replaced by a newer one.
