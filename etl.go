@@ -356,6 +356,14 @@ func (b *Builder) BuildContext(ctx context.Context) (p *Pipeline, err error) {
 	}
 	if !sh.Sharded() {
 		sh = Shard{}
+	} else {
+		// Shards started together close their epochs a share of the
+		// interval apart: shard i's first after (i+1)/S of it.
+		interval := cfg.EpochInterval
+		if interval <= 0 {
+			interval = runner.DefaultEpochInterval
+		}
+		cfg.FirstEpoch = interval * time.Duration(sh.Index+1) / time.Duration(sh.Count)
 	}
 	defer func() {
 		if err != nil && owned != nil {

@@ -63,6 +63,11 @@ func ShardKey(pipeline string, index, count int) string {
 // Package shard says which shard a host runs: from its environment or
 // StatefulSet ordinal, or by leases in a bucket.
 //
+// Shards started together would close their epochs together, and
+// their commits to a shared destination (one Iceberg table) would come
+// in bursts: shard index closes its first epoch (index+1)/count of the
+// epoch interval after its start (EpochEvery), then every interval.
+//
 // Changing count is an explicit step, Reshard, with every shard
 // stopped.
 //

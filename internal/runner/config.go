@@ -94,6 +94,11 @@ type Config struct {
 	// EpochInterval places a barrier this long after the previous one;
 	// default 10s.
 	EpochInterval time.Duration
+	// FirstEpoch places an attempt's first timed barrier this long after
+	// its start, when positive and shorter than EpochInterval: shards of
+	// one pipeline started together then close their epochs out of
+	// phase, so their destination commits don't come in bursts.
+	FirstEpoch time.Duration
 	// EpochBytes places a barrier once this many payload bytes were read
 	// since the previous one; default 256 MiB.
 	EpochBytes int64
@@ -214,10 +219,12 @@ type Result struct {
 	Totals map[string]checkpoint.Counts
 }
 
+// DefaultEpochInterval is Config.EpochInterval's default.
+const DefaultEpochInterval = 10 * time.Second
+
 const (
 	defaultBatchRows     = 8192
 	defaultBatchBytes    = 4 << 20
-	defaultEpochInterval = 10 * time.Second
 	defaultEpochBytes    = 256 << 20
 	defaultCommitRetries = 5
 	defaultCommitBackoff = 200 * time.Millisecond
@@ -324,7 +331,7 @@ func (c Config) withDefaults() Config {
 		c.BatchBytes = defaultBatchBytes
 	}
 	if c.EpochInterval == 0 {
-		c.EpochInterval = defaultEpochInterval
+		c.EpochInterval = DefaultEpochInterval
 	}
 	if c.EpochBytes == 0 {
 		c.EpochBytes = defaultEpochBytes

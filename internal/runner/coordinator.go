@@ -135,8 +135,13 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 	// record is Final (see checkpoint.Record.Final).
 	complete := false
 	lastBarrier := int64(0) // r.progress() at the last barrier
-	interval := time.NewTicker(cfg.EpochInterval)
+	first := cfg.EpochInterval
+	if cfg.FirstEpoch > 0 && cfg.FirstEpoch < first {
+		first = cfg.FirstEpoch
+	}
+	interval := time.NewTicker(first)
 	defer interval.Stop()
+	phased := first == cfg.EpochInterval // the ticker's period is EpochInterval
 	idle := time.NewTicker(50 * time.Millisecond)
 	defer idle.Stop()
 	progress := time.NewTicker(time.Second)
@@ -221,6 +226,10 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 				beginStop()
 			}
 		case <-interval.C:
+			if !phased {
+				interval.Reset(cfg.EpochInterval)
+				phased = true
+			}
 			// Resume points that moved without records (a quiet table
 			// on a busy database) are progress too: checkpointing them
 			// lets the source acknowledge upstream.

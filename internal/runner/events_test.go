@@ -347,3 +347,24 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestFirstEpochSooner: FirstEpoch places the first timed barrier that
+// long after the start; with an hour between epochs, none would come
+// otherwise while the source reads.
+func TestFirstEpochSooner(t *testing.T) {
+	f := newFixture(t, 1, 1<<30)
+	f.src.delay = 10 * time.Microsecond
+	ev := newEventWaiter()
+	cfg := f.config(1)
+	cfg.OnEvent = ev.on
+	cfg.EpochInterval, cfg.FirstEpoch = time.Hour, time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := runner.Sync(ctx, cfg); done <- err }()
+	if e := ev.wait(t, runner.EventEpochCommitted, 1); e.Epoch != 1 {
+		t.Errorf("first epoch committed: %d", e.Epoch)
+	}
+	cancel()
+	testutil.Recv(t, "the cancelled Sync to return", done)
+}
