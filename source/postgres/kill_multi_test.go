@@ -61,8 +61,8 @@ var handedOverWhole = regexp.MustCompile(`msg="the table's snapshot is read by t
 // and none of the others': the next attempt must hand those over whole
 // to the change stream (their snapshot under the slot's exported
 // snapshot is gone, and a snapshot of their own would be newer than the
-// seq their rows carry). That child is killed once it logged the
-// hand-over, the next ones at random moments, while the stream reads the
+// seq their rows carry). That child is killed once it committed an
+// epoch, the next ones at random moments, while the stream reads the
 // tables in chunks under watermarks. After a final sync, for each table:
 // the Parquet output read with pyarrow, applied in seq order, equals the
 // table; no row's n falls in seq order (each version is its row's state
@@ -219,16 +219,22 @@ func TestKillDuringSnapshotOfManyTables(t *testing.T) {
 	if len(stateless) == 0 {
 		t.Fatal("every snapshot split had a state at kill 1: with SnapshotParallelism 1 and one split held, none should")
 	}
-	// Kill 2: once the next attempt handed the splits with no state over
-	// (Open logs it), at a random moment of the stream's chunks.
+	// Kill 2: once the next attempt committed an epoch (its Open, which
+	// hands the splits with no state over, is done), at a random moment
+	// of the stream's chunks.
+	var epoch uint64
+	if r := lastRecord(t, h.ckpts); r != nil {
+		epoch = r.Epoch
+	}
 	second := start(testutil.Hold{})
-	testutil.Until(t, "child 2 hands over the splits with no state", func() bool {
+	testutil.Until(t, "a checkpoint of child 2", func() bool {
 		select {
 		case <-second.Exited():
 			t.Fatalf("child 2 ended: %v\n%s", second.Err(), second.Output())
 		default:
 		}
-		return len(handedOverWhole.FindAllString(second.Output(), -1)) >= len(stateless)
+		r := lastRecord(t, h.ckpts)
+		return r != nil && r.Epoch > epoch
 	})
 	time.Sleep(time.Duration(rng.IntN(800)) * time.Millisecond)
 	kill(second, 2)
