@@ -1007,10 +1007,11 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 		if ss.st.V == 0 {
 			ss.st = snapState{V: snapStateVersion, Seq: uint64(start.snapshot)}
 			ss.st.Cols, ss.st.Attnum = ss.t.shape()
-			if ss.part != nil && ss.exp == nil && !writable {
+			if ss.part != nil && ss.exp == nil && (!writable || len(ss.t.key) == 0) {
 				// A partition read after the slot's snapshot (attached
-				// since, say) where the stream can't read it under
-				// watermarks: its rows never passed through the stream,
+				// since, say) that the stream can't read under watermarks
+				// (handOver: a standby, Postgres 13, or a table without a
+				// key): its rows never passed through the stream,
 				// and the destination may hold older versions of them
 				// (from before a detach). Its rows carry the WAL insert
 				// position now, as a table read again does.
