@@ -165,10 +165,12 @@ func TestKillDuringSnapshotOfManyTables(t *testing.T) {
 	}
 	// whole collects the splits each child handed over with no state.
 	whole := map[string]int{}
+	var logs strings.Builder // the children's output, for a failure
 	kill := func(c *testutil.Child, i int) {
 		if !c.Kill() {
 			t.Fatalf("child %d ended before the kill: %v\n%s", i, c.Err(), c.Output())
 		}
+		fmt.Fprintf(&logs, "child %d:\n%s", i, c.Output())
 		for _, m := range handedOverWhole.FindAllStringSubmatch(c.Output(), -1) {
 			whole[m[1]]++
 		}
@@ -276,6 +278,9 @@ func TestKillDuringSnapshotOfManyTables(t *testing.T) {
 		if whole["snapshot:"+tbl] == 0 {
 			t.Errorf("%s's split had no state at kill 1, and no attempt handed it over whole", tbl)
 		}
+	}
+	if t.Failed() {
+		t.Logf("the children's output:\n%s", logs.String())
 	}
 }
 
