@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source/postgres"
 )
@@ -52,12 +53,29 @@ var killMultiSeed = flag.Uint64("pg.kill-multi-seed", 0, "seed of TestKillDuring
 // captures the split.
 var handedOverWhole = regexp.MustCompile(`msg="the table's snapshot is read by the change stream[^"]*".* split=(\S+)`)
 
+// headRecord returns the record the checkpoints under dir commit (their
+// HEAD), or nil. A newer record file may exist, written but not yet
+// committed: an attempt killed then resumes from HEAD.
+func headRecord(t *testing.T, dir string) *checkpoint.Record {
+	t.Helper()
+	store, err := checkpoint.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(context.Background())
+	_, r, err := store.Head(context.Background(), "pg")
+	if err != nil {
+		return nil // being replaced
+	}
+	return r
+}
+
 // TestKillDuringSnapshotOfManyTables: four keyed tables whose first
 // snapshot is read one table at a time (SnapshotParallelism 1), while a
 // writer commits small transactions and updates of hundreds of rows to
 // all of them, raising n only. The first child holds the first table's
 // snapshot split part way, so the other splits never start; it is
-// SIGKILLed once a checkpoint holds the stream's state and that split's,
+// SIGKILLed once a committed checkpoint (HEAD) holds the stream's state and that split's,
 // and none of the others': the next attempt must hand those over whole
 // to the change stream (their snapshot under the slot's exported
 // snapshot is gone, and a snapshot of their own would be newer than the
@@ -191,7 +209,7 @@ func TestKillDuringSnapshotOfManyTables(t *testing.T) {
 			t.Fatalf("child 1 ended before a checkpoint showed a snapshot in progress: %v\n%s", first.Err(), first.Output())
 		default:
 		}
-		r := lastRecord(t, h.ckpts)
+		r := headRecord(t, h.ckpts)
 		if r == nil || r.Resume["slot:"+slot] == nil {
 			return false
 		}
@@ -225,7 +243,7 @@ func TestKillDuringSnapshotOfManyTables(t *testing.T) {
 	// hands the splits with no state over, is done), at a random moment
 	// of the stream's chunks.
 	var epoch uint64
-	if r := lastRecord(t, h.ckpts); r != nil {
+	if r := headRecord(t, h.ckpts); r != nil {
 		epoch = r.Epoch
 	}
 	second := start(testutil.Hold{})
@@ -235,17 +253,20 @@ func TestKillDuringSnapshotOfManyTables(t *testing.T) {
 			t.Fatalf("child 2 ended: %v\n%s", second.Err(), second.Output())
 		default:
 		}
-		r := lastRecord(t, h.ckpts)
+		r := headRecord(t, h.ckpts)
 		return r != nil && r.Epoch > epoch
 	})
 	time.Sleep(time.Duration(rng.IntN(800)) * time.Millisecond)
 	kill(second, 2)
+	if strings.Contains(second.Output(), `msg="created slot"`) {
+		t.Fatalf("child 2 made a new slot: it did not resume the checkpoint of kill 1\n%s", second.Output())
+	}
 	// Kills 3 to 5: at random moments, early ones included.
 	for i := 3; i <= 5; i++ {
 		c := start(testutil.Hold{})
 		time.Sleep(time.Duration(100+rng.IntN(1500)) * time.Millisecond)
 		kill(c, i)
-		if r := lastRecord(t, h.ckpts); r != nil {
+		if r := headRecord(t, h.ckpts); r != nil {
 			t.Logf("kill %d after epoch %d", i, r.Epoch)
 		}
 	}
