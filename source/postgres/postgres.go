@@ -1000,17 +1000,24 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 			s.log.InfoContext(ctx, "partition attached again since it was read: reading it again", "stream", ss.t.stream.Name,
 				"partition", streamName(ss.part.schema, ss.part.name))
 			ss.st = snapState{}
-			// Nor is a hand-over of its earlier rest, begun or finished.
-			sp.rs.x.Snapped = slices.DeleteFunc(sp.rs.x.Snapped, func(id string) bool { return id == string(ss.id) })
-			sp.rs.x.Jobs = slices.DeleteFunc(sp.rs.x.Jobs, func(j job) bool { return j.Split == string(ss.id) })
 		}
 		if ss.st.V == 0 {
+			// Nor is a hand-over of it the stream's state holds, begun or
+			// finished: a checkpoint can hold the job without the split's
+			// state (the runner records no state of a split whose Read has
+			// emitted no resume point yet), and nothing then tells whether
+			// the table is still the one the job read part of (a partition
+			// attached again, a column added with a default): the
+			// hand-over starts over (handOver).
+			sp.rs.x.Snapped = slices.DeleteFunc(sp.rs.x.Snapped, func(id string) bool { return id == string(ss.id) })
+			sp.rs.x.Jobs = slices.DeleteFunc(sp.rs.x.Jobs, func(j job) bool { return j.Split == string(ss.id) })
 			ss.st = snapState{V: snapStateVersion, Seq: uint64(start.snapshot)}
 			ss.st.Cols, ss.st.Attnum = ss.t.shape()
-			if ss.part != nil && ss.exp == nil && !writable {
+			if ss.part != nil && ss.exp == nil && (!writable || len(ss.t.key) == 0) {
 				// A partition read after the slot's snapshot (attached
-				// since, say) where the stream can't read it under
-				// watermarks: its rows never passed through the stream,
+				// since, say) that the stream can't read under watermarks
+				// (handOver: a standby, Postgres 13, or a table without a
+				// key): its rows never passed through the stream,
 				// and the destination may hold older versions of them
 				// (from before a detach). Its rows carry the WAL insert
 				// position now, as a table read again does.

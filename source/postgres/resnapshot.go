@@ -626,7 +626,8 @@ func decodeExtra(b []byte) (extra, error) {
 // (handed); it is done once a later Open finds the job finished
 // (extra.Snapped). The job and the split's state need not commit
 // together: until the stream's state holds the job, each Open hands the
-// split over again from its own state. Jobs of splits this Open has no
+// split over again from its own state; a job whose split has no state
+// starts over (Open drops it). Jobs of splits this Open has no
 // split to hand over for (a partition dropped since) are dropped.
 // Nothing is handed over unless writable: Postgres 14+ (logical
 // messages) and not a standby (which can't write the watermarks). A
