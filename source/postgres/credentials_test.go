@@ -179,7 +179,7 @@ func TestCredentialsRotated(t *testing.T) {
 			if n := retries.Load(); n > 10 {
 				t.Fatalf("%d attempts retried, the last after: %v", n, *lastRetry.Load())
 			}
-			r := lastRecord(t, h.ckpts)
+			r := headRecord(t, h.ckpts)
 			return r != nil && r.Totals[tbl].Written >= n
 		})
 	}
@@ -277,7 +277,7 @@ func TestStalePasswordAfterRotation(t *testing.T) {
 			t.Fatalf("Run ended: %v", err)
 		default:
 		}
-		r := lastRecord(t, h.ckpts)
+		r := headRecord(t, h.ckpts)
 		return r != nil && r.Totals[tbl].Written >= 10
 	})
 	waitStreaming(t, d, slot, done)

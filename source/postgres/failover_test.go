@@ -363,7 +363,7 @@ func promote(t *testing.T, held bool) *promotion {
 			t.Fatalf("Run ended: %v", err)
 		default:
 		}
-		r := lastRecord(t, h.ckpts)
+		r := headRecord(t, h.ckpts)
 		return r != nil && r.Totals[tbl].Written >= initial+100
 	})
 	// The standby's copy of the slot is persistent (a newly synced slot
@@ -406,7 +406,7 @@ func promote(t *testing.T, held bool) *promotion {
 		if held {
 			return true
 		}
-		r := lastRecord(t, h.ckpts)
+		r := headRecord(t, h.ckpts)
 		return r != nil && r.Totals[tbl].Written >= initial+cut+300
 	})
 	crash(t, primary)
@@ -462,7 +462,7 @@ func TestFailoverSlotFollowsPromotion(t *testing.T) {
 			t.Fatalf("Run ended: %v", err)
 		default:
 		}
-		r := lastRecord(t, h.ckpts)
+		r := headRecord(t, h.ckpts)
 		return r != nil && r.Totals[tbl].Written >= total
 	})
 	p.cancel()

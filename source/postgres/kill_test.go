@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/openetl/etl"
-	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source/postgres"
 )
@@ -57,31 +53,6 @@ func child() int {
 // writer's transactions, where and when each kill lands) from a seed it
 // logged; the timing of the processes still varies.
 var killSeed = flag.Uint64("pg.kill-seed", 0, "seed of TestKillDuringSnapshotAndStreaming (default: from the clock)")
-
-var recordName = regexp.MustCompile(`^\d{20}-\d{20}\.json$`)
-
-// lastRecord returns the newest checkpoint record under dir, or nil.
-func lastRecord(t *testing.T, dir string) *checkpoint.Record {
-	var last string
-	filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err == nil && !e.IsDir() && recordName.MatchString(e.Name()) && e.Name() > filepath.Base(last) {
-			last = p
-		}
-		return nil
-	})
-	if last == "" {
-		return nil
-	}
-	b, err := os.ReadFile(last)
-	if err != nil {
-		return nil // being replaced
-	}
-	var r checkpoint.Record
-	if json.Unmarshal(b, &r) != nil {
-		return nil
-	}
-	return &r
-}
 
 // TestKillDuringSnapshotAndStreaming: a pipeline process is SIGKILLed
 // several times, first in the middle of its snapshot (once a checkpoint
@@ -207,7 +178,7 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 			t.Fatalf("child 1 ended before a checkpoint showed the snapshot in progress: %v\n%s", first.Err(), first.Output())
 		default:
 		}
-		r := lastRecord(t, h.ckpts)
+		r := headRecord(t, h.ckpts)
 		if r == nil {
 			return false
 		}
@@ -227,7 +198,7 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 		c := start(testutil.Hold{})
 		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
 		kill(c, i)
-		if r := lastRecord(t, h.ckpts); r != nil {
+		if r := headRecord(t, h.ckpts); r != nil {
 			t.Logf("kill %d after epoch %d", i, r.Epoch)
 		}
 	}

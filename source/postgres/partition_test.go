@@ -113,7 +113,7 @@ func waitSplitDone(t *testing.T, ckpts, id string, done chan error) {
 			t.Fatalf("run ended before a checkpoint held %s done: %v", id, err)
 		default:
 		}
-		r := lastRecord(t, ckpts)
+		r := headRecord(t, ckpts)
 		if r == nil {
 			return false
 		}

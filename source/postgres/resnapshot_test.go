@@ -116,7 +116,7 @@ type resnapJobs struct {
 // state.
 func slotJobs(t *testing.T, ckpts, slot string) (resnapJobs, bool) {
 	t.Helper()
-	r := lastRecord(t, ckpts)
+	r := headRecord(t, ckpts)
 	if r == nil {
 		return resnapJobs{}, false
 	}
@@ -263,7 +263,7 @@ func TestResnapshotKilled(t *testing.T) {
 	// then lands part way into the re-snapshot however fast the machine.
 	first := start(testutil.Hold{After: 1500, Splits: "^slot:"})
 	testutil.Until(t, "the snapshot done", func() bool {
-		r := lastRecord(t, h.ckpts)
+		r := headRecord(t, h.ckpts)
 		var st struct{ Done bool }
 		return r != nil && json.Unmarshal(r.Resume["snapshot:"+tbl], &st) == nil && st.Done
 	})

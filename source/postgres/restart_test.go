@@ -116,7 +116,7 @@ func TestRunRidesOutServerRestart(t *testing.T) {
 
 	waitStreaming(t, d, slot, done)
 	testutil.Until(t, "streamed rows committed", func() bool {
-		r := lastRecord(t, h.ckpts)
+		r := headRecord(t, h.ckpts)
 		return wrote.Load() >= 100 && r != nil && r.Totals[tbl].Written >= initial+50
 	})
 	testutil.ServerDown(t, "postgres")
@@ -155,7 +155,7 @@ func TestRunRidesOutServerRestart(t *testing.T) {
 			t.Fatalf("Run ended: %v", err)
 		default:
 		}
-		r := lastRecord(t, h.ckpts)
+		r := headRecord(t, h.ckpts)
 		return r != nil && r.Totals[tbl].Written >= total
 	})
 	cancel()
@@ -225,7 +225,7 @@ func TestStreamTakenUpAgain(t *testing.T) {
 				t.Fatalf("Run ended: %v", err)
 			default:
 			}
-			r := lastRecord(t, h.ckpts)
+			r := headRecord(t, h.ckpts)
 			return r != nil && r.Totals[tbl].Written >= n
 		})
 	}

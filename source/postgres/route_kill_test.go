@@ -124,7 +124,7 @@ func TestRouteKill(t *testing.T) {
 			t.Fatalf("child 1 ended early: %v\n%s", first.Err(), first.Output())
 		default:
 		}
-		r := lastRecord(t, h.ckpts)
+		r := headRecord(t, h.ckpts)
 		if r == nil {
 			return false
 		}
@@ -144,7 +144,7 @@ func TestRouteKill(t *testing.T) {
 	// Kills 2 to 4: each once the child committed 1 to 5 more epochs.
 	for i := 2; i <= 4; i++ {
 		var from uint64
-		if r := lastRecord(t, h.ckpts); r != nil {
+		if r := headRecord(t, h.ckpts); r != nil {
 			from = r.Epoch
 		}
 		more := uint64(1 + rng.IntN(5))
@@ -155,11 +155,11 @@ func TestRouteKill(t *testing.T) {
 				t.Fatalf("child %d ended early: %v\n%s", i, c.Err(), c.Output())
 			default:
 			}
-			r := lastRecord(t, h.ckpts)
+			r := headRecord(t, h.ckpts)
 			return r != nil && r.Epoch >= from+more
 		})
 		kill(c, i)
-		t.Logf("kill %d after epoch %d", i, lastRecord(t, h.ckpts).Epoch)
+		t.Logf("kill %d after epoch %d", i, headRecord(t, h.ckpts).Epoch)
 	}
 	stopWriter()
 	w := <-writerDone

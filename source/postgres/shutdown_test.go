@@ -170,7 +170,7 @@ func TestFastShutdownUnderRun(t *testing.T) {
 	// Stop once the pipeline has committed streamed changes.
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		if r := lastRecord(t, h.ckpts); r != nil && r.Epoch >= 3 && next.Load() > 1050 {
+		if r := headRecord(t, h.ckpts); r != nil && r.Epoch >= 3 && next.Load() > 1050 {
 			break
 		}
 		select {
