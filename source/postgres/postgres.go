@@ -439,6 +439,13 @@ func New(cfg Config) (*Source, error) {
 
 // Replay returns source.ReplayExact: a resume state is an LSN at a
 // transaction boundary, and the slot replays exactly what follows it.
+// A first snapshot is the exception: in an attempt after the one that
+// made the slot, its rest is read again under watermarks (see the
+// package doc), each row its table's state at its own seq rather than
+// the row the first attempt read. Applied in seq order the records still
+// equal the table, and a destination that stages epochs (the exactly
+// once classes) shows each committed epoch's records once; only an
+// epoch that was never committed is read differently.
 func (s *Source) Replay() source.Replay { return source.ReplayExact }
 
 // Close closes the source's connections. Reads must have returned.
