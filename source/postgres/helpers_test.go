@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/source/postgres"
 )
 
@@ -111,4 +112,21 @@ func newSource(t *testing.T, d string, cfg postgres.Config) *postgres.Source {
 		src.Close(context.Background())
 	})
 	return src
+}
+
+// headRecord returns the record the checkpoints under dir commit (their
+// HEAD), or nil. A newer record file may exist, written but not yet
+// committed: an attempt killed then resumes from HEAD.
+func headRecord(t *testing.T, dir string) *checkpoint.Record {
+	t.Helper()
+	store, err := checkpoint.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(context.Background())
+	_, r, err := store.Head(context.Background(), "pg")
+	if err != nil {
+		return nil // being replaced
+	}
+	return r
 }

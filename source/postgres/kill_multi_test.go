@@ -19,7 +19,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/openetl/etl/checkpoint"
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source/postgres"
 )
@@ -52,23 +51,6 @@ var killMultiSeed = flag.Uint64("pg.kill-multi-seed", 0, "seed of TestKillDuring
 // no state handed over whole to the change stream (handOver), and
 // captures the split.
 var handedOverWhole = regexp.MustCompile(`msg="the table's snapshot is read by the change stream[^"]*".* split=(\S+)`)
-
-// headRecord returns the record the checkpoints under dir commit (their
-// HEAD), or nil. A newer record file may exist, written but not yet
-// committed: an attempt killed then resumes from HEAD.
-func headRecord(t *testing.T, dir string) *checkpoint.Record {
-	t.Helper()
-	store, err := checkpoint.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(context.Background())
-	_, r, err := store.Head(context.Background(), "pg")
-	if err != nil {
-		return nil // being replaced
-	}
-	return r
-}
 
 // TestKillDuringSnapshotOfManyTables: four keyed tables whose first
 // snapshot is read one table at a time (SnapshotParallelism 1), while a
