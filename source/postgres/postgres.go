@@ -1009,13 +1009,14 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 			ss.st = snapState{}
 		}
 		if ss.st.V == 0 {
-			// Nor is a hand-over of it the stream's state holds, begun or
-			// finished: a checkpoint can hold the job without the split's
-			// state (the runner records no state of a split whose Read has
-			// emitted no resume point yet), and nothing then tells whether
-			// the table is still the one the job read part of (a partition
-			// attached again, a column added with a default): the
-			// hand-over starts over (handOver).
+			// No state: any hand-over of the split that the stream's
+			// state holds, begun or finished, is dropped. A checkpoint can
+			// hold the job without the split's state (the runner records
+			// no state of a split whose Read has emitted no resume point
+			// yet), and nothing then tells whether the table is still the
+			// one the job read part of (a partition attached again, a
+			// column added with a default): the hand-over starts over
+			// (handOver).
 			sp.rs.x.Snapped = slices.DeleteFunc(sp.rs.x.Snapped, func(id string) bool { return id == string(ss.id) })
 			sp.rs.x.Jobs = slices.DeleteFunc(sp.rs.x.Jobs, func(j job) bool { return j.Split == string(ss.id) })
 			ss.st = snapState{V: snapStateVersion, Seq: uint64(start.snapshot)}
