@@ -31,6 +31,7 @@ var inBubble = map[string]func(*testing.T){
 	"TestEmptyResumeStateIsKept":                    TestEmptyResumeStateIsKept,
 	"TestFinalRecordAndFinish":                      TestFinalRecordAndFinish,
 	"TestFinishErrorFailsSync":                      TestFinishErrorFailsSync,
+	"TestFirstEpochSooner":                          TestFirstEpochSooner,
 	"TestLagAndSnapshotReports":                     TestLagAndSnapshotReports,
 	"TestLagMetrics":                                TestLagMetrics,
 	"TestLostFirstEpochStartsOver":                  TestLostFirstEpochStartsOver,

@@ -94,10 +94,11 @@ type Config struct {
 	// EpochInterval places a barrier this long after the previous one;
 	// default 10s.
 	EpochInterval time.Duration
-	// FirstEpoch places an attempt's first timed barrier this long after
-	// its start, when positive and shorter than EpochInterval: shards of
-	// one pipeline started together then close their epochs out of
-	// phase, so their destination commits don't come in bursts.
+	// FirstEpoch, when positive and shorter than EpochInterval, places
+	// an attempt's first timed barrier this long after its start (or at
+	// the first multiple of it with something read): shards of one
+	// pipeline started together then close their epochs out of phase,
+	// so their destination commits don't come in bursts.
 	FirstEpoch time.Duration
 	// EpochBytes places a barrier once this many payload bytes were read
 	// since the previous one; default 256 MiB.

@@ -141,7 +141,9 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 	}
 	interval := time.NewTicker(first)
 	defer interval.Stop()
-	phased := first == cfg.EpochInterval // the ticker's period is EpochInterval
+	// phased: the ticker's period is EpochInterval. Until then it ticks
+	// every FirstEpoch, and the attempt's first barrier sets the phase.
+	phased := first == cfg.EpochInterval
 	idle := time.NewTicker(50 * time.Millisecond)
 	defer idle.Stop()
 	progress := time.NewTicker(time.Second)
@@ -155,6 +157,10 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 	var stopTimer <-chan time.Time
 
 	request := func(isFinal bool) {
+		if !phased {
+			interval.Reset(cfg.EpochInterval)
+			phased = true
+		}
 		lastBarrier = r.progress()
 		r.epochBytes.Store(0)
 		r.startEpoch(next, isFinal)
@@ -226,10 +232,6 @@ func (r *runner) coordinate(ctx context.Context, errCh chan error, splitsDone ch
 				beginStop()
 			}
 		case <-interval.C:
-			if !phased {
-				interval.Reset(cfg.EpochInterval)
-				phased = true
-			}
 			// Resume points that moved without records (a quiet table
 			// on a busy database) are progress too: checkpointing them
 			// lets the source acknowledge upstream.

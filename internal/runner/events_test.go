@@ -349,8 +349,9 @@ func (b *syncBuffer) String() string {
 }
 
 // TestFirstEpochSooner: FirstEpoch places the first timed barrier that
-// long after the start; with an hour between epochs, none would come
-// otherwise while the source reads.
+// long after the start: with an hour between epochs, the first epoch
+// commits well within the hour (in a bubble, on its fake clock; on the
+// real clock none would come at all while the test waits).
 func TestFirstEpochSooner(t *testing.T) {
 	f := newFixture(t, 1, 1<<30)
 	f.src.delay = 10 * time.Microsecond
@@ -361,9 +362,13 @@ func TestFirstEpochSooner(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
+	start := time.Now()
 	go func() { _, err := runner.Sync(ctx, cfg); done <- err }()
 	if e := ev.wait(t, runner.EventEpochCommitted, 1); e.Epoch != 1 {
 		t.Errorf("first epoch committed: %d", e.Epoch)
+	}
+	if took := time.Since(start); took >= cfg.EpochInterval {
+		t.Errorf("first epoch committed %v after the start, want before the %v interval", took, cfg.EpochInterval)
 	}
 	cancel()
 	testutil.Recv(t, "the cancelled Sync to return", done)
