@@ -148,8 +148,8 @@ type resnap struct {
 	estimated atomic.Int64
 }
 
-// chunk is a chunk read and waiting for its high watermark: its rows by
-// key, in key order, and the snapshot they were read under.
+// chunk is a chunk read and waiting for its high watermark: its rows,
+// in key order, and the snapshot they were read under.
 type chunk struct {
 	t  *table
 	id string
@@ -631,8 +631,9 @@ func decodeExtra(b []byte) (extra, error) {
 // split to hand over for (a partition dropped since) are dropped.
 // Nothing is handed over unless writable: Postgres 14+ (logical
 // messages) and not a standby (which can't write the watermarks). A
-// partition attached since the slot was made is read by its split, with
-// the WAL insert position of the Open as seq (snapState.Again).
+// partition attached since the slot was made that can't be handed over
+// (not writable, or without a key) is read by its split, with the WAL
+// insert position of the Open as seq (snapState.Again).
 //
 // A split a finished job read the rest of is done whatever it is now
 // (its table may have lost its key since); once a checkpoint has it done,
