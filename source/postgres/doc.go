@@ -217,12 +217,13 @@
 // has the change stream read the partition in chunks under watermarks
 // (see above): each row carries its chunk's watermark position as seq,
 // above every version of it the destination may hold (from before a
-// detach) and below every change after it. On a standby or Postgres 13,
-// the partition's split reads it under a snapshot of its own, its rows
-// carrying the WAL insert position of that Open as seq, as those of a
-// table read again do (see Hard cases); rows changed between the attach
-// and that Open then also come as those changes: an append destination
-// holds them twice, and applied in seq order equals the table.
+// detach) and below every change after it. On a standby or Postgres
+// 13, or for a table without a key, the partition's split reads it
+// under a snapshot of its own, its rows carrying the WAL insert position
+// of that Open as seq, as those of a table read again do (see Hard
+// cases); rows changed between the attach and that Open then also come
+// as those changes: an append destination holds them twice, and applied
+// in seq order equals the table.
 //
 // A detached partition (DETACH PARTITION, CONCURRENTLY or not, or
 // dropped) is no longer read: its rows stay at the destination
