@@ -253,37 +253,32 @@ func copyBinary(ctx context.Context, d, tbl string) (int64, error) {
 
 // BenchmarkSnapshot: a first Read's snapshot phase of an N-row, 16-column
 // table into a null emitter, against COPY (FORMAT binary) to io.Discard.
-func BenchmarkSnapshot(b *testing.B) {
-	d := benchDSN(b)
-	n := *benchSnapshotRows
-	tbl, pub := benchSnapTable(b, d, n)
-	ctx := context.Background()
-	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		ceil := measure(b, func() (int64, error) { return copyBinary(ctx, d, tbl) })
-		slot := fmt.Sprintf("bench_snap_%d_%d", time.Now().UnixNano()%1e9, i)
-		src, err := postgres.New(postgres.Config{DSN: d, Publication: pub, Slot: slot})
-		if err != nil {
-			b.Fatal(err)
-		}
-		m := measure(b, func() (int64, error) {
-			recs, _, _, err := readAllSplits(ctx, src, []string{tbl}, nil)
-			return recs, err
-		})
-		src.Close(ctx)
-		benchExec(b, d, "SELECT pg_drop_replication_slot('"+slot+"')")
-		if m.rows != int64(n) || ceil.rows != int64(n) {
-			b.Fatalf("source read %d rows, COPY %d, want %d", m.rows, ceil.rows, n)
-		}
-		report(b, m, ceil, "copy")
-	}
-}
+func BenchmarkSnapshot(b *testing.B) { benchSnapshotRead(b, "bench_snap", nil) }
 
 // BenchmarkSnapshotHandedOver: the same table's snapshot read by the
 // change stream, as a later attempt reads one its split had not
 // checkpointed (in chunks of SnapshotChunkRows under watermarks, on the
 // stream's connection), against the same COPY.
 func BenchmarkSnapshotHandedOver(b *testing.B) {
+	benchSnapshotRead(b, "bench_hand", func(ctx context.Context, src *postgres.Source, tbl, slot string) (map[source.SplitID][]byte, error) {
+		// The attempt that makes the slot checkpoints the stream alone.
+		splits, err := src.Open(ctx, []string{tbl}, nil)
+		if err != nil {
+			return nil, err
+		}
+		var first nullEmitter
+		if err := splits[0].Read(ctx, &first, true); err != nil || splits[0].ID() != source.SplitID("slot:"+slot) {
+			return nil, fmt.Errorf("the stream's first read (split %s): %v", splits[0].ID(), err)
+		}
+		return map[source.SplitID][]byte{splits[0].ID(): first.state}, nil
+	})
+}
+
+// benchSnapshotRead measures, per iteration, COPY of the benchmark table
+// and then a new source (slot prefix-...) reading all of its splits from
+// the resume states prepare returns (not measured; nil: a fresh start).
+func benchSnapshotRead(b *testing.B, prefix string,
+	prepare func(ctx context.Context, src *postgres.Source, tbl, slot string) (map[source.SplitID][]byte, error)) {
 	d := benchDSN(b)
 	n := *benchSnapshotRows
 	tbl, pub := benchSnapTable(b, d, n)
@@ -291,21 +286,17 @@ func BenchmarkSnapshotHandedOver(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		ceil := measure(b, func() (int64, error) { return copyBinary(ctx, d, tbl) })
-		slot := fmt.Sprintf("bench_hand_%d_%d", time.Now().UnixNano()%1e9, i)
+		slot := fmt.Sprintf("%s_%d_%d", prefix, time.Now().UnixNano()%1e9, i)
 		src, err := postgres.New(postgres.Config{DSN: d, Publication: pub, Slot: slot})
 		if err != nil {
 			b.Fatal(err)
 		}
-		// The attempt that makes the slot checkpoints the stream alone.
-		splits, err := src.Open(ctx, []string{tbl}, nil)
-		if err != nil {
-			b.Fatal(err)
+		var resume map[source.SplitID][]byte
+		if prepare != nil {
+			if resume, err = prepare(ctx, src, tbl, slot); err != nil {
+				b.Fatal(err)
+			}
 		}
-		var first nullEmitter
-		if err := splits[0].Read(ctx, &first, true); err != nil || splits[0].ID() != source.SplitID("slot:"+slot) {
-			b.Fatalf("the stream's first read (split %s): %v", splits[0].ID(), err)
-		}
-		resume := map[source.SplitID][]byte{splits[0].ID(): first.state}
 		m := measure(b, func() (int64, error) {
 			recs, _, _, err := readAllSplits(ctx, src, []string{tbl}, resume)
 			return recs, err

@@ -97,6 +97,26 @@ func sameRows(t *testing.T, got, want map[string]string, out []map[string]any) {
 	}
 }
 
+// stopAndApply stops a harness's Run (cancel, then its error on done),
+// syncs once more to the end, and returns stream tbl's output (seq
+// order) and, applied, its rows and records by op.
+func stopAndApply(t *testing.T, h *harness, cancel context.CancelFunc, done chan error, tbl string) (
+	out []map[string]any, got map[string]string, ops map[string]int) {
+	t.Helper()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	res, err := h.sync()
+	if err != nil {
+		t.Fatalf("final sync: %v", err)
+	}
+	t.Logf("final sync read %d", res.Streams[tbl].Read)
+	out = readRows(t, h.tables, tbl)
+	got, ops = applied(out)
+	return out, got, ops
+}
+
 // waitSplitDone waits until a checkpoint holds split id's snapshot as
 // done, failing if the run ends first.
 //
@@ -320,15 +340,7 @@ func TestPartitionDetachedConcurrently(t *testing.T) {
 		fmt.Sprintf("UPDATE %s SET n = 2 WHERE id = 1", tbl),
 		fmt.Sprintf("INSERT INTO %s (id, at, v) VALUES (1001, 10, 'after')", tbl))
 	waitConfirmed(t, d, slot, done)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	if _, err := h.sync(); err != nil {
-		t.Fatalf("final sync: %v", err)
-	}
-	out := readRows(t, h.tables, tbl)
-	got, ops := applied(out)
+	out, got, ops := stopAndApply(t, h, cancel, done, tbl)
 	want := tableRows(t, d, fmt.Sprintf("SELECT id, at, v, n FROM %s", tbl))
 	maps.Copy(want, p2)
 	sameRows(t, got, want, out)
@@ -614,15 +626,7 @@ func TestPartitionAttachUnderWriter(t *testing.T) {
 		t.Fatalf("writer: %v", err)
 	}
 	waitConfirmed(t, d, slot, done)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	if _, err := h.sync(); err != nil {
-		t.Fatalf("final sync: %v", err)
-	}
-	out := readRows(t, h.tables, tbl)
-	got, ops := applied(out)
+	out, got, ops := stopAndApply(t, h, cancel, done, tbl)
 	want := tableRows(t, d, fmt.Sprintf("SELECT id, at, v, n FROM %s", tbl))
 	sameRows(t, got, want, out)
 	t.Logf("writer committed %d transactions; %d rows in the table equal the output's %d records applied in seq order (%v)",

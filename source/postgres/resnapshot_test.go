@@ -208,15 +208,7 @@ func TestResnapshotUnderWriter(t *testing.T) {
 	})
 	txns := stopWriter()
 	waitConfirmed(t, d, slot, done)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	if _, err := h.sync(); err != nil {
-		t.Fatalf("final sync: %v", err)
-	}
-	out := readRows(t, h.tables, tbl)
-	got, ops := applied(out)
+	out, got, ops := stopAndApply(t, h, cancel, done, tbl)
 	want := tableRows(t, d, fmt.Sprintf("SELECT id, at, v, n FROM %s", tbl))
 	sameRows(t, got, want, out)
 
