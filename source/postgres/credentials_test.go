@@ -233,7 +233,7 @@ func TestCredentialsRotated(t *testing.T) {
 	// itself, logging in with the hook's password (a login with another
 	// fails, and the runner's next attempt would do it).
 	if n := retries.Load() - retried; n != 0 {
-		t.Errorf("the rotation while streaming cost %d attempts, want the stream taken up again within its Read", n)
+		t.Errorf("the rotation while streaming cost %d attempts, want the stream taken up again within its Read; the last after: %v", n, *lastRetry.Load())
 	}
 	cancel()
 	if err := testutil.Recv(t, "Run to stop", done); err != nil {
@@ -254,6 +254,114 @@ func TestCredentialsRotated(t *testing.T) {
 	}
 	t.Logf("%d rows out for %d in; Config.Credentials called %d times (%d before the first rotation, %d before the second); %d attempts, %d retries",
 		len(rows), initial+streamed, calls.Load(), before, afterFirst, started.Load(), retries.Load())
+}
+
+// TestQueryConnectionLost: while a pipeline streams, the server ends
+// the source's query connection, as a rotation does that ends a role's
+// connections one by one, or an idle-session timeout. The source finds
+// out at its next query during Read and runs it again on a new
+// connection: the stream goes on within its attempt, and rows inserted
+// afterwards are delivered once.
+//   - heartbeat: the connection ends while the stream runs; the next
+//     heartbeat's query finds it gone.
+//   - stream taken up again: the walsender ends, and the query
+//     connection ends after the slot's checks and before the new
+//     START_REPLICATION; the check of the slot once streaming finds it
+//     gone (CI once failed TestCredentialsRotated so).
+//
+// Before, either failed the attempt.
+func TestQueryConnectionLost(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		heartbeat time.Duration
+		end       func(t *testing.T, d, role, slot string)
+	}{
+		{"heartbeat", 100 * time.Millisecond, func(t *testing.T, d, role, _ string) { endClients(t, d, role) }},
+		{"stream taken up again", 0, func(t *testing.T, d, role, slot string) {
+			var once atomic.Bool
+			postgres.SetBeforeStart(func() {
+				if once.CompareAndSwap(false, true) {
+					endClients(t, d, role)
+				}
+			})
+			t.Cleanup(func() { postgres.SetBeforeStart(nil) })
+			walsender := queryOne(t, d, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '"+slot+"'")
+			execSQL(t, d, "SELECT pg_terminate_backend("+walsender+", 30000)")
+			testutil.Until(t, "the stream taken up again", func() bool {
+				p := queryOne(t, d, "SELECT COALESCE((SELECT active_pid::text FROM pg_replication_slots WHERE slot_name = '"+slot+"' AND active), '')")
+				return once.Load() && p != "" && p != walsender
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := dsn(t)
+			const initial, streamed = 10, 20
+			tbl, pub, slot, role := credentialsSetup(t, d, initial)
+			h := newHarness(t, roleDSN(t, d, role, "pw-1"), postgres.Config{Publication: pub, Slot: slot,
+				StatusInterval: 100 * time.Millisecond, HeartbeatInterval: tc.heartbeat})
+			var (
+				retries   atomic.Int64
+				lastRetry atomic.Pointer[error]
+			)
+			h.onEvent = func(e etl.Event) {
+				if e.Kind == etl.EventSyncRetrying {
+					retries.Add(1)
+					lastRetry.Store(&e.Err)
+				}
+			}
+			h.retry = &etl.Retry{Backoff: 50 * time.Millisecond}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- h.run(ctx, 50*time.Millisecond) }()
+			committed := func(n int64) {
+				t.Helper()
+				testutil.Until(t, fmt.Sprintf("%d rows committed", n), func() bool {
+					select {
+					case err := <-done:
+						t.Fatalf("Run ended: %v", err)
+					default:
+					}
+					r := headRecord(t, h.ckpts)
+					return r != nil && r.Totals[tbl].Written >= n
+				})
+			}
+			committed(initial)
+			waitStreaming(t, d, slot, done)
+			at := queryOne(t, d, "SELECT now()")
+			tc.end(t, d, role, slot)
+			// The source queried again on a new connection.
+			testutil.Until(t, "a new query connection", func() bool {
+				return queryOne(t, d, "SELECT count(*) FROM pg_stat_activity WHERE usename = '"+role+
+					"' AND backend_type = 'client backend' AND backend_start > '"+at+"'") != "0"
+			})
+			for id := initial + 1; id <= initial+streamed; id++ {
+				execSQL(t, d, fmt.Sprintf("INSERT INTO %s VALUES (%d, 'streamed')", tbl, id))
+			}
+			committed(initial + streamed)
+			if n := retries.Load(); n != 0 {
+				t.Errorf("the lost query connection cost %d attempts, the last after: %v", n, *lastRetry.Load())
+			}
+			cancel()
+			if err := testutil.Recv(t, "Run to stop", done); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if rows := h.rows(tbl); len(rows) != initial+streamed {
+				t.Errorf("%d rows, want %d", len(rows), initial+streamed)
+			}
+		})
+	}
+}
+
+// endClients ends role's connections other than walsenders (the
+// source's query connection, once the snapshot is done), waiting until
+// they are gone; there must be one.
+func endClients(t *testing.T, d, role string) {
+	t.Helper()
+	if n := queryOne(t, d, "SELECT count(pg_terminate_backend(pid, 30000)) FROM pg_stat_activity WHERE usename = '"+role+
+		"' AND backend_type = 'client backend'"); n == "0" {
+		t.Errorf("no query connection of %s to end", role)
+	}
 }
 
 // TestStalePasswordAfterRotation: a pipeline logging in with a fixed

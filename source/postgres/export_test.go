@@ -1,8 +1,9 @@
 package postgres
 
 // SetBeforeStart sets a function Read calls between its check of the
-// slot and START_REPLICATION (nil: none), for tests of what another
-// process can do in between.
+// slot and START_REPLICATION, at its start and when it takes a broken
+// stream up again (nil: none), for tests of what another process can do
+// in between.
 func SetBeforeStart(f func()) { beforeStart = f }
 
 // Snapped returns the snapshot splits whose rest a change stream's state

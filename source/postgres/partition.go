@@ -255,11 +255,11 @@ func (sp *split) partitionsChanged(ctx context.Context, at pglogrepl.LSN) error 
 	}
 	s := sp.src
 	s.mu.Lock()
-	c, err := s.queryConn(ctx)
 	var trees map[[2]string]*tree
-	if err == nil {
+	err := s.withQuery(ctx, func(c *pgconn.PgConn) (err error) {
 		trees, err = partitions(ctx, c, "(n.nspname, c.relname) IN (VALUES "+strings.Join(names, ", ")+")")
-	}
+		return err
+	})
 	s.mu.Unlock()
 	if err != nil {
 		return err

@@ -478,24 +478,45 @@ func (s *Source) queryConn(ctx context.Context) (*pgconn.PgConn, error) {
 	return c, nil
 }
 
+// withQuery runs fn on the shared query connection. When fn fails
+// because that connection was lost (ended by the server, as a password
+// rotation's pg_terminate_backend does, or by the network: pgconn closes
+// it), fn runs once more on a new connection, so that a connection
+// ended while it sat idle costs no attempt. fn must be safe to repeat:
+// reads, and writes whose repeat changes nothing. The caller holds s.mu.
+func (s *Source) withQuery(ctx context.Context, fn func(c *pgconn.PgConn) error) error {
+	c, err := s.queryConn(ctx)
+	if err != nil {
+		return err
+	}
+	if err = fn(c); err == nil || ctx.Err() != nil || !c.IsClosed() {
+		return err
+	}
+	s.log.DebugContext(ctx, "query connection lost; querying again on a new one", "err", err)
+	if c, err = s.queryConn(ctx); err != nil {
+		return err
+	}
+	return fn(c)
+}
+
 // writable reports whether the server can write the logical messages a
 // re-snapshot's watermarks are: Postgres 14 or later, and not a standby
 // (in recovery).
 func (s *Source) writable(ctx context.Context) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, err := s.queryConn(ctx)
-	if err != nil {
-		return false, err
-	}
-	if serverMajor(c) < 14 {
-		return false, nil
-	}
-	rows, err := queryText(ctx, c, "SELECT pg_is_in_recovery()")
-	if err != nil {
+	var rows [][][]byte
+	old := false
+	if err := s.withQuery(ctx, func(c *pgconn.PgConn) (err error) {
+		if old = serverMajor(c) < 14; old {
+			return nil
+		}
+		rows, err = queryText(ctx, c, "SELECT pg_is_in_recovery()")
+		return err
+	}); err != nil {
 		return false, fmt.Errorf("postgres: in recovery: %w", err)
 	}
-	return string(rows[0][0]) == "f", nil
+	return !old && string(rows[0][0]) == "f", nil
 }
 
 func (s *Source) replConfig() *pgconn.Config {
@@ -569,11 +590,16 @@ func (s *Source) Discover(ctx context.Context) (source.Catalog, error) {
 func (s *Source) tables(ctx context.Context) ([]*table, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, err := s.queryConn(ctx)
-	if err != nil {
+	// The first query finds a query connection lost since the last
+	// attempt; the rest run on the one it leaves.
+	var rows [][][]byte
+	if err := s.withQuery(ctx, func(c *pgconn.PgConn) (err error) {
+		rows, err = queryText(ctx, c, `SELECT 1 FROM pg_publication WHERE pubname = `+quoteLiteral(s.cfg.Publication))
+		return err
+	}); err != nil {
 		return nil, err
 	}
-	rows, err := queryText(ctx, c, `SELECT 1 FROM pg_publication WHERE pubname = `+quoteLiteral(s.cfg.Publication))
+	c, err := s.queryConn(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -1074,15 +1100,15 @@ func (s *Source) Open(ctx context.Context, streams []string, resume map[source.S
 func (s *Source) checkSlot(ctx context.Context, want pglogrepl.LSN) (pglogrepl.LSN, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, err := s.queryConn(ctx)
-	if err != nil {
-		return 0, err
-	}
 	// wal_status (Postgres 13+) is 'lost' once the server removed WAL the
 	// slot needs (max_slot_wal_keep_size).
-	rows, err := queryText(ctx, c, `SELECT confirmed_flush_lsn,
+	var rows [][][]byte
+	err := s.withQuery(ctx, func(c *pgconn.PgConn) (err error) {
+		rows, err = queryText(ctx, c, `SELECT confirmed_flush_lsn,
        COALESCE((to_jsonb(s) ->> 'wal_status') = 'lost', false)
 FROM pg_replication_slots s WHERE slot_name = `+quoteLiteral(s.cfg.Slot))
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("postgres: look up slot %q: %w", s.cfg.Slot, err)
 	}
@@ -1127,16 +1153,15 @@ func (s *Source) Ack(ctx context.Context, states map[source.SplitID][]byte) erro
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, err := s.queryConn(ctx)
-	if err != nil {
-		return err
-	}
 	lsn := pglogrepl.LSN(s.acked.Load()).String()
 	// Only forward: advancing to a position before confirmed_flush_lsn is
 	// an error, and an active slot can't be advanced (the Read reports it).
-	_, err = queryText(ctx, c, `SELECT pg_replication_slot_advance(slot_name, `+quoteLiteral(lsn)+`::pg_lsn)
+	err = s.withQuery(ctx, func(c *pgconn.PgConn) error {
+		_, err := queryText(ctx, c, `SELECT pg_replication_slot_advance(slot_name, `+quoteLiteral(lsn)+`::pg_lsn)
 FROM pg_replication_slots WHERE slot_name = `+quoteLiteral(s.cfg.Slot)+` AND NOT active
 AND confirmed_flush_lsn < `+quoteLiteral(lsn)+`::pg_lsn`)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("postgres: advance slot %q to %s: %w", s.cfg.Slot, lsn, err)
 	}

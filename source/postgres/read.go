@@ -180,16 +180,17 @@ func (sp *split) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
 	s := sp.src
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, err := s.queryConn(ctx)
-	if err != nil {
-		return 0, err
-	}
-	lsn, _, err := walPosition(ctx, c)
+	var lsn pglogrepl.LSN
+	err := s.withQuery(ctx, func(c *pgconn.PgConn) (err error) {
+		lsn, _, err = walPosition(ctx, c)
+		return err
+	})
 	return lsn, err
 }
 
-// beforeStart, when set (by tests), runs between Read's check of the
-// slot and START_REPLICATION.
+// beforeStart, when set (by tests), runs between the check of the slot
+// and START_REPLICATION: at Read's start and when a broken stream is
+// taken up again.
 var beforeStart func()
 
 // checkHeld checks the slot again once repl streams from it. Read
@@ -252,16 +253,13 @@ func (sp *split) closeRepl(ctx context.Context, repl *pgconn.PgConn) {
 // slotHeldBy reports whether server process pid streams from the slot.
 // The caller holds s.mu.
 func (s *Source) slotHeldBy(ctx context.Context, pid uint32) (bool, error) {
-	c, err := s.queryConn(ctx)
-	if err != nil {
-		return false, err
-	}
-	rows, err := queryText(ctx, c, fmt.Sprintf(`SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active_pid = %d`,
-		quoteLiteral(s.cfg.Slot), pid))
-	if err != nil {
-		return false, err
-	}
-	return len(rows) > 0, nil
+	var rows [][][]byte
+	err := s.withQuery(ctx, func(c *pgconn.PgConn) (err error) {
+		rows, err = queryText(ctx, c, fmt.Sprintf(`SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active_pid = %d`,
+			quoteLiteral(s.cfg.Slot), pid))
+		return err
+	})
+	return len(rows) > 0, err
 }
 
 // stream runs START_REPLICATION from start and emits changes, with a
@@ -815,11 +813,12 @@ func (sp *split) heartbeat(ctx context.Context) error {
 	s := sp.src
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, err := s.queryConn(ctx)
-	if err != nil {
+	// A second heartbeat, when the first one's connection was lost after
+	// writing it, is one more message nobody reads.
+	if err := s.withQuery(ctx, func(c *pgconn.PgConn) error {
+		_, err := queryText(ctx, c, `SELECT pg_logical_emit_message(false, 'openetl.heartbeat', '')`)
 		return err
-	}
-	if _, err := queryText(ctx, c, `SELECT pg_logical_emit_message(false, 'openetl.heartbeat', '')`); err != nil {
+	}); err != nil {
 		return fmt.Errorf("postgres: heartbeat (Config.HeartbeatInterval): %w", err)
 	}
 	return nil

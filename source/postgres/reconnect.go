@@ -160,6 +160,9 @@ func (sp *split) reconnect(ctx context.Context, at state) (*pgconn.PgConn, pglog
 			}
 			continue
 		}
+		if beforeStart != nil {
+			beforeStart()
+		}
 		repl, err := s.connect(ctx, true)
 		if err != nil {
 			last = err
@@ -174,12 +177,11 @@ func (sp *split) reconnect(ctx context.Context, at state) (*pgconn.PgConn, pglog
 func (s *Source) slotHolder(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, err := s.queryConn(ctx)
-	if err != nil {
-		return "", err
-	}
-	rows, err := queryText(ctx, c, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = `+quoteLiteral(s.cfg.Slot)+` AND active`)
-	if err != nil {
+	var rows [][][]byte
+	if err := s.withQuery(ctx, func(c *pgconn.PgConn) (err error) {
+		rows, err = queryText(ctx, c, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = `+quoteLiteral(s.cfg.Slot)+` AND active`)
+		return err
+	}); err != nil {
 		return "", err
 	}
 	if len(rows) > 0 {

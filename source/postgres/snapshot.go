@@ -353,11 +353,10 @@ func (s *Source) walInsertLSN(ctx context.Context, now *pglogrepl.LSN) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, err := s.queryConn(ctx)
-	if err == nil {
+	return s.withQuery(ctx, func(c *pgconn.PgConn) (err error) {
 		*now, _, err = walPosition(ctx, c)
-	}
-	return err
+		return err
+	})
 }
 
 // ident is the relation the split reads: its table, or its partition.
