@@ -346,6 +346,10 @@
 // resumes from its last checkpoint (etl.Retry: Run starts it by
 // itself). Each reconnect is logged at Warn.
 //
+// The source's query connection (slot checks, heartbeats, partition
+// look-ups) may be ended while it sits idle: a query that finds it gone
+// runs once more on a new connection, and the attempt goes on.
+//
 // # Failover and standbys
 //
 // On Postgres 17 and later, Config.Failover makes the slot a failover
