@@ -353,6 +353,88 @@ func TestQueryConnectionLost(t *testing.T) {
 	}
 }
 
+// TestResnapshotConnectionLost: a re-snapshot's chunks are read on a
+// connection of their own, idle while the stream waits for a chunk's
+// watermark and emits its rows. The stream is held after a few chunks
+// and the source's connections other than the walsender are ended (the
+// query connection and the chunk's); released, the next chunk's query
+// finds its connection gone and runs again on a new one: the job ends
+// within the attempt, and every row is read again once. Before, it cost
+// an attempt.
+func TestResnapshotConnectionLost(t *testing.T) {
+	d := dsn(t)
+	const rows = 1000
+	tbl, pub, slot, role := credentialsSetup(t, d, rows)
+	emit := "FUNCTION pg_logical_emit_message(boolean, text, text)"
+	execSQL(t, d, "GRANT EXECUTE ON "+emit+" TO "+role)
+	t.Cleanup(func() { execSQL(t, d, "REVOKE EXECUTE ON "+emit+" FROM "+role) })
+	h := newHarness(t, roleDSN(t, d, role, "pw-1"), postgres.Config{Publication: pub, Slot: slot, SnapshotChunkRows: 100,
+		StatusInterval: 100 * time.Millisecond})
+	if _, err := h.sync(); err != nil { // the first snapshot
+		t.Fatal(err)
+	}
+	// Only the stream's split reads in the Run: it holds after the
+	// re-snapshot's fifth chunk, at the resume point that follows it.
+	release := make(chan struct{})
+	h.wrap = func(s source.Source) source.Source { return testutil.HoldUntil(s, 450, release) }
+	var pl atomic.Pointer[etl.Pipeline]
+	h.built = func(p *etl.Pipeline) { pl.Store(p) }
+	var (
+		retries   atomic.Int64
+		lastRetry atomic.Pointer[error]
+	)
+	h.onEvent = func(e etl.Event) {
+		if e.Kind == etl.EventSyncRetrying {
+			retries.Add(1)
+			lastRetry.Store(&e.Err)
+		}
+	}
+	h.retry = &etl.Retry{Backoff: 50 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- h.run(ctx, 50*time.Millisecond) }()
+	waitStreaming(t, d, slot, done)
+	p := pl.Load()
+	if err := p.Resnapshot(ctx, tbl); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Until(t, "the re-snapshot held part way", func() bool {
+		s := p.Status().Streams[tbl]
+		return s.Snapshotting && s.SnapshotDone >= 450
+	})
+	if n := queryOne(t, d, "SELECT count(pg_terminate_backend(pid, 30000)) FROM pg_stat_activity WHERE usename = '"+role+
+		"' AND backend_type = 'client backend'"); n != "2" {
+		t.Fatalf("%s connections of %s ended, want 2: the query connection and the re-snapshot's", n, role)
+	}
+	close(release)
+	testutil.Until(t, "a checkpoint with the re-snapshot done", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Run ended: %v", err)
+		default:
+		}
+		x, ok := slotJobs(t, h.ckpts, slot)
+		return ok && len(x.Jobs) == 0 && x.Raise[tbl] > 0
+	})
+	if n := retries.Load(); n != 0 {
+		t.Errorf("the lost connections cost %d attempts, the last after: %v", n, *lastRetry.Load())
+	}
+	cancel()
+	if err := testutil.Recv(t, "Run to stop", done); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	seen := map[string]int{}
+	for _, r := range h.rows(tbl) {
+		seen[r]++
+	}
+	for id := 1; id <= rows; id++ {
+		if n := seen[fmt.Sprintf("insert %d", id)]; n != 2 {
+			t.Errorf("id %d: %d rows, want 2 (the snapshot's and the re-snapshot's)", id, n)
+		}
+	}
+}
+
 // endClients ends role's connections other than walsenders (the
 // source's query connection, once the snapshot is done), waiting until
 // they are gone; there must be one.

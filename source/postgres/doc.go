@@ -347,8 +347,9 @@
 // itself). Each reconnect is logged at Warn.
 //
 // The source's query connection (slot checks, heartbeats, partition
-// look-ups) may be ended while it sits idle: a query that finds it gone
-// runs once more on a new connection, and the attempt goes on.
+// look-ups) and a re-snapshot's chunk connection may be ended while they
+// sit idle: a query that finds its connection gone runs once more on a
+// new one (a chunk is read again whole), and the attempt goes on.
 //
 // # Failover and standbys
 //

@@ -299,19 +299,17 @@ func (sp *split) readChunk(ctx context.Context) (*chunk, error) {
 	rs := &sp.rs
 	j := &rs.x.Jobs[0]
 	t := sp.table(j.Stream)
-	if rs.conn == nil {
-		c, err := sp.src.connect(ctx, false)
-		if err != nil {
-			return nil, err
-		}
-		rs.conn = c
-	}
 	if p := rs.stream.Load(); p == nil || *p != j.Stream {
 		name := j.Stream
 		rs.copied.Store(j.Rows)
 		rs.estimated.Store(0)
-		if rows, err := queryText(ctx, rs.conn, `SELECT GREATEST(reltuples, 0)::int8 FROM pg_class WHERE oid = to_regclass(`+
-			quoteLiteral(t.ident())+`)`); err == nil && len(rows) == 1 {
+		var rows [][][]byte
+		err := sp.withChunkConn(ctx, func(c *pgconn.PgConn) (err error) {
+			rows, err = queryText(ctx, c, `SELECT GREATEST(reltuples, 0)::int8 FROM pg_class WHERE oid = to_regclass(`+
+				quoteLiteral(t.ident())+`)`)
+			return err
+		})
+		if err == nil && len(rows) == 1 {
 			n, _ := strconv.ParseInt(string(rows[0][0]), 10, 64)
 			rs.estimated.Store(n)
 		}
@@ -328,7 +326,11 @@ func (sp *split) readChunk(ctx context.Context) (*chunk, error) {
 		j.After = nil
 	}
 	for try := 0; ; try++ {
-		ch, err := sp.queryChunk(ctx, t, j)
+		var ch *chunk
+		err := sp.withChunkConn(ctx, func(c *pgconn.PgConn) (err error) {
+			ch, err = sp.queryChunk(ctx, c, t, j)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -348,8 +350,15 @@ func (sp *split) readChunk(ctx context.Context) (*chunk, error) {
 			}
 			rs.n++
 			ch.id = fmt.Sprintf("%s:%d:%d", sp.src.cfg.Slot, time.Now().UnixNano(), rs.n)
-			if _, err := queryText(ctx, rs.conn, `SELECT pg_logical_emit_message(true, `+quoteLiteral(highPrefix)+`, `+
-				quoteLiteral(ch.idJSON())+`)`); err != nil {
+			// Written twice (the first write committed, its answer
+			// lost with the connection), the second watermark comes
+			// after the chunk was emitted at the first and matches no
+			// chunk then.
+			if err := sp.withChunkConn(ctx, func(c *pgconn.PgConn) error {
+				_, err := queryText(ctx, c, `SELECT pg_logical_emit_message(true, `+quoteLiteral(highPrefix)+`, `+
+					quoteLiteral(ch.idJSON())+`)`)
+				return err
+			}); err != nil {
 				return nil, fmt.Errorf("postgres: re-snapshot of %s: write the watermark: %w", j.Stream, err)
 			}
 			return ch, nil
@@ -358,10 +367,35 @@ func (sp *split) readChunk(ctx context.Context) (*chunk, error) {
 	}
 }
 
+// withChunkConn runs fn on the re-snapshot's connection, connecting
+// when there is none. When fn fails because that connection was lost
+// (ended by the server or the network while it sat idle between chunks,
+// or during fn: pgconn closes it), fn runs once more on a new
+// connection, so that a lost connection costs no attempt. fn must be
+// safe to repeat.
+func (sp *split) withChunkConn(ctx context.Context, fn func(c *pgconn.PgConn) error) error {
+	rs := &sp.rs
+	for try := 0; ; try++ {
+		if rs.conn == nil || rs.conn.IsClosed() {
+			c, err := sp.src.connect(ctx, false)
+			if err != nil {
+				return err
+			}
+			rs.conn = c
+		}
+		c := rs.conn
+		err := fn(c)
+		if err == nil || try > 0 || ctx.Err() != nil || !c.IsClosed() {
+			return err
+		}
+		sp.src.log.DebugContext(ctx, "re-snapshot: connection lost; querying again on a new one", "err", err)
+	}
+}
+
 // queryChunk reads the rows after j.After under a REPEATABLE READ
-// snapshot, and that snapshot's xmax and in-progress transactions.
-func (sp *split) queryChunk(ctx context.Context, t *table, j *job) (*chunk, error) {
-	c := sp.rs.conn
+// snapshot on c, and that snapshot's xmax and in-progress transactions.
+// It writes nothing: a repeat reads the chunk again.
+func (sp *split) queryChunk(ctx context.Context, c *pgconn.PgConn, t *table, j *job) (*chunk, error) {
 	fail := func(err error) (*chunk, error) {
 		queryText(context.WithoutCancel(ctx), c, "ROLLBACK")
 		return nil, fmt.Errorf("postgres: re-snapshot of %s: %w", t.stream.Name, err)
