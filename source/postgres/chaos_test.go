@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,10 +48,17 @@ func TestConnectionsEndedUnderWriter(t *testing.T) {
 	h.wrap = func(s source.Source) source.Source { return testutil.HoldUntil(s, rows/4, release) }
 	var pl atomic.Pointer[etl.Pipeline]
 	h.built = func(p *etl.Pipeline) { pl.Store(p) }
-	var retries atomic.Int64
+	var (
+		retries atomic.Int64
+		mu      sync.Mutex
+		why     = map[string]int{} // the retried attempts' errors
+	)
 	h.onEvent = func(e etl.Event) {
 		if e.Kind == etl.EventSyncRetrying {
 			retries.Add(1)
+			mu.Lock()
+			why[e.Err.Error()]++
+			mu.Unlock()
 		}
 	}
 	h.retry = &etl.Retry{Backoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
@@ -118,4 +126,9 @@ func TestConnectionsEndedUnderWriter(t *testing.T) {
 	defer c.Close(context.Background())
 	checkOutputIsTable(t, c, h.tables, tbl)
 	t.Logf("writer committed %d transactions; %d faults ended connections %v; %d attempts retried", txns, rounds+1, ended, retries.Load())
+	mu.Lock()
+	defer mu.Unlock()
+	for e, n := range why {
+		t.Logf("%d attempts retried after: %s", n, e)
+	}
 }
