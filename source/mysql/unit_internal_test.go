@@ -3,11 +3,12 @@ package mysql
 import (
 	"bytes"
 	"errors"
-	"github.com/openetl/etl/source"
 	"strings"
 	"testing"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/openetl/etl/source"
 )
 
 // TestGTIDPositions: both flavors' GTID positions parse, print back in
