@@ -355,7 +355,10 @@
 // Parquet output (TestRunRidesOutServerRestart), and restarted while a
 // snapshot's first chunk is held by a table lock after the binlog split
 // committed rows inserted since the origin (TestRestartDuringSnapshot),
-// progress and lag (TestProgressAndLag), DDL, purged binlogs, settings.
+// progress and lag (TestProgressAndLag), the source's connections
+// killed 21 times at random under a writer, during the snapshot and while
+// streaming, the output still equal to the table
+// (TestConnectionsKilledUnderWriter), DDL, purged binlogs, settings.
 // The project's test servers include no MySQL server (Debian 12 packages
 // none): the MySQL code paths (v2 rows events, GTID sets with server UUIDs and tags, binary
 // JSON, anonymous GTIDs) are tested on binlog events built byte for byte

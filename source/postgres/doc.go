@@ -350,6 +350,9 @@
 // look-ups) and a re-snapshot's chunk connection may be ended while they
 // sit idle: a query that finds its connection gone runs once more on a
 // new one (a chunk is read again whole), and the attempt goes on.
+// TestConnectionsEndedUnderWriter ends the source's connections 21 times
+// at random under a writer, during the first snapshot, its hand-over and
+// streaming: the output applied in seq order equals the table.
 //
 // # Failover and standbys
 //
