@@ -511,10 +511,12 @@ func (s *Source) writable(ctx context.Context) (bool, error) {
 		if old = serverMajor(c) < 14; old {
 			return nil
 		}
-		rows, err = queryText(ctx, c, "SELECT pg_is_in_recovery()")
-		return err
+		if rows, err = queryText(ctx, c, "SELECT pg_is_in_recovery()"); err != nil {
+			return fmt.Errorf("postgres: in recovery: %w", err)
+		}
+		return nil
 	}); err != nil {
-		return false, fmt.Errorf("postgres: in recovery: %w", err)
+		return false, err
 	}
 	return !old && string(rows[0][0]) == "f", nil
 }
