@@ -544,7 +544,9 @@ func (p *Pipeline) Sync(ctx context.Context) (Result, error) {
 // over), when the destination is ahead of the checkpoint store (a
 // *sink.AheadError, see Sync), or on any other permanent error; and a
 // *RetryBudgetError when an outage outlasts Retry.Budget. Cancelled while
-// it waits to retry, it returns nil.
+// it waits to retry, or as an attempt fails with an error it would
+// retry, it returns nil: the stop was asked for, and the next Run
+// resumes from the last checkpoint.
 //
 // Like Sync, Run returns ErrBusy while another Sync or Run of this
 // Pipeline runs, and ErrClosed after Close. Run doesn't run AfterSync

@@ -45,6 +45,7 @@ var inBubble = map[string]func(*testing.T){
 	"TestRewindRenamesReopenWriters":                TestRewindRenamesReopenWriters,
 	"TestRetriedSyncCountsEpochPastCommitPoint":     TestRetriedSyncCountsEpochPastCommitPoint,
 	"TestRetryStopsWhenOvertaken":                   TestRetryStopsWhenOvertaken,
+	"TestStopDuringFailedAttempt":                   TestStopDuringFailedAttempt,
 	"TestRunLeavesNoGoroutines":                     TestRunLeavesNoGoroutines,
 	"TestRunStopEvents":                             TestRunStopEvents,
 	"TestRunStopRestartCycles":                      TestRunStopRestartCycles,

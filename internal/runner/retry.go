@@ -185,7 +185,16 @@ func attempts(ctx context.Context, cfg Config, bounded bool) (Result, error) {
 		res, sum, err := attempt(ctx, cfg, bounded, total)
 		err = classify(cfg, err)
 		total = addResults(total, res)
-		if err == nil || ctx.Err() != nil {
+		if err == nil {
+			return total, nil
+		}
+		if ctx.Err() != nil {
+			if retry != nil && !retry.permanent(err) && !errors.Is(err, context.Cause(ctx)) {
+				// A failure the next attempt would have ridden out, as
+				// the caller stopped: a stop, as when it comes during
+				// the pause before that attempt (Run returns nil).
+				return total, fmt.Errorf("%w (while stopping after: %w)", context.Cause(ctx), err)
+			}
 			return total, err
 		}
 		if res.Epochs > 0 {

@@ -233,3 +233,38 @@ func TestRetryStopsWhenOvertaken(t *testing.T) {
 		t.Fatalf("HEAD held by generation %d (%v), want the other copy's %d", g, err, gen)
 	}
 }
+
+// stopSource is a source whose Open stops the caller (cancel) and then
+// fails as a cut connection does: the failure and the stop come
+// together.
+type stopSource struct {
+	cutSource
+	cancel context.CancelFunc
+}
+
+func (s *stopSource) Open(context.Context, []string, map[source.SplitID][]byte) ([]source.Split, error) {
+	s.cancel()
+	return nil, errCut
+}
+
+// TestStopDuringFailedAttempt: an attempt fails with an error a retry
+// would ride out just as the caller stops. Run returns nil, as when the
+// stop comes during the pause before the next attempt; a retrying Sync
+// returns an error wrapping both the stop and the failure.
+func TestStopDuringFailedAttempt(t *testing.T) {
+	for _, bounded := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cfg := runner.Config{Name: "p", Source: &stopSource{cancel: cancel}, Destination: newMemDest(), Store: checkpoint.NewMem(),
+			NewEngine: newFakeEngine, Retry: &runner.RetryPolicy{Budget: time.Minute, Backoff: time.Millisecond, Sync: true}}
+		if !bounded {
+			if err := runner.Run(ctx, cfg); err != nil {
+				t.Errorf("Run: %v, want nil (stopped)", err)
+			}
+			continue
+		}
+		_, err := runner.Sync(ctx, cfg)
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, errCut) {
+			t.Errorf("Sync: %v, want the stop and the cut", err)
+		}
+	}
+}
