@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source"
@@ -105,7 +106,68 @@ func tryTxn(brokers []string, id string, commit bool, recs []*kgo.Record) (again
 	if err := cl.ProduceSync(ctx, cp...).FirstErr(); err != nil {
 		return true, fmt.Errorf("produce: %w", err)
 	}
-	return false, cl.EndTransaction(ctx, kgo.TransactionEndTry(commit))
+	if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+		return false, err
+	}
+	return false, waitStable(ctx, cl, cp)
+}
+
+// waitStable waits until the last stable offset of each partition recs
+// went to is past their offsets. EndTransaction returns before the
+// transaction's markers are written to its partitions, and until then
+// a read_committed reader's end (a bounded read stops at the last stable
+// offset) stays before the transaction and everything after it.
+func waitStable(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
+	want := map[string]map[int32]int64{}
+	for _, r := range recs {
+		if want[r.Topic] == nil {
+			want[r.Topic] = map[int32]int64{}
+		}
+		want[r.Topic][r.Partition] = max(want[r.Topic][r.Partition], r.Offset+1)
+	}
+	for {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.ReplicaID, req.IsolationLevel = -1, 1
+		for topic, parts := range want {
+			rt := kmsg.NewListOffsetsRequestTopic()
+			rt.Topic = topic
+			for p := range parts {
+				rp := kmsg.NewListOffsetsRequestTopicPartition()
+				rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = p, -1, -1
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			req.Topics = append(req.Topics, rt)
+		}
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return fmt.Errorf("last stable offsets: %w", err)
+		}
+		stable := 0
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode == 0 && p.Offset >= want[t.Topic][p.Partition] {
+					stable++
+				}
+			}
+		}
+		if stable == countParts(want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the transaction's markers: %w", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// countParts counts the partitions of m.
+func countParts(m map[string]map[int32]int64) int {
+	n := 0
+	for _, ps := range m {
+		n += len(ps)
+	}
+	return n
 }
 
 func rec(topic string, partition int32, key, value string) *kgo.Record {
