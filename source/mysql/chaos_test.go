@@ -54,44 +54,8 @@ func TestConnectionsKilledUnderWriter(t *testing.T) {
 	t.Logf("fault seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
 
-	wctx, stopWriter := context.WithCancel(context.Background())
+	stopWriter := startKTWriter(t, d, db, rows+1, rand.New(rand.NewPCG(seed, 8)))
 	defer stopWriter()
-	writerDone := make(chan error, 1)
-	var txns atomic.Int64
-	go func() {
-		c := conn(t, d)
-		defer c.Close()
-		wr := rand.New(rand.NewPCG(seed, 8))
-		next := rows + 1
-		for i := 0; wctx.Err() == nil; i++ {
-			sqls := []string{"BEGIN"}
-			for range 1 + wr.IntN(5) {
-				id := 1 + wr.IntN(next)
-				switch wr.IntN(5) {
-				case 0, 1:
-					sqls = append(sqls, fmt.Sprintf("INSERT INTO %s.kt VALUES (%d, %d, 'new %d')", db, next, i, i))
-					next++
-				case 2:
-					sqls = append(sqls, fmt.Sprintf("UPDATE %s.kt SET v = v + 1, note = 'upd %d' WHERE id = %d", db, i, id))
-				case 3:
-					sqls = append(sqls, fmt.Sprintf("DELETE FROM %s.kt WHERE id = %d", db, id))
-				case 4:
-					sqls = append(sqls, fmt.Sprintf("UPDATE IGNORE %s.kt SET id = %d WHERE id = %d", db, next, id))
-					next++
-				}
-			}
-			sqls = append(sqls, "COMMIT")
-			for _, sql := range sqls {
-				if _, err := c.Execute(sql); err != nil {
-					writerDone <- fmt.Errorf("%s: %w", sql, err)
-					return
-				}
-			}
-			txns.Add(1)
-			time.Sleep(time.Duration(wr.IntN(3)) * time.Millisecond)
-		}
-		writerDone <- nil
-	}()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -144,8 +108,8 @@ func TestConnectionsKilledUnderWriter(t *testing.T) {
 		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond) // where in the epoch the kill lands
 		end(rng.IntN(len(kinds)))
 	}
-	stopWriter()
-	if err := <-writerDone; err != nil {
+	txns, err := stopWriter()
+	if err != nil {
 		t.Fatalf("writer: %v", err)
 	}
 	cancel()
@@ -186,7 +150,7 @@ func TestConnectionsKilledUnderWriter(t *testing.T) {
 	}
 	checkHistories(t, dir, "kt")
 	t.Logf("writer committed %d transactions; %d kills ended connections %v; %d attempts retried; %d rows equal the table",
-		txns.Load(), rounds+1, killed, retries.Load(), len(want))
+		txns, rounds+1, killed, retries.Load(), len(want))
 	mu.Lock()
 	defer mu.Unlock()
 	for e, n := range why {

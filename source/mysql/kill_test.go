@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	gosync "sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,49 +73,7 @@ func TestKill(t *testing.T) {
 	dir := t.TempDir()
 
 	// The writer: a transaction every few milliseconds.
-	ctx, stopWriter := context.WithCancel(context.Background())
-	writerDone := make(chan error, 1)
-	go func() {
-		c := conn(t, d)
-		defer c.Close()
-		rng := rand.New(rand.NewPCG(1, 2))
-		next := n + 1
-		for i := 0; ctx.Err() == nil; i++ {
-			sqls := []string{"BEGIN"}
-			for range 1 + rng.IntN(5) {
-				id := 1 + rng.IntN(next)
-				switch rng.IntN(5) {
-				case 0, 1:
-					sqls = append(sqls, fmt.Sprintf("INSERT INTO %s.kt VALUES (%d, %d, 'new %d')", db, next, i, i))
-					next++
-				case 2:
-					sqls = append(sqls, fmt.Sprintf("UPDATE %s.kt SET v = v + 1, note = 'upd %d' WHERE id = %d", db, i, id))
-				case 3:
-					sqls = append(sqls, fmt.Sprintf("DELETE FROM %s.kt WHERE id = %d", db, id))
-				case 4:
-					sqls = append(sqls, fmt.Sprintf("UPDATE IGNORE %s.kt SET id = %d WHERE id = %d", db, next, id))
-					next++
-				}
-			}
-			sqls = append(sqls, "COMMIT")
-			for _, sql := range sqls {
-				if _, err := c.Execute(sql); err != nil {
-					// The bulk updates run at the same time: a deadlock
-					// rolls the transaction back; the writer goes on.
-					var me *gomysql.MyError
-					if errors.As(err, &me) && (me.Code == gomysql.ER_LOCK_DEADLOCK || me.Code == gomysql.ER_LOCK_WAIT_TIMEOUT) {
-						if _, err := c.Execute("ROLLBACK"); err == nil {
-							break
-						}
-					}
-					writerDone <- fmt.Errorf("%s: %w", sql, err)
-					return
-				}
-			}
-			time.Sleep(time.Duration(rng.IntN(4)) * time.Millisecond)
-		}
-		writerDone <- nil
-	}()
+	stopWriter := startKTWriter(t, d, db, n+1, rand.New(rand.NewPCG(1, 2)))
 	defer stopWriter()
 
 	const chunk = 2000
@@ -243,8 +203,7 @@ func TestKill(t *testing.T) {
 			prev, prevEpoch = st, epoch
 		}
 	}
-	stopWriter()
-	if err := <-writerDone; err != nil {
+	if _, err := stopWriter(); err != nil {
 		t.Fatalf("writer: %v", err)
 	}
 	if killed < 5 || inSnapshot < snapKills {
@@ -289,6 +248,72 @@ func TestKill(t *testing.T) {
 	}
 	t.Logf("%d rows in the table, %d Parquet rows; %d missing, %d wrong, %d extra", len(want), st.Rows, missing, wrong, extra)
 	checkHistories(t, dir, "kt")
+}
+
+// startKTWriter commits transactions of 1 to 5 changes to db.kt (id,
+// v, note), a few milliseconds apart, until the function it returns is
+// called: inserts of new ids from next on, updates raising v, deletes,
+// and key changes to new ids (ids are never used again). A deadlock
+// rolls its transaction back and the writer goes on. The function
+// returns how many transactions committed, and the writer's error; a
+// second call returns the same.
+func startKTWriter(t *testing.T, d, db string, next int, rng *rand.Rand) func() (int64, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var txns atomic.Int64
+	go func() {
+		c := conn(t, d)
+		defer c.Close()
+		for i := 0; ctx.Err() == nil; i++ {
+			sqls := []string{"BEGIN"}
+			for range 1 + rng.IntN(5) {
+				id := 1 + rng.IntN(next)
+				switch rng.IntN(5) {
+				case 0, 1:
+					sqls = append(sqls, fmt.Sprintf("INSERT INTO %s.kt VALUES (%d, %d, 'new %d')", db, next, i, i))
+					next++
+				case 2:
+					sqls = append(sqls, fmt.Sprintf("UPDATE %s.kt SET v = v + 1, note = 'upd %d' WHERE id = %d", db, i, id))
+				case 3:
+					sqls = append(sqls, fmt.Sprintf("DELETE FROM %s.kt WHERE id = %d", db, id))
+				case 4:
+					sqls = append(sqls, fmt.Sprintf("UPDATE IGNORE %s.kt SET id = %d WHERE id = %d", db, next, id))
+					next++
+				}
+			}
+			sqls = append(sqls, "COMMIT")
+			committed := true
+			for _, sql := range sqls {
+				if _, err := c.Execute(sql); err != nil {
+					// Bulk updates at the same time: a deadlock rolls the
+					// transaction back; the writer goes on.
+					var me *gomysql.MyError
+					if errors.As(err, &me) && (me.Code == gomysql.ER_LOCK_DEADLOCK || me.Code == gomysql.ER_LOCK_WAIT_TIMEOUT) {
+						if _, err := c.Execute("ROLLBACK"); err == nil {
+							committed = false
+							break
+						}
+					}
+					done <- fmt.Errorf("%s: %w", sql, err)
+					return
+				}
+			}
+			if committed {
+				txns.Add(1)
+			}
+			time.Sleep(time.Duration(rng.IntN(4)) * time.Millisecond)
+		}
+		done <- nil
+	}()
+	var once gosync.Once
+	var err error
+	return func() (int64, error) {
+		once.Do(func() {
+			cancel()
+			err = <-done
+		})
+		return txns.Load(), err
+	}
 }
 
 // checkHistories checks that each row's records in the Parquet output of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,19 +47,7 @@ func TestConnectionsEndedUnderWriter(t *testing.T) {
 	h.wrap = func(s source.Source) source.Source { return testutil.HoldUntil(s, rows/4, release) }
 	var pl atomic.Pointer[etl.Pipeline]
 	h.built = func(p *etl.Pipeline) { pl.Store(p) }
-	var (
-		retries atomic.Int64
-		mu      sync.Mutex
-		why     = map[string]int{} // the retried attempts' errors
-	)
-	h.onEvent = func(e etl.Event) {
-		if e.Kind == etl.EventSyncRetrying {
-			retries.Add(1)
-			mu.Lock()
-			why[e.Err.Error()]++
-			mu.Unlock()
-		}
-	}
+	retried := recordRetries(h)
 	h.retry = &etl.Retry{Backoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("fault seed %d", seed)
@@ -125,10 +112,8 @@ func TestConnectionsEndedUnderWriter(t *testing.T) {
 	}
 	defer c.Close(context.Background())
 	checkOutputIsTable(t, c, h.tables, tbl)
-	t.Logf("writer committed %d transactions; %d faults ended connections %v; %d attempts retried", txns, rounds+1, ended, retries.Load())
-	mu.Lock()
-	defer mu.Unlock()
-	for e, n := range why {
+	t.Logf("writer committed %d transactions; %d faults ended connections %v; %d attempts retried", txns, rounds+1, ended, retried.count())
+	for e, n := range retried.causes() {
 		t.Logf("%d attempts retried after: %s", n, e)
 	}
 }

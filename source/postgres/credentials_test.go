@@ -299,33 +299,12 @@ func TestQueryConnectionLost(t *testing.T) {
 			tbl, pub, slot, role := credentialsSetup(t, d, initial)
 			h := newHarness(t, roleDSN(t, d, role, "pw-1"), postgres.Config{Publication: pub, Slot: slot,
 				StatusInterval: 100 * time.Millisecond, HeartbeatInterval: tc.heartbeat})
-			var (
-				retries   atomic.Int64
-				lastRetry atomic.Pointer[error]
-			)
-			h.onEvent = func(e etl.Event) {
-				if e.Kind == etl.EventSyncRetrying {
-					retries.Add(1)
-					lastRetry.Store(&e.Err)
-				}
-			}
-			h.retry = &etl.Retry{Backoff: 50 * time.Millisecond}
+			retried := recordRetries(h)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := make(chan error, 1)
 			go func() { done <- h.run(ctx, 50*time.Millisecond) }()
-			committed := func(n int64) {
-				t.Helper()
-				testutil.Until(t, fmt.Sprintf("%d rows committed", n), func() bool {
-					select {
-					case err := <-done:
-						t.Fatalf("Run ended: %v", err)
-					default:
-					}
-					r := headRecord(t, h.ckpts)
-					return r != nil && r.Totals[tbl].Written >= n
-				})
-			}
+			committed := waitCommitted(t, h, tbl, done)
 			committed(initial)
 			waitStreaming(t, d, slot, done)
 			at := queryOne(t, d, "SELECT now()")
@@ -339,8 +318,8 @@ func TestQueryConnectionLost(t *testing.T) {
 				execSQL(t, d, fmt.Sprintf("INSERT INTO %s VALUES (%d, 'streamed')", tbl, id))
 			}
 			committed(initial + streamed)
-			if n := retries.Load(); n != 0 {
-				t.Errorf("the lost query connection cost %d attempts, the last after: %v", n, *lastRetry.Load())
+			if n := retried.count(); n != 0 {
+				t.Errorf("the lost query connection cost %d attempts, the last after: %v", n, retried.last())
 			}
 			cancel()
 			if err := testutil.Recv(t, "Run to stop", done); err != nil {
@@ -379,17 +358,7 @@ func TestResnapshotConnectionLost(t *testing.T) {
 	h.wrap = func(s source.Source) source.Source { return testutil.HoldUntil(s, 450, release) }
 	var pl atomic.Pointer[etl.Pipeline]
 	h.built = func(p *etl.Pipeline) { pl.Store(p) }
-	var (
-		retries   atomic.Int64
-		lastRetry atomic.Pointer[error]
-	)
-	h.onEvent = func(e etl.Event) {
-		if e.Kind == etl.EventSyncRetrying {
-			retries.Add(1)
-			lastRetry.Store(&e.Err)
-		}
-	}
-	h.retry = &etl.Retry{Backoff: 50 * time.Millisecond}
+	retried := recordRetries(h)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -417,8 +386,8 @@ func TestResnapshotConnectionLost(t *testing.T) {
 		x, ok := slotJobs(t, h.ckpts, slot)
 		return ok && len(x.Jobs) == 0 && x.Raise[tbl] > 0
 	})
-	if n := retries.Load(); n != 0 {
-		t.Errorf("the lost connections cost %d attempts, the last after: %v", n, *lastRetry.Load())
+	if n := retried.count(); n != 0 {
+		t.Errorf("the lost connections cost %d attempts, the last after: %v", n, retried.last())
 	}
 	cancel()
 	if err := testutil.Recv(t, "Run to stop", done); err != nil {

@@ -12,7 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/openetl/etl"
 	"github.com/openetl/etl/checkpoint"
+	"github.com/openetl/etl/internal/testutil"
 	"github.com/openetl/etl/source/postgres"
 )
 
@@ -129,4 +131,72 @@ func headRecord(t *testing.T, dir string) *checkpoint.Record {
 		return nil // being replaced
 	}
 	return r
+}
+
+// retries records the attempts a harness's Run retried, with their
+// errors (see recordRetries).
+type retries struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+// recordRetries sets h's event hook to record each retried attempt,
+// and a quick Retry (50 ms backoff).
+func recordRetries(h *harness) *retries {
+	r := &retries{}
+	h.onEvent = func(e etl.Event) {
+		if e.Kind == etl.EventSyncRetrying {
+			r.mu.Lock()
+			r.errs = append(r.errs, e.Err)
+			r.mu.Unlock()
+		}
+	}
+	h.retry = &etl.Retry{Backoff: 50 * time.Millisecond}
+	return r
+}
+
+// count is the number of attempts retried so far.
+func (r *retries) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.errs)
+}
+
+// last is the error of the last attempt retried, nil when none was.
+func (r *retries) last() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.errs) == 0 {
+		return nil
+	}
+	return r.errs[len(r.errs)-1]
+}
+
+// causes counts the retried attempts by error text.
+func (r *retries) causes() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := map[string]int{}
+	for _, err := range r.errs {
+		m[err.Error()]++
+	}
+	return m
+}
+
+// waitCommitted returns a function that waits until HEAD's totals hold
+// n rows of tbl written, failing if the Run reporting on done ends
+// first.
+func waitCommitted(t *testing.T, h *harness, tbl string, done chan error) func(n int64) {
+	return func(n int64) {
+		t.Helper()
+		testutil.Until(t, fmt.Sprintf("%d rows committed", n), func() bool {
+			select {
+			case err := <-done:
+				t.Fatalf("Run ended: %v", err)
+			default:
+			}
+			r := headRecord(t, h.ckpts)
+			return r != nil && r.Totals[tbl].Written >= n
+		})
+	}
 }

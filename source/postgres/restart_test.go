@@ -217,18 +217,7 @@ func TestStreamTakenUpAgain(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- h.run(ctx, 50*time.Millisecond) }()
-	committed := func(n int64) {
-		t.Helper()
-		testutil.Until(t, fmt.Sprintf("%d rows committed", n), func() bool {
-			select {
-			case err := <-done:
-				t.Fatalf("Run ended: %v", err)
-			default:
-			}
-			r := headRecord(t, h.ckpts)
-			return r != nil && r.Totals[tbl].Written >= n
-		})
-	}
+	committed := waitCommitted(t, h, tbl, done)
 	insert := func(from, to int) {
 		t.Helper()
 		for id := from; id <= to; id++ {
