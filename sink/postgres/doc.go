@@ -198,5 +198,17 @@
 // none; held values released into the tables (a later version taking
 // their type, the host changing a column's type) once each, on their
 // rows, read back with psql, also across crashes before and after the
-// epoch's commit point.
+// epoch's commit point; and the pool's connections ended 20 times at
+// random under a Sync (TestConnectionsEndedUnderSync), every version in
+// the tables once.
+//
+// # Lost connections
+//
+// A connection the server or the network ended leaves an attempt only
+// where it was in use: each attempt starts by pinging the pool's idle
+// connections and dropping the dead ones (pgxpool itself pings only a
+// connection idle for over a second), and a Write that finds its
+// connection lost as it creates its batch's staging table does so again
+// on another. Lost anywhere else (a COPY, a Commit), the connection
+// fails the attempt, and the next one resumes from the checkpoint.
 package postgres

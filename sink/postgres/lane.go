@@ -174,12 +174,8 @@ func (l *lane) write(ctx context.Context, stream string, rec arrow.RecordBatch) 
 		}
 	}
 	n := int(rec.NumRows())
-	conn, err := l.d.cfg.Pool.Acquire(ctx)
+	conn, err := l.acquirePrepared(ctx, t)
 	if err != nil {
-		return fmt.Errorf("postgres: %s: %w", stream, err)
-	}
-	if err := l.prepare(ctx, conn, t); err != nil {
-		conn.Release()
 		return fmt.Errorf("postgres: staging table of %s: %w", stream, err)
 	}
 	// The rows are encoded as the COPY reads them (pgconn's sender
@@ -330,6 +326,29 @@ func (l *lane) encode(b []byte, t *table, arrays []arrow.Array, from, to int, ba
 	return b
 }
 
+// acquirePrepared acquires a connection and prepares t's staging table
+// on it. A connection found lost there (ended while it sat idle in the
+// pool, most likely: prepare is the first statement on it) leaves the
+// pool, and prepare, which repeats harmlessly, runs again on another,
+// up to once per connection the pool may hold.
+func (l *lane) acquirePrepared(ctx context.Context, t *table) (*pgxpool.Conn, error) {
+	for tries := int32(0); ; tries++ {
+		conn, err := l.d.cfg.Pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		err = l.prepare(ctx, conn, t)
+		if err == nil {
+			return conn, nil
+		}
+		lost := conn.Conn().IsClosed()
+		conn.Release() // a closed connection leaves the pool
+		if !lost || ctx.Err() != nil || tries >= l.d.cfg.Pool.Config().MaxConns {
+			return nil, err
+		}
+	}
+}
+
 // prepare makes the staging table of t's current batch take t's
 // columns: it creates and registers the table on the batch's first COPY,
 // and adds or widens columns when the schema changed within the batch.
@@ -347,15 +366,18 @@ func (l *lane) prepare(ctx context.Context, conn *pgxpool.Conn, t *table) error 
 			defs[i] = ident(c.Name) + ` ` + c.wire
 			t.staged[c.Name] = c.wire
 		}
-		create := `CREATE TABLE `
+		create := `CREATE TABLE IF NOT EXISTS `
 		if l.d.cfg.UnloggedStaging {
-			create = `CREATE UNLOGGED TABLE `
+			create = `CREATE UNLOGGED TABLE IF NOT EXISTS `
 		}
 		// One transaction: a staging table is always registered, so
-		// Recover finds what a lane that died left.
+		// Recover finds what a lane that died left. The name is this
+		// lane's batch's alone, so a repeat (its connection lost, the
+		// first may have committed) changes nothing.
 		if _, err := conn.Exec(ctx, `BEGIN; `+create+l.d.staging(name)+` (`+strings.Join(defs, ", ")+`); `+
 			`INSERT INTO `+l.d.registry()+` (pipeline, stage, batch, table_name, staging) VALUES (`+
-			literal(l.cfg.Pipeline)+`, `+literal(l.stage)+`, `+strconv.FormatInt(l.batch, 10)+`, `+literal(t.name)+`, `+literal(name)+`); COMMIT`); err != nil {
+			literal(l.cfg.Pipeline)+`, `+literal(l.stage)+`, `+strconv.FormatInt(l.batch, 10)+`, `+literal(t.name)+`, `+literal(name)+
+			`) ON CONFLICT (staging) DO NOTHING; COMMIT`); err != nil {
 			return err
 		}
 		t.staging = name
@@ -365,7 +387,7 @@ func (l *lane) prepare(ctx context.Context, conn *pgxpool.Conn, t *table) error 
 	for _, c := range t.cols {
 		switch have, ok := t.staged[c.Name]; {
 		case !ok:
-			stmts = append(stmts, `ALTER TABLE `+l.d.staging(t.staging)+` ADD COLUMN `+ident(c.Name)+` `+c.wire)
+			stmts = append(stmts, `ALTER TABLE `+l.d.staging(t.staging)+` ADD COLUMN IF NOT EXISTS `+ident(c.Name)+` `+c.wire)
 		case have == c.wire:
 		case widens(have, c.wire):
 			// The engine widened the column within the epoch: the rows

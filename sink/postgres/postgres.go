@@ -244,10 +244,30 @@ func (d *Destination) Writer(ctx context.Context, cfg sink.WriterConfig) (sink.W
 			return nil, fmt.Errorf("%w (stream %s)", err, s.Stream)
 		}
 	}
+	if cfg.Lane == 0 {
+		d.sweep(ctx)
+	}
 	l := &lane{d: d, cfg: cfg, stage: fmt.Sprintf("%d-%s", cfg.Lane, rand.Text()), tables: map[string]*table{}}
 	return ledger.NewWriter(ledger.Config[*sql.Tx]{Pipeline: cfg.Pipeline, Lane: cfg.Lane, Stager: l,
 		Books: d.books(), Applier: applier{d, cfg.Streams}, Name: "postgres", Where: "the Postgres table " + d.cfg.Schema + "." + d.cfg.Ledger,
 		Logger: d.cfg.Logger})
+}
+
+// sweep pings the pool's idle connections as an attempt starts, and
+// drops those the server or the network ended: a fault that failed the
+// last attempt (a restart, a failover, connections ended by an
+// administrator) leaves them in the pool, and pgxpool pings a
+// connection before handing it out only when it was idle for over a
+// second, so an attempt right after would fail on each in turn. Each
+// idle connection is pinged once an attempt; connections in use (by the
+// user's other code, on a shared pool) are left alone.
+func (d *Destination) sweep(ctx context.Context) {
+	for _, c := range d.cfg.Pool.AcquireAllIdle(ctx) {
+		// A failed ping closes the connection, and Release drops a
+		// closed one from the pool.
+		c.Ping(ctx)
+		c.Release()
+	}
 }
 
 // DropStaged drops every staging table of every pipeline (but those of
