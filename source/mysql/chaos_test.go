@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	gosync "sync"
 	"sync/atomic"
 	"testing"
@@ -121,36 +120,9 @@ func TestConnectionsKilledUnderWriter(t *testing.T) {
 		t.Fatalf("final sync: %v", err)
 	}
 
-	st := testutil.ReadParquetTables(t, filepath.Join(dir, "tables"))["kt"]
-	if st == nil || st.Rows != st.DistinctIDs || len(st.ExtraFiles)+len(st.MissingFiles) > 0 {
-		t.Fatalf("Parquet table: %+v: a version written twice, or files not in the manifest", st)
-	}
-	got := latestRows(t, dir, "kt")
-	want := map[string]string{}
-	for _, r := range queryRows(t, d, fmt.Sprintf("SELECT id, v, note FROM %s.kt", db)) {
-		want[r[0]] = r[1] + " " + r[2]
-	}
-	bad := 0
-	for id, w := range want {
-		if g, ok := got[id]; !ok || g != w {
-			if bad++; bad <= 5 {
-				t.Errorf("id %s: output %q (present %v), table %q", id, g, ok, w)
-			}
-		}
-	}
-	for id, g := range got {
-		if _, ok := want[id]; !ok {
-			if bad++; bad <= 10 {
-				t.Errorf("id %s (%s) is in the output, not in the table", id, g)
-			}
-		}
-	}
-	if bad > 0 {
-		t.Fatalf("%d rows differ (%d in the table, %d in the output applied)", bad, len(want), len(got))
-	}
-	checkHistories(t, dir, "kt")
-	t.Logf("writer committed %d transactions; %d kills ended connections %v; %d attempts retried; %d rows equal the table",
-		txns, rounds+1, killed, retries.Load(), len(want))
+	n := checkKT(t, d, db, dir)
+	t.Logf("writer committed %d transactions; %d kills ended connections %v; %d attempts retried; %d rows in the table",
+		txns, rounds+1, killed, retries.Load(), n)
 	mu.Lock()
 	defer mu.Unlock()
 	for e, n := range why {

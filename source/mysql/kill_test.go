@@ -216,38 +216,7 @@ func TestKill(t *testing.T) {
 	}
 	t.Logf("%d children SIGKILLed (%d during the snapshot); the last child took %v", killed, inSnapshot, time.Since(t0))
 
-	st := testutil.ReadParquetTables(t, filepath.Join(dir, "tables"))["kt"]
-	if st == nil || st.Rows != st.DistinctIDs || len(st.ExtraFiles)+len(st.MissingFiles) > 0 {
-		t.Fatalf("Parquet table: %+v: a version written twice, or files not in the manifest", st)
-	}
-	got := latestRows(t, dir, "kt")
-	want := map[string]string{}
-	for _, r := range queryRows(t, d, fmt.Sprintf("SELECT id, v, note FROM %s.kt", db)) {
-		want[r[0]] = r[1] + " " + r[2]
-	}
-	var missing, wrong, extra int
-	for id, w := range want {
-		g, ok := got[id]
-		switch {
-		case !ok:
-			if missing++; missing < 5 {
-				t.Errorf("id %s missing (table: %s)", id, w)
-			}
-		case g != w:
-			if wrong++; wrong < 5 {
-				t.Errorf("id %s is %q, table %q", id, g, w)
-			}
-		}
-	}
-	for id, g := range got {
-		if _, ok := want[id]; !ok {
-			if extra++; extra < 5 {
-				t.Errorf("id %s (%s) is not in the table", id, g)
-			}
-		}
-	}
-	t.Logf("%d rows in the table, %d Parquet rows; %d missing, %d wrong, %d extra", len(want), st.Rows, missing, wrong, extra)
-	checkHistories(t, dir, "kt")
+	checkKT(t, d, db, dir)
 }
 
 // startKTWriter commits transactions of 1 to 5 changes to db.kt (id,
@@ -314,6 +283,48 @@ func startKTWriter(t *testing.T, d, db string, next int, rng *rand.Rand) func() 
 		})
 		return txns.Load(), err
 	}
+}
+
+// checkKT checks the Parquet output under dir/tables of db.kt against
+// the table: no version written twice and every file in the manifest,
+// each id's latest version equal to the table's row (deleted ids
+// absent), and each row's records following its history
+// (checkHistories). It returns the table's row count.
+func checkKT(t *testing.T, d, db, dir string) int {
+	t.Helper()
+	st := testutil.ReadParquetTables(t, filepath.Join(dir, "tables"))["kt"]
+	if st == nil || st.Rows != st.DistinctIDs || len(st.ExtraFiles)+len(st.MissingFiles) > 0 {
+		t.Fatalf("Parquet table: %+v: a version written twice, or files not in the manifest", st)
+	}
+	got := latestRows(t, dir, "kt")
+	want := map[string]string{}
+	for _, r := range queryRows(t, d, fmt.Sprintf("SELECT id, v, note FROM %s.kt", db)) {
+		want[r[0]] = r[1] + " " + r[2]
+	}
+	var missing, wrong, extra int
+	for id, w := range want {
+		g, ok := got[id]
+		switch {
+		case !ok:
+			if missing++; missing < 5 {
+				t.Errorf("id %s missing (table: %s)", id, w)
+			}
+		case g != w:
+			if wrong++; wrong < 5 {
+				t.Errorf("id %s is %q, table %q", id, g, w)
+			}
+		}
+	}
+	for id, g := range got {
+		if _, ok := want[id]; !ok {
+			if extra++; extra < 5 {
+				t.Errorf("id %s (%s) is not in the table", id, g)
+			}
+		}
+	}
+	t.Logf("%d rows in the table, %d Parquet rows; %d missing, %d wrong, %d extra", len(want), st.Rows, missing, wrong, extra)
+	checkHistories(t, dir, "kt")
+	return len(want)
 }
 
 // checkHistories checks that each row's records in the Parquet output of
