@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -93,68 +92,9 @@ func TestKillDuringSnapshotOfManyTables(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 
 	// The writer: transactions of 1 to 20 changes to distinct rows of
-	// any table, and every 10th or so an update of 500 rows of one. It
-	// stops between transactions, never in one (see
-	// TestKillDuringSnapshotAndStreaming).
-	stop := make(chan struct{})
-	var stopOnce sync.Once
-	stopWriter := func() { stopOnce.Do(func() { close(stop) }) }
-	type writerResult struct {
-		txns int
-		err  error
-	}
-	writerDone := make(chan writerResult, 1)
-	go func() {
-		c, err := pgconn.Connect(context.Background(), d)
-		if err != nil {
-			writerDone <- writerResult{err: err}
-			return
-		}
-		defer c.Close(context.Background())
-		wrng := rand.New(rand.NewPCG(seed, 2))
-		next := int64(10_000_000)
-		txns := 0
-		for {
-			select {
-			case <-stop:
-				writerDone <- writerResult{txns: txns}
-				return
-			default:
-			}
-			var sql strings.Builder
-			sql.WriteString("BEGIN;")
-			if wrng.IntN(10) == 0 {
-				lo := 1 + wrng.Int64N(rows)
-				fmt.Fprintf(&sql, "UPDATE %s SET n = n + 1 WHERE id BETWEEN %d AND %d;", tbls[wrng.IntN(ntables)], lo, lo+500)
-			} else {
-				used := map[string]bool{}
-				for range 1 + wrng.IntN(20) {
-					tbl, id := tbls[wrng.IntN(ntables)], 1+wrng.Int64N(rows)
-					if k := fmt.Sprint(tbl, id); used[k] {
-						continue
-					} else {
-						used[k] = true
-					}
-					switch wrng.IntN(3) {
-					case 0:
-						next++
-						fmt.Fprintf(&sql, "INSERT INTO %s VALUES (%d, 'new', 0);", tbl, next)
-					case 1:
-						fmt.Fprintf(&sql, "UPDATE %s SET v = md5(random()::text), n = n + 1 WHERE id = %d;", tbl, id)
-					default:
-						fmt.Fprintf(&sql, "DELETE FROM %s WHERE id = %d;", tbl, id)
-					}
-				}
-			}
-			sql.WriteString("COMMIT")
-			if _, err := c.Exec(context.Background(), sql.String()).ReadAll(); err != nil {
-				writerDone <- writerResult{txns: txns, err: err}
-				return
-			}
-			txns++
-			time.Sleep(time.Duration(wrng.IntN(3)) * time.Millisecond)
-		}
-	}()
+	// any table, and every 10th or so an update of 500 rows of one.
+	stopWriter := killWriter{tables: tbls, rows: rows, changes: 20, bulkEvery: 10, bulkRows: 500,
+		next: 10_000_000, pause: true}.start(t, d, seed)
 	defer stopWriter()
 
 	start := func(hold testutil.Hold) *testutil.Child {
@@ -252,12 +192,11 @@ func TestKillDuringSnapshotOfManyTables(t *testing.T) {
 			t.Logf("kill %d after epoch %d", i, r.Epoch)
 		}
 	}
-	stopWriter()
-	w := <-writerDone
-	if w.err != nil {
-		t.Fatal(w.err)
+	txns, err := stopWriter()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("writer committed %d transactions", w.txns)
+	t.Logf("writer committed %d transactions", txns)
 	if _, err := h.sync(); err != nil {
 		t.Fatalf("final sync: %v", err)
 	}

@@ -81,72 +81,10 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 	t.Logf("seed %d (replay: -run TestKillDuringSnapshotAndStreaming -pg.kill-seed %d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 
-	// The writer: transactions of 1 to 20 changes to distinct rows, and
-	// every 15th or so an update of 3,000 rows in one statement. It stops
-	// between transactions, never in one: an Exec whose context ends
-	// returns at once while the server may still commit its statement,
-	// after the final sync has taken its end position, and the table then
-	// holds a change no sync was asked to read (seed 1796159316853614697
-	// failed so: the 2,917 rows differing were those of the writer's last,
-	// abandoned update of 3,001 rows).
-	stop := make(chan struct{})
-	var stopOnce sync.Once
-	stopWriter := func() { stopOnce.Do(func() { close(stop) }) }
-	type writerResult struct {
-		txns int
-		err  error
-	}
-	writerDone := make(chan writerResult, 1)
-	go func() {
-		c, err := pgconn.Connect(context.Background(), d)
-		if err != nil {
-			writerDone <- writerResult{err: err}
-			return
-		}
-		defer c.Close(context.Background())
-		wrng := rand.New(rand.NewPCG(seed, 2))
-		next := int64(10_000_000)
-		txns := 0
-		for {
-			select {
-			case <-stop:
-				writerDone <- writerResult{txns: txns}
-				return
-			default:
-			}
-			var sql strings.Builder
-			sql.WriteString("BEGIN;")
-			if wrng.IntN(15) == 0 {
-				lo := 1 + wrng.Int64N(initial)
-				fmt.Fprintf(&sql, "UPDATE %s SET n = n + 1 WHERE id BETWEEN %d AND %d;", tbl, lo, lo+3000)
-			} else {
-				used := map[int64]bool{}
-				for range 1 + wrng.IntN(20) {
-					id := 1 + wrng.Int64N(initial)
-					if used[id] {
-						continue
-					}
-					used[id] = true
-					switch wrng.IntN(3) {
-					case 0:
-						next++
-						fmt.Fprintf(&sql, "INSERT INTO %s VALUES (%d, 'new', 0);", tbl, next)
-					case 1:
-						fmt.Fprintf(&sql, "UPDATE %s SET v = md5(random()::text), n = n + 1 WHERE id = %d;", tbl, id)
-					default:
-						fmt.Fprintf(&sql, "DELETE FROM %s WHERE id = %d;", tbl, id)
-					}
-				}
-			}
-			sql.WriteString("COMMIT")
-			if _, err := c.Exec(context.Background(), sql.String()).ReadAll(); err != nil {
-				writerDone <- writerResult{txns: txns, err: err}
-				return
-			}
-			txns++
-			time.Sleep(time.Duration(wrng.IntN(3)) * time.Millisecond)
-		}
-	}()
+	// The writer: transactions of 1 to 20 changes, and every 15th or so
+	// an update of 3,000 rows in one statement.
+	stopWriter := killWriter{tables: []string{tbl}, rows: initial, changes: 20, bulkEvery: 15, bulkRows: 3000,
+		next: 10_000_000, pause: true}.start(t, d, seed)
 	defer stopWriter()
 
 	start := func(hold testutil.Hold) *testutil.Child {
@@ -202,12 +140,11 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 			t.Logf("kill %d after epoch %d", i, r.Epoch)
 		}
 	}
-	stopWriter()
-	w := <-writerDone
-	if w.err != nil {
-		t.Fatal(w.err)
+	txns, err := stopWriter()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("writer committed %d transactions", w.txns)
+	t.Logf("writer committed %d transactions", txns)
 	if _, err := h.sync(); err != nil {
 		t.Fatalf("final sync: %v", err)
 	}
@@ -289,6 +226,107 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 	}
 	if falls > 0 {
 		t.Fatalf("%d versions are not their row's state at their seq", falls)
+	}
+}
+
+// killWriter is the writer the kill tests run beside their children:
+// transactions of 1 to changes changes to distinct rows of tables (id,
+// v, n; ids 1 to rows) — inserts of new ids from next on, updates
+// raising n, deletes — and, when bulkEvery > 0, about one transaction in
+// bulkEvery an update raising n of bulkRows+1 rows of one table. With
+// pause, up to 2 ms pass between transactions.
+type killWriter struct {
+	tables             []string
+	rows               int64
+	changes, bulkEvery int
+	bulkRows, next     int64
+	pause              bool
+}
+
+// start runs the writer (its choices seeded by seed) until the function
+// it returns is called, which returns how many transactions committed
+// and the writer's error; a second call returns the same. The writer
+// stops between transactions, never in one: an Exec whose context ends
+// returns at once while the server may still commit its statement,
+// after the final sync has taken its end position, and the table then
+// holds a change no sync was asked to read (seed 1796159316853614697
+// failed so: the 2,917 rows differing were those of the writer's last,
+// abandoned update of 3,001 rows).
+func (w killWriter) start(t *testing.T, d string, seed uint64) func() (int, error) {
+	t.Helper()
+	stop := make(chan struct{})
+	type result struct {
+		txns int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := pgconn.Connect(context.Background(), d)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer c.Close(context.Background())
+		rng := rand.New(rand.NewPCG(seed, 2))
+		next := w.next
+		// One table takes no draw: a seed replays as it did before the
+		// writer served several tests.
+		pick := func() string {
+			if len(w.tables) == 1 {
+				return w.tables[0]
+			}
+			return w.tables[rng.IntN(len(w.tables))]
+		}
+		for txns := 0; ; txns++ {
+			select {
+			case <-stop:
+				done <- result{txns: txns}
+				return
+			default:
+			}
+			var sql strings.Builder
+			sql.WriteString("BEGIN;")
+			if w.bulkEvery > 0 && rng.IntN(w.bulkEvery) == 0 {
+				lo := 1 + rng.Int64N(w.rows)
+				fmt.Fprintf(&sql, "UPDATE %s SET n = n + 1 WHERE id BETWEEN %d AND %d;", pick(), lo, lo+w.bulkRows)
+			} else {
+				used := map[string]bool{}
+				for range 1 + rng.IntN(w.changes) {
+					tbl, id := pick(), 1+rng.Int64N(w.rows)
+					if k := fmt.Sprint(tbl, id); used[k] {
+						continue
+					} else {
+						used[k] = true
+					}
+					switch rng.IntN(3) {
+					case 0:
+						next++
+						fmt.Fprintf(&sql, "INSERT INTO %s VALUES (%d, 'new', 0);", tbl, next)
+					case 1:
+						fmt.Fprintf(&sql, "UPDATE %s SET v = md5(random()::text), n = n + 1 WHERE id = %d;", tbl, id)
+					default:
+						fmt.Fprintf(&sql, "DELETE FROM %s WHERE id = %d;", tbl, id)
+					}
+				}
+			}
+			sql.WriteString("COMMIT")
+			if _, err := c.Exec(context.Background(), sql.String()).ReadAll(); err != nil {
+				done <- result{txns: txns, err: err}
+				return
+			}
+			if w.pause {
+				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+			}
+		}
+	}()
+	var once sync.Once
+	var res result
+	return func() (int, error) {
+		once.Do(func() {
+			close(stop)
+			res = <-done
+		})
+		return res.txns, res.err
 	}
 }
 

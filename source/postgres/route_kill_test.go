@@ -7,8 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,60 +44,8 @@ func TestRouteKill(t *testing.T) {
 	t.Logf("seed %d (replay: -run TestRouteKill -pg.kill-seed %d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 
-	// The writer: transactions of 1 to 10 changes across both shards;
-	// it stops between transactions (see TestKillDuringSnapshotAndStreaming).
-	stop := make(chan struct{})
-	var stopOnce sync.Once
-	stopWriter := func() { stopOnce.Do(func() { close(stop) }) }
-	type writerResult struct {
-		txns int
-		err  error
-	}
-	writerDone := make(chan writerResult, 1)
-	go func() {
-		c, err := pgconn.Connect(context.Background(), d)
-		if err != nil {
-			writerDone <- writerResult{err: err}
-			return
-		}
-		defer c.Close(context.Background())
-		wrng := rand.New(rand.NewPCG(seed, 2))
-		next := int64(1_000_000)
-		for txns := 0; ; txns++ {
-			select {
-			case <-stop:
-				writerDone <- writerResult{txns: txns}
-				return
-			default:
-			}
-			var sql strings.Builder
-			sql.WriteString("BEGIN;")
-			used := map[string]bool{}
-			for range 1 + wrng.IntN(10) {
-				tbl := shards[wrng.IntN(2)]
-				id := 1 + wrng.Int64N(initial)
-				if k := fmt.Sprint(tbl, id); used[k] {
-					continue
-				} else {
-					used[k] = true
-				}
-				switch wrng.IntN(3) {
-				case 0:
-					next++
-					fmt.Fprintf(&sql, "INSERT INTO %s VALUES (%d, 'new', 0);", tbl, next)
-				case 1:
-					fmt.Fprintf(&sql, "UPDATE %s SET v = md5(random()::text), n = n + 1 WHERE id = %d;", tbl, id)
-				default:
-					fmt.Fprintf(&sql, "DELETE FROM %s WHERE id = %d;", tbl, id)
-				}
-			}
-			sql.WriteString("COMMIT")
-			if _, err := c.Exec(context.Background(), sql.String()).ReadAll(); err != nil {
-				writerDone <- writerResult{txns: txns, err: err}
-				return
-			}
-		}
-	}()
+	// The writer: transactions of 1 to 10 changes across both shards.
+	stopWriter := killWriter{tables: shards, rows: initial, changes: 10, next: 1_000_000}.start(t, d, seed)
 	defer stopWriter()
 
 	start := func(hold testutil.Hold) *testutil.Child {
@@ -161,12 +107,11 @@ func TestRouteKill(t *testing.T) {
 		kill(c, i)
 		t.Logf("kill %d after epoch %d", i, headRecord(t, h.ckpts).Epoch)
 	}
-	stopWriter()
-	w := <-writerDone
-	if w.err != nil {
-		t.Fatal(w.err)
+	txns, err := stopWriter()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("writer committed %d transactions", w.txns)
+	t.Logf("writer committed %d transactions", txns)
 	if _, err := h.sync(); err != nil {
 		t.Fatalf("final sync: %v", err)
 	}
