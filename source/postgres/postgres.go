@@ -478,25 +478,29 @@ func (s *Source) queryConn(ctx context.Context) (*pgconn.PgConn, error) {
 	return c, nil
 }
 
-// withQuery runs fn on the shared query connection. When fn fails
-// because that connection was lost (ended by the server, as a password
-// rotation's pg_terminate_backend does, or by the network: pgconn closes
-// it), fn runs once more on a new connection, so that a connection
-// ended while it sat idle costs no attempt. fn must be safe to repeat:
-// reads, and writes whose repeat changes nothing. The caller holds s.mu.
+// withQuery runs fn on the shared query connection (see onLive). The
+// caller holds s.mu.
 func (s *Source) withQuery(ctx context.Context, fn func(c *pgconn.PgConn) error) error {
-	c, err := s.queryConn(ctx)
-	if err != nil {
-		return err
+	return s.onLive(ctx, func() (*pgconn.PgConn, error) { return s.queryConn(ctx) }, fn)
+}
+
+// onLive runs fn on the connection conn returns. When fn fails because
+// that connection was lost (ended by the server, as a password
+// rotation's pg_terminate_backend does, or by the network: pgconn closes
+// it), fn runs once more on the one conn returns then, a new one, so
+// that a connection ended while it sat idle costs no attempt. fn must be
+// safe to repeat: reads, and writes whose repeat changes nothing.
+func (s *Source) onLive(ctx context.Context, conn func() (*pgconn.PgConn, error), fn func(c *pgconn.PgConn) error) error {
+	for try := 0; ; try++ {
+		c, err := conn()
+		if err != nil {
+			return err
+		}
+		if err = fn(c); err == nil || try > 0 || ctx.Err() != nil || !c.IsClosed() {
+			return err
+		}
+		s.log.DebugContext(ctx, "connection lost; querying again on a new one", "err", err)
 	}
-	if err = fn(c); err == nil || ctx.Err() != nil || !c.IsClosed() {
-		return err
-	}
-	s.log.DebugContext(ctx, "query connection lost; querying again on a new one", "err", err)
-	if c, err = s.queryConn(ctx); err != nil {
-		return err
-	}
-	return fn(c)
 }
 
 // writable reports whether the server can write the logical messages a

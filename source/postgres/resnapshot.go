@@ -368,28 +368,21 @@ func (sp *split) readChunk(ctx context.Context) (*chunk, error) {
 }
 
 // withChunkConn runs fn on the re-snapshot's connection, connecting
-// when there is none. When fn fails because that connection was lost
-// (ended by the server or the network while it sat idle between chunks,
-// or during fn: pgconn closes it), fn runs once more on a new
-// connection, so that a lost connection costs no attempt. fn must be
-// safe to repeat.
+// when there is none or it was lost (see onLive: a lost connection,
+// ended while it sat idle between chunks most likely, costs no attempt).
+// fn must be safe to repeat.
 func (sp *split) withChunkConn(ctx context.Context, fn func(c *pgconn.PgConn) error) error {
 	rs := &sp.rs
-	for try := 0; ; try++ {
+	return sp.src.onLive(ctx, func() (*pgconn.PgConn, error) {
 		if rs.conn == nil || rs.conn.IsClosed() {
 			c, err := sp.src.connect(ctx, false)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			rs.conn = c
 		}
-		c := rs.conn
-		err := fn(c)
-		if err == nil || try > 0 || ctx.Err() != nil || !c.IsClosed() {
-			return err
-		}
-		sp.src.log.DebugContext(ctx, "re-snapshot: connection lost; querying again on a new one", "err", err)
-	}
+		return rs.conn, nil
+	}, fn)
 }
 
 // queryChunk reads the rows after j.After under a REPEATABLE READ
